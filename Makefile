@@ -1,0 +1,17 @@
+# The README's first two commands: `make run` launches the app, `make test` runs the tests.
+.PHONY: setup setup-all run test bench
+
+setup:
+	scripts/setup.sh
+
+setup-all:
+	scripts/setup.sh --all
+
+run: setup
+	.venv/bin/specdec-studio
+
+test: setup-all
+	QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest
+
+bench: setup-all
+	for b in tests/bench/*.py; do .venv/bin/python $$b || exit 1; done

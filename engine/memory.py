@@ -1,0 +1,95 @@
+"""The one gateway to ``llama_decode`` and llama.cpp's memory (KV cache) API for a context.
+
+Strategies call this object, never llama.cpp's memory functions, so that anything that must follow
+the KV cache (the cell mirror of the KV-map view) sees every change exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import llama_cpp as llama
+
+from engine.batch import Batch
+from engine.errors import DecodeError
+
+
+class NoKvSlot(Exception):
+    """llama_decode found no room in the KV cache for the batch (the context is full)."""
+
+
+class DecodeAborted(Exception):
+    """llama_decode stopped because the abort callback asked it to (the run was cancelled)."""
+
+
+class MemoryObserver(Protocol):
+    """Something that follows the KV cache (the cell mirror); called after llama.cpp succeeded."""
+
+    def on_decode(self, batch: Batch) -> None: ...
+    def on_seq_rm(self, seq_id: int, p0: int, p1: int) -> None: ...
+    def on_seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
+    def on_seq_keep(self, seq_id: int) -> None: ...
+    def on_seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None: ...
+    def on_clear(self) -> None: ...
+
+
+class Memory:
+    def __init__(self, ctx: llama.llama_context_p) -> None:
+        self.ctx = ctx
+        self.mem = llama.llama_get_memory(ctx)
+        self.observers: list[MemoryObserver] = []
+        self.t_decode_s = 0.0  # time inside llama_decode, summed over the context's life
+
+    def decode(self, batch: Batch) -> float:
+        """Decode ``batch``; return the seconds llama.cpp took.
+
+        Raises :class:`NoKvSlot` when the context is full (llama.cpp restored its memory, so the
+        cache is as before), :class:`DecodeAborted` on cancel, :class:`DecodeError` otherwise.
+        """
+        t0 = time.perf_counter()
+        rc = llama.llama_decode(self.ctx, batch.raw)
+        dt = time.perf_counter() - t0
+        self.t_decode_s += dt
+        if rc == 0:
+            for obs in self.observers:
+                obs.on_decode(batch)
+            return dt
+        if rc == 1:
+            raise NoKvSlot()
+        if rc == 2:
+            raise DecodeAborted()
+        raise DecodeError(f"llama_decode failed with code {rc} on a batch of {batch.n_tokens} tokens")
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        ok = bool(llama.llama_memory_seq_rm(self.mem, seq_id, p0, p1))
+        if ok:
+            for obs in self.observers:
+                obs.on_seq_rm(seq_id, p0, p1)
+        return ok
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        llama.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+        for obs in self.observers:
+            obs.on_seq_cp(src, dst, p0, p1)
+
+    def seq_keep(self, seq_id: int) -> None:
+        llama.llama_memory_seq_keep(self.mem, seq_id)
+        for obs in self.observers:
+            obs.on_seq_keep(seq_id)
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        llama.llama_memory_seq_add(self.mem, seq_id, p0, p1, delta)
+        for obs in self.observers:
+            obs.on_seq_add(seq_id, p0, p1, delta)
+
+    def clear(self) -> None:
+        llama.llama_memory_clear(self.mem, True)
+        for obs in self.observers:
+            obs.on_clear()
+
+    def pos_min(self, seq_id: int) -> int:
+        return llama.llama_memory_seq_pos_min(self.mem, seq_id)
+
+    def pos_max(self, seq_id: int) -> int:
+        return llama.llama_memory_seq_pos_max(self.mem, seq_id)

@@ -1,0 +1,191 @@
+"""Opening GGUF models: validation, native lifetime, model facts, draft/target vocabulary check."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as llama
+
+from engine import native
+from engine.errors import ModelFileError, VocabMismatchError
+
+GGUF_MAGIC = b"GGUF"
+# The vocabulary check of llama.cpp's speculative example: sizes may differ by this many tokens
+# (padding), and token texts are compared from this id on (the first ids are often special).
+VOCAB_MAX_SIZE_DIFFERENCE = 128
+VOCAB_CHECK_START_ID = 5
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Facts about one GGUF model, read through llama.cpp once it is loaded."""
+
+    path: str
+    name: str
+    arch: str
+    n_params: int
+    quant: str
+    size_bytes: int
+    n_vocab: int
+    vocab_type: int
+    n_ctx_train: int
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    n_swa: int
+    chat_template: str | None
+    bos: int
+    eos: int
+    add_bos: bool
+    add_eos: bool
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self.chat_template)
+
+    def kv_bytes_per_cell(self) -> int:
+        """Bytes one KV cell takes in an f16 cache (K and V, all layers)."""
+        head_dim = self.n_embd // max(self.n_head, 1)
+        return self.n_layer * 2 * head_dim * self.n_head_kv * 2
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "name": self.name,
+            "arch": self.arch,
+            "n_params": self.n_params,
+            "quant": self.quant,
+            "size_bytes": self.size_bytes,
+            "n_vocab": self.n_vocab,
+            "n_ctx_train": self.n_ctx_train,
+            "n_swa": self.n_swa,
+            "chat_template": self.has_chat_template,
+        }
+
+
+def check_gguf_file(path: Path) -> None:
+    """Raise :class:`ModelFileError` unless ``path`` is a readable file that starts like a GGUF."""
+    if not path.exists():
+        raise ModelFileError(f"{path}: no such file; check the path or run `specdec models fetch`")
+    if not path.is_file():
+        raise ModelFileError(f"{path}: is not a file; pick a .gguf model file")
+    try:
+        with path.open("rb") as f:
+            header = f.read(24)
+    except OSError as exc:
+        raise ModelFileError(f"{path.name}: cannot be read ({exc.strerror})") from exc
+    if len(header) < 24 or header[:4] != GGUF_MAGIC:
+        raise ModelFileError(f"{path.name}: is not a GGUF model file (it does not start with 'GGUF')")
+    (version,) = struct.unpack_from("<I", header, 4)
+    if version not in (2, 3):
+        raise ModelFileError(f"{path.name}: GGUF version {version} is not supported (expected 2 or 3)")
+
+
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _meta_str(model: llama.llama_model_p, key: str) -> str:
+    buf = ctypes.create_string_buffer(256)
+    n = llama.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", errors="replace") if n >= 0 else ""
+
+
+class LoadedModel:
+    """A llama.cpp model that this object owns; close it after every context made from it.
+
+    Use as a context manager or call :meth:`close`; both are idempotent.
+    """
+
+    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0) -> None:
+        native.ensure_backend()
+        self.path = Path(path).expanduser()
+        check_gguf_file(self.path)
+        params = llama.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        native.take_recent_problems()
+        ptr = llama.llama_model_load_from_file(str(self.path).encode(), params)
+        if not ptr:
+            why = "; ".join(native.take_recent_problems()[-2:]) or "llama.cpp rejected it"
+            raise ModelFileError(f"{self.path.name}: could not be loaded, the file is truncated or corrupt ({why})")
+        self.ptr = ptr
+        self.vocab = llama.llama_model_get_vocab(ptr)
+        self.info = self._read_info()
+
+    def _read_info(self) -> ModelInfo:
+        m, v = self.ptr, self.vocab
+        template = llama.llama_model_chat_template(m, None)
+        ftype_name = llama.llama_ftype_name(llama.llama_model_ftype(m))
+        return ModelInfo(
+            path=str(self.path),
+            name=_meta_str(m, "general.name") or self.path.stem,
+            arch=_meta_str(m, "general.architecture"),
+            n_params=int(llama.llama_model_n_params(m)),
+            quant=(ftype_name or b"?").decode(),
+            size_bytes=self.path.stat().st_size,
+            n_vocab=llama.llama_vocab_n_tokens(v),
+            vocab_type=llama.llama_vocab_type(v),
+            n_ctx_train=llama.llama_model_n_ctx_train(m),
+            n_layer=llama.llama_model_n_layer(m),
+            n_embd=llama.llama_model_n_embd(m),
+            n_head=llama.llama_model_n_head(m),
+            n_head_kv=llama.llama_model_n_head_kv(m),
+            n_swa=llama.llama_model_n_swa(m),
+            chat_template=template.decode("utf-8", errors="replace") if template else None,
+            bos=llama.llama_vocab_bos(v),
+            eos=llama.llama_vocab_eos(v),
+            add_bos=bool(llama.llama_vocab_get_add_bos(v)),
+            add_eos=bool(llama.llama_vocab_get_add_eos(v)),
+        )
+
+    def token_text(self, token: int) -> bytes:
+        return llama.llama_vocab_get_text(self.vocab, token) or b""
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            llama.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __enter__(self) -> "LoadedModel":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_draft_vocab(target: LoadedModel, draft: LoadedModel) -> None:
+    """Raise :class:`VocabMismatchError` unless ``draft`` can propose tokens for ``target``.
+
+    The rule of llama.cpp's speculative example: same vocabulary type, same BOS/EOS handling,
+    sizes within 128 tokens, and identical text for every shared token id from 5 on.
+    """
+    t, d = target.info, draft.info
+    names = f"{Path(d.path).name} (draft) and {Path(t.path).name} (target)"
+    if t.vocab_type != d.vocab_type:
+        raise VocabMismatchError(f"{names} use different tokenizer types; pick a draft from the same model family")
+    if (t.add_bos, t.bos if t.add_bos else -1) != (d.add_bos, d.bos if d.add_bos else -1) or (
+        t.add_eos,
+        t.eos,
+    ) != (d.add_eos, d.eos):
+        raise VocabMismatchError(f"{names} use different BOS/EOS tokens; pick a draft from the same model family")
+    if abs(t.n_vocab - d.n_vocab) > VOCAB_MAX_SIZE_DIFFERENCE:
+        raise VocabMismatchError(
+            f"{names} have different vocabularies ({d.n_vocab} vs {t.n_vocab} tokens); "
+            "pick a draft from the same model family"
+        )
+    for token in range(VOCAB_CHECK_START_ID, min(t.n_vocab, d.n_vocab)):
+        if target.token_text(token) != draft.token_text(token):
+            raise VocabMismatchError(
+                f"{names} disagree on token {token} "
+                f"({draft.token_text(token)!r} vs {target.token_text(token)!r}); "
+                "pick a draft from the same model family"
+            )

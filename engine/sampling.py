@@ -1,0 +1,120 @@
+"""Token selection on zero-copy numpy views of llama.cpp's logits, and the speculative rule.
+
+The sampler follows llama.cpp's default chain order: top-k, top-p and min-p filter the
+temperature-1 distribution, then temperature reshapes what survives. Everything sized by the
+vocabulary is numpy; nothing here loops over tokens in Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import llama_cpp as llama
+
+from engine.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the target's next token is chosen. ``temperature <= 0`` means greedy (argmax)."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self) -> None:
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ConfigError(f"top-k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top-p must be in (0, 1], got {self.top_p}")
+        if not 0.0 <= self.min_p < 1.0:
+            raise ConfigError(f"min-p must be in [0, 1), got {self.min_p}")
+
+
+def logits_row(ctx: llama.llama_context_p, i: int, n_vocab: int) -> np.ndarray:
+    """A float32 view (no copy) of the logits of batch output ``i``; valid until the next decode."""
+    return np.ctypeslib.as_array(llama.llama_get_logits_ith(ctx, i), shape=(n_vocab,))
+
+
+class Sampler:
+    """Greedy or seeded stochastic selection. One instance per run: it owns the run's RNG."""
+
+    def __init__(self, params: SamplingParams) -> None:
+        params.validate()
+        self.params = params
+        self.rng = np.random.default_rng(params.seed)
+
+    @property
+    def greedy(self) -> bool:
+        return self.params.greedy
+
+    def distribution(self, logits: np.ndarray) -> np.ndarray:
+        """The full-vocabulary float64 distribution tokens are drawn from (zeros where filtered)."""
+        p = self.params
+        n = logits.shape[0]
+        if p.top_k and p.top_k < n:
+            candidates = np.argpartition(logits, n - p.top_k)[n - p.top_k :]
+        else:
+            candidates = np.arange(n)
+        values = logits[candidates].astype(np.float64)
+        if p.top_p < 1.0:
+            order = np.argsort(-values, kind="stable")
+            candidates, values = candidates[order], values[order]
+            probs = np.exp(values - values[0])
+            cumulative = np.cumsum(probs) / probs.sum()
+            keep = int(np.searchsorted(cumulative, p.top_p)) + 1
+            candidates, values = candidates[:keep], values[:keep]
+        if p.min_p > 0.0:
+            keep_mask = values >= values.max() + np.log(p.min_p)
+            candidates, values = candidates[keep_mask], values[keep_mask]
+        scaled = (values - values.max()) / p.temperature
+        weights = np.exp(scaled)
+        dist = np.zeros(n, dtype=np.float64)
+        dist[candidates] = weights / weights.sum()
+        return dist
+
+    def draw(self, dist: np.ndarray) -> int:
+        """One token from a distribution that sums to 1."""
+        cumulative = np.cumsum(dist)
+        u = self.rng.random() * cumulative[-1]
+        return int(min(np.searchsorted(cumulative, u, side="right"), dist.shape[0] - 1))
+
+    def sample(self, logits: np.ndarray) -> int:
+        if self.params.greedy:
+            return int(np.argmax(logits))
+        return self.draw(self.distribution(logits))
+
+    def accept_draft(self, p: np.ndarray, q: np.ndarray | None, token: int) -> tuple[bool, int]:
+        """The speculative sampling rule (Leviathan et al. 2023; Chen et al. 2023).
+
+        Accept the drafted ``token`` with probability ``min(1, p[token] / q[token])``; on rejection
+        return a replacement drawn from ``norm(max(0, p - q))``. ``q=None`` is a point mass on
+        ``token`` (prompt lookup, lookahead n-grams): accept with probability ``p[token]``, else
+        draw from ``p`` without ``token``. Either way the emitted token is distributed as ``p``.
+
+        Returns ``(accepted, token_to_emit)``.
+        """
+        p_x = p[token]
+        q_x = 1.0 if q is None else q[token]
+        if q_x > 0.0 and self.rng.random() * q_x < p_x:
+            return True, token
+        if q is None:
+            residual = p.copy()
+            residual[token] = 0.0
+        else:
+            residual = np.maximum(p - q, 0.0)
+        total = residual.sum()
+        if total <= 0.0:
+            # p == q (or p is a point mass on the draft): rejection had probability zero.
+            return True, token
+        return False, self.draw(residual / total)

@@ -1,0 +1,267 @@
+"""A Session owns a model, its context and KV memory on one thread, and runs one strategy at a time.
+
+Use a session from the thread that created it (llama.cpp contexts are single-threaded); the only
+call that may come from another thread is :meth:`Session.cancel`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as llama
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from engine import native
+from engine.batch import Batch
+from engine.config import RunConfig
+from engine.errors import ContextAllocationError, PromptError, SpecDecError
+from engine.events import Event, RunFinished, RunStarted
+from engine.memory import Memory
+from engine.models import LoadedModel
+from engine.sampling import Sampler
+from engine.stats import RunCounters
+from engine.strategies.common import Output, Runtime
+from engine.tokens import Vocab
+
+DEFAULT_N_CTX = 4096
+DEFAULT_N_BATCH = 512
+# A context's compute buffers and allocator slack on top of the KV cache, in bytes per cell.
+_OVERHEAD_FACTOR = 1.25
+
+
+def default_threads() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _available_memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+class Session:
+    """Loads a target model and runs decoding strategies on it.
+
+    Parameters
+    ----------
+    model_path:
+        A GGUF file. Raises :class:`engine.errors.ModelFileError` if it is missing or unloadable.
+    n_ctx:
+        KV cache size in cells, shared by all sequences of a run.
+    n_threads:
+        CPU threads for llama.cpp (generation and batches).
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        n_ctx: int = DEFAULT_N_CTX,
+        n_batch: int = DEFAULT_N_BATCH,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+    ) -> None:
+        if n_ctx < 16:
+            raise ContextAllocationError(f"context size must be at least 16 tokens, got {n_ctx}")
+        self._stack = contextlib.ExitStack()
+        self.model = self._stack.enter_context(LoadedModel(model_path, n_gpu_layers=n_gpu_layers))
+        self.vocab = Vocab(self.model.vocab)
+        self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        self.n_threads = n_threads or default_threads()
+        self._cancel = threading.Event()
+        # Held here so ctypes never collects the callback while llama.cpp may call it.
+        self._abort_cb = llama.ggml_abort_callback(lambda _data: self._cancel.is_set())
+        self._ctx_stack: contextlib.ExitStack | None = None
+        self.ctx: llama.llama_context_p | None = None
+        self.memory: Memory | None = None
+        self.batch: Batch | None = None
+        self.n_seq_max = 0
+        self.history: list[ChatMessage] = []
+        self._formatter: Jinja2ChatFormatter | None = None
+        self._check_context_fits(n_ctx)
+        self._make_context(1)
+
+    # ----------------------------------------------------------------------------- context
+    def _check_context_fits(self, n_ctx: int) -> None:
+        need = int(n_ctx * self.model.info.kv_bytes_per_cell() * _OVERHEAD_FACTOR)
+        avail = _available_memory_bytes()
+        if avail is not None and need > avail:
+            raise ContextAllocationError(
+                f"a context of {n_ctx} tokens needs about {need / 2**30:.1f} GiB for its KV cache "
+                f"but only {avail / 2**30:.1f} GiB of memory is free; choose a smaller context size"
+            )
+
+    def _make_context(self, n_seq_max: int) -> None:
+        """(Re)create the context with room for ``n_seq_max`` sequences; closes the old one first."""
+        self._close_context()
+        params = llama.llama_context_default_params()
+        params.n_ctx = self.n_ctx
+        params.n_batch = self.n_batch
+        params.n_ubatch = self.n_batch
+        params.n_seq_max = n_seq_max
+        params.n_threads = self.n_threads
+        params.n_threads_batch = self.n_threads
+        # Flash attention off: the same kernels as llama-cpp-python's Llama defaults, so plain
+        # greedy output is comparable token for token.
+        params.flash_attn_type = llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        # Lookahead couples sequences inside one batch; llama.cpp needs a unified cache for that.
+        params.kv_unified = True
+        params.no_perf = True
+        native.take_recent_problems()
+        ctx = llama.llama_init_from_model(self.model.ptr, params)
+        if not ctx:
+            why = "; ".join(native.take_recent_problems()[-2:]) or "allocation failed"
+            raise ContextAllocationError(
+                f"llama.cpp could not create a context of {self.n_ctx} tokens ({why}); choose a smaller context size"
+            )
+        stack = contextlib.ExitStack()
+        stack.callback(llama.llama_free, ctx)
+        llama.llama_set_abort_callback(ctx, self._abort_cb, None)
+        self.batch = Batch(self.n_batch, n_seq_max)
+        stack.callback(self.batch.close)
+        self._ctx_stack = stack
+        self.ctx = ctx
+        self.memory = Memory(ctx)
+        self.n_seq_max = n_seq_max
+
+    def _close_context(self) -> None:
+        if self._ctx_stack is not None:
+            self._ctx_stack.close()  # batch first, then the context: LIFO
+            self._ctx_stack = None
+            self.ctx = self.memory = self.batch = None
+
+    def close(self) -> None:
+        """Free context, then model. Idempotent."""
+        self._close_context()
+        self._stack.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------- control
+    def cancel(self) -> None:
+        """Ask the current run to stop; safe from any thread. It ends within one step."""
+        self._cancel.set()
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self.model.info.has_chat_template
+
+    # ----------------------------------------------------------------------------- prompts
+    def tokenize_prompt(self, prompt: str) -> list[int]:
+        if not prompt.strip():
+            raise PromptError("the prompt is empty; type something for the model to continue")
+        return self.vocab.tokenize(prompt, add_special=True, parse_special=True)
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        """The model's own chat template applied to ``messages``, ending with the assistant's turn."""
+        if not self.has_chat_template:
+            raise PromptError(f"{Path(self.model.info.path).name} has no chat template; use completion mode")
+        if self._formatter is None:
+            info = self.model.info
+            self._formatter = Jinja2ChatFormatter(
+                template=info.chat_template or "",
+                eos_token=self.model.token_text(info.eos).decode("utf-8", "replace"),
+                bos_token=self.model.token_text(info.bos).decode("utf-8", "replace"),
+            )
+        rendered = self._formatter(messages=[{"role": m.role, "content": m.content} for m in messages])
+        return rendered.prompt
+
+    def chat_tokens(self, messages: Sequence[ChatMessage]) -> list[int]:
+        if not messages or not messages[-1].content.strip():
+            raise PromptError("the message is empty; type something to send")
+        # The template writes BOS itself where the model wants one.
+        return self.vocab.tokenize(self.render_chat(messages), add_special=False, parse_special=True)
+
+    # ----------------------------------------------------------------------------- runs
+    def run(self, config: RunConfig, prompt_tokens: Sequence[int], *, prompt_text: str = "") -> Iterator[Event]:
+        """Validate now, then return the generator of the run's events.
+
+        Bad input raises here (a :class:`engine.errors.SpecDecError`), before any event; the
+        generator ends with :class:`engine.events.RunFinished`.
+        """
+        config.validate(self.n_batch)
+        if not prompt_tokens:
+            raise PromptError("the prompt is empty; type something for the model to continue")
+        if len(prompt_tokens) >= self.n_ctx:
+            raise PromptError(
+                f"the prompt has {len(prompt_tokens)} tokens but the context holds only {self.n_ctx}; "
+                "shorten the prompt or raise the context size"
+            )
+        from engine.strategies import registry
+
+        strategy = registry.get(config.mode)
+        if config.n_sequences > self.n_seq_max:
+            self._make_context(config.n_sequences)
+        return self._run(config, list(prompt_tokens), prompt_text, strategy)
+
+    def _run(self, config: RunConfig, prompt: list[int], prompt_text: str, strategy: Callable) -> Iterator[Event]:
+        assert self.memory is not None and self.batch is not None
+        self._cancel.clear()
+        self.memory.clear()
+        output = Output(self.vocab, config.max_tokens)
+        rt = Runtime(
+            ctx=self.ctx,
+            memory=self.memory,
+            batch=self.batch,
+            vocab=self.vocab,
+            n_ctx=self.n_ctx,
+            n_batch=self.n_batch,
+            config=config,
+            sampler=Sampler(config.sampling),
+            cancel=self._cancel,
+            counters=RunCounters(),
+            output=output,
+        )
+        yield RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
+        yield from strategy(rt, prompt)
+        output.finish("length")  # a strategy that returns without a reason ran out of tokens
+        yield RunFinished(output.text(), tuple(output.ids), output.finish_reason or "length", rt.counters.as_dict())
+
+    def complete(self, config: RunConfig, prompt: str) -> RunFinished:
+        """Run to the end on a completion prompt and return the final event."""
+        return _last(self.run(config, self.tokenize_prompt(prompt), prompt_text=prompt))
+
+    def chat(self, config: RunConfig, user_text: str) -> Iterator[Event]:
+        """One chat turn: the history plus ``user_text``; the answer joins the history when done."""
+        messages = [*self.history, ChatMessage("user", user_text)]
+        tokens = self.chat_tokens(messages)
+        events = self.run(config, tokens, prompt_text=user_text)
+
+        def turn() -> Iterator[Event]:
+            for event in events:
+                if isinstance(event, RunFinished):
+                    self.history[:] = [*messages, ChatMessage("assistant", event.text)]
+                yield event
+
+        return turn()
+
+
+def _last(events: Iterator[Event]) -> RunFinished:
+    final = None
+    for event in events:
+        final = event
+    if not isinstance(final, RunFinished):
+        raise SpecDecError("the run ended without a result")
+    return final

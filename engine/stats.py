@@ -1,0 +1,69 @@
+"""Run counters: the figures llama.cpp's examples print plus per-step shape of the run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunCounters:
+    """Mutable on the engine thread; :meth:`as_dict` makes the plain data an event carries."""
+
+    n_prompt: int = 0
+    n_predict: int = 0
+    n_drafted: int = 0
+    n_accept: int = 0
+    steps: int = 0
+    t_encode_s: float = 0.0
+    t_decode_s: float = 0.0  # time spent inside llama_decode while generating
+    t_generate_s: float = 0.0  # wall time of the whole generation loop
+    tokens_per_step: list[int] = field(default_factory=list)
+    accepted_at_position: list[int] = field(default_factory=list)
+    drafted_at_position: list[int] = field(default_factory=list)
+
+    def record_step(self, n_tokens: int, n_drafted: int, n_accepted: int, t_decode_s: float) -> None:
+        self.steps += 1
+        self.n_predict += n_tokens
+        self.n_drafted += n_drafted
+        self.n_accept += n_accepted
+        self.t_decode_s += t_decode_s
+        self.tokens_per_step.append(n_tokens)
+
+    def record_positions(self, n_offered: int, n_accepted: int) -> None:
+        """Acceptance per draft position: position i was offered, and accepted if i < n_accepted."""
+        while len(self.drafted_at_position) < n_offered:
+            self.drafted_at_position.append(0)
+            self.accepted_at_position.append(0)
+        for i in range(n_offered):
+            self.drafted_at_position[i] += 1
+            if i < n_accepted:
+                self.accepted_at_position[i] += 1
+
+    def as_dict(self) -> dict:
+        t_gen = self.t_generate_s or self.t_decode_s
+        return {
+            "n_prompt": self.n_prompt,
+            "n_predict": self.n_predict,
+            "n_drafted": self.n_drafted,
+            "n_accept": self.n_accept,
+            "accept_rate": self.n_accept / self.n_drafted if self.n_drafted else 0.0,
+            "steps": self.steps,
+            "tokens_per_step": self.n_predict / self.steps if self.steps else 0.0,
+            "t_encode_s": self.t_encode_s,
+            "t_decode_s": self.t_decode_s,
+            "t_generate_s": t_gen,
+            "decode_time_share": self.t_decode_s / t_gen if t_gen else 0.0,
+            "encode_tokens_per_second": self.n_prompt / self.t_encode_s if self.t_encode_s else 0.0,
+            "tokens_per_second": self.n_predict / t_gen if t_gen else 0.0,
+            "tokens_per_step_hist": _histogram(self.tokens_per_step),
+            "accept_per_position": [
+                a / d if d else 0.0 for a, d in zip(self.accepted_at_position, self.drafted_at_position)
+            ],
+        }
+
+
+def _histogram(values: list[int]) -> dict[int, int]:
+    hist: dict[int, int] = {}
+    for v in values:
+        hist[v] = hist.get(v, 0) + 1
+    return dict(sorted(hist.items()))

@@ -1,0 +1,1 @@
+"""Decoding strategies. Each is a generator that owns its loop and yields events; nothing else."""

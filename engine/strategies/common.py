@@ -1,0 +1,129 @@
+"""What every strategy shares: the run's resources, prompt decoding, and the output it builds."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import llama_cpp as llama
+
+from engine.batch import Batch
+from engine.config import RunConfig
+from engine.events import TokenInfo, TokenSource
+from engine.memory import DecodeAborted, Memory, NoKvSlot
+from engine.sampling import Sampler, logits_row
+from engine.stats import RunCounters
+from engine.tokens import IncrementalDetokenizer, Vocab
+
+FINISH_STOP = "stop"  # the model produced an end-of-generation token
+FINISH_LENGTH = "length"  # max_tokens reached
+FINISH_CONTEXT_FULL = "context_full"
+FINISH_CANCELLED = "cancelled"
+
+
+@dataclass
+class Output:
+    """The generated tokens of a run and why it ended. End-of-generation tokens are not kept."""
+
+    vocab: Vocab
+    max_tokens: int
+    detok: IncrementalDetokenizer = field(init=False)
+    ids: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        self.detok = IncrementalDetokenizer(self.vocab)
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def push(self, token: int, source: TokenSource) -> TokenInfo | None:
+        """Append a generated token; return it for the event, or None if it ended the run."""
+        if self.done:
+            return None
+        if self.vocab.is_eog(token):
+            self.finish_reason = FINISH_STOP
+            return None
+        text = self.detok.feed(token)
+        self.ids.append(token)
+        self.pieces.append(text)
+        if len(self.ids) >= self.max_tokens:
+            self.finish_reason = FINISH_LENGTH
+        return TokenInfo(token, text, source)
+
+    def finish(self, reason: str) -> None:
+        if self.finish_reason is None:
+            self.finish_reason = reason
+
+    def text(self) -> str:
+        return "".join(self.pieces) + self.detok.flush()
+
+
+@dataclass
+class Runtime:
+    """The resources one run uses. Built by the session, handed to exactly one strategy."""
+
+    ctx: llama.llama_context_p
+    memory: Memory
+    batch: Batch
+    vocab: Vocab
+    n_ctx: int
+    n_batch: int
+    config: RunConfig
+    sampler: Sampler
+    cancel: threading.Event
+    counters: RunCounters
+    output: Output
+
+    def logits(self, i: int) -> np.ndarray:
+        return logits_row(self.ctx, i, self.vocab.n_tokens)
+
+    def decode(self) -> float | None:
+        """Decode ``self.batch``; on a full context or a cancel, record why and return None."""
+        try:
+            return self.memory.decode(self.batch)
+        except NoKvSlot:
+            self.output.finish(FINISH_CONTEXT_FULL)
+        except DecodeAborted:
+            self.output.finish(FINISH_CANCELLED)
+        return None
+
+    def should_stop(self, n_past: int, n_new: int) -> bool:
+        """True (with the finish reason set) if the run cannot or must not decode ``n_new`` more."""
+        if self.output.done:
+            return True
+        if self.cancel.is_set():
+            self.output.finish(FINISH_CANCELLED)
+            return True
+        if n_past + n_new > self.n_ctx:
+            self.output.finish(FINISH_CONTEXT_FULL)
+            return True
+        return False
+
+
+def decode_prompt(rt: Runtime, tokens: Sequence[int], seq_id: int = 0) -> int | None:
+    """Decode the prompt into ``seq_id`` in chunks of n_batch; return the batch row of its logits.
+
+    Returns None if the run was cancelled (or the cache filled) meanwhile.
+    """
+    t0 = time.perf_counter()
+    last_row = None
+    for start in range(0, len(tokens), rt.n_batch):
+        if rt.cancel.is_set():
+            rt.output.finish(FINISH_CANCELLED)
+            return None
+        chunk = tokens[start : start + rt.n_batch]
+        rt.batch.clear()
+        rt.batch.add_run(chunk, start, seq_id, logits_last=start + len(chunk) == len(tokens))
+        if rt.decode() is None:
+            return None
+        last_row = len(chunk) - 1
+    rt.counters.n_prompt = len(tokens)
+    rt.counters.t_encode_s = time.perf_counter() - t0
+    return last_row

@@ -1,0 +1,74 @@
+"""Tokenisation and incremental detokenisation on a model's vocabulary."""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+from collections.abc import Sequence
+
+import llama_cpp as llama
+
+from engine.errors import PromptError
+
+
+class Vocab:
+    """Tokenizer of one loaded model. Pieces are cached: a run asks for the same ids again and again."""
+
+    def __init__(self, vocab_ptr: llama.llama_vocab_p) -> None:
+        self.ptr = vocab_ptr
+        self.n_tokens = llama.llama_vocab_n_tokens(vocab_ptr)
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (llama.llama_token * capacity)()
+        n = llama.llama_tokenize(self.ptr, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (llama.llama_token * capacity)()
+            n = llama.llama_tokenize(self.ptr, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            raise PromptError("the prompt could not be tokenised")
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for; control tokens (end of turn, BOS) render as nothing."""
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        n = llama.llama_token_to_piece(self.ptr, token, self._piece_buf, len(self._piece_buf), 0, False)
+        if n < 0:
+            big = ctypes.create_string_buffer(-n)
+            n = llama.llama_token_to_piece(self.ptr, token, big, len(big), 0, False)
+            piece = big.raw[:n]
+        else:
+            piece = self._piece_buf.raw[:n]
+        self._pieces[token] = piece
+        return piece
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama.llama_vocab_is_eog(self.ptr, token))
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+
+class IncrementalDetokenizer:
+    """Turns a token stream into text without ever splitting a multi-byte UTF-8 character.
+
+    A token that ends in the middle of a character yields ``""``; the token that completes it
+    yields the whole character. :meth:`flush` returns whatever bytes are left at the end (shown
+    with U+FFFD if they never formed a character).
+    """
+
+    def __init__(self, vocab: Vocab) -> None:
+        self._vocab = vocab
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, token: int) -> str:
+        return self._decoder.decode(self._vocab.piece(token))
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)

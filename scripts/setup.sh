@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Creates .venv, installs SpecDec Studio with its pinned dependencies, and fetches models.
+#
+#   scripts/setup.sh            set up, fetch the embedded default model
+#   scripts/setup.sh --all      set up, fetch every model the tests use
+#
+# llama-cpp-python is compiled from source once per (version, CMake flags) and the wheel is kept in
+# ~/.cache/specdec-studio/wheels/ so the next set-up (and CI) reuses it. Override the flags with
+# SPECDEC_CMAKE_ARGS, e.g. SPECDEC_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_CUDA=ON".
+# Never use -DGGML_NATIVE=ON on CPUs that advertise AMX: llama.cpp's AMX kernels die with SIGILL.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+readonly LLAMA_CPP_PYTHON_VERSION=0.3.36
+readonly CMAKE_FLAGS="${SPECDEC_CMAKE_ARGS:--DGGML_NATIVE=OFF}"
+readonly CACHE_ROOT="${SPECDEC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specdec-studio}"
+PYTHON="${PYTHON:-python3}"
+
+fetch_all=0
+[[ "${1:-}" == "--all" ]] && fetch_all=1
+
+"$PYTHON" - <<'PY' || { echo "SpecDec Studio needs Python >= 3.11 (set PYTHON=...)." >&2; exit 1; }
+import sys
+sys.exit(0 if sys.version_info >= (3, 11) else 1)
+PY
+
+# Qt's offscreen and xcb platforms need a few system libraries a bare Debian image lacks.
+if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+    missing=()
+    for pkg in libgl1 libegl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    if (( ${#missing[@]} )); then
+        echo "installing system libraries for Qt: ${missing[*]}"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+fi
+
+[[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+
+flags_key=$(printf '%s' "$CMAKE_FLAGS" | sha256sum | cut -c1-12)
+wheel_dir="$CACHE_ROOT/wheels/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION-$flags_key"
+if ! ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION with CMAKE_ARGS='$CMAKE_FLAGS' (about 5-10 minutes, once)"
+    mkdir -p "$wheel_dir"
+    printf '%s\n' "$CMAKE_FLAGS" > "$wheel_dir/CMAKE_ARGS"
+    CMAKE_ARGS="$CMAKE_FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+        .venv/bin/python -m pip wheel -q --no-deps --no-binary llama-cpp-python \
+        "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$wheel_dir"
+fi
+.venv/bin/python -m pip install -q "$wheel_dir"/llama_cpp_python-*.whl
+.venv/bin/python -m pip install -q -e ".[test]"
+
+if (( fetch_all )); then
+    .venv/bin/specdec models fetch all
+else
+    .venv/bin/specdec models fetch default
+fi
