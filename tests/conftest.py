@@ -1,0 +1,55 @@
+"""Shared fixtures: the two real models from the model cache (`specdec models fetch all`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from engine import catalog
+
+N_THREADS = int(os.environ.get("SPECDEC_TEST_THREADS", "2"))
+
+CODE_PROMPT = (
+    "def fibonacci(n):\n"
+    "    if n < 2:\n"
+    "        return n\n"
+    "    return fibonacci(n - 1) + fibonacci(n - 2)\n\n"
+    "def factorial(n):\n"
+    "    if n < 2:\n"
+    "        return 1\n"
+    "    return n * factorial(n - 1)\n\n"
+    "def "
+)
+PROSE_PROMPT = "The history of the printing press begins in the fifteenth century, when"
+
+
+def _model(key: str) -> Path:
+    path = catalog.known_path(key)
+    if not path.exists():
+        pytest.fail(f"model {key} missing: run `specdec models fetch all` (the README's test command does)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm_path() -> Path:
+    return _model("default")
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    return _model("gemma")
+
+
+@pytest.fixture(scope="session", params=["default", "gemma"])
+def any_model_path(request) -> Path:
+    return _model(request.param)
+
+
+@pytest.fixture(scope="module")
+def smollm_session(smollm_path):
+    from engine.session import Session
+
+    with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS) as session:
+        yield session
