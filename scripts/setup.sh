@@ -27,7 +27,9 @@ PY
 # Qt's offscreen and xcb platforms need a few system libraries a bare Debian image lacks.
 if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
     missing=()
-    for pkg in libgl1 libegl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0; do
+    for pkg in libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libdbus-1-3 libglib2.0-0 \
+               libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 \
+               libxcb-xkb1 libxcb-shape0 libxcb-randr0; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
     done
     if (( ${#missing[@]} )); then

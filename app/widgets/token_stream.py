@@ -1,0 +1,114 @@
+"""The live token stream: text as it is decoded, each token coloured by where it came from."""
+
+from __future__ import annotations
+
+import bisect
+
+from app.qt import QtGui, QtWidgets
+
+# Colours per token source; chosen to read on light and dark backgrounds.
+SOURCE_COLOURS = {
+    "sampled": None,  # the palette's text colour
+    "accepted_ngram": "#0aa5c0",  # cyan, as llama-lookahead prints accepted tokens
+    "accepted_draft": "#2e9d4f",  # green
+    "rejected": "#9a9a9a",  # ghosted, struck out
+    "prompt": "#7a7a7a",
+}
+SOURCE_LABELS = {
+    "sampled": "sampled by the target",
+    "accepted_ngram": "accepted from an n-gram",
+    "accepted_draft": "accepted from the draft",
+    "rejected": "rejected draft (tried, not kept)",
+}
+# A per-token property so tests and tooltips can read back what a character came from.
+SOURCE_PROPERTY = QtGui.QTextFormat.UserProperty + 1
+STEP_PROPERTY = QtGui.QTextFormat.UserProperty + 2
+
+
+class TokenStream(QtWidgets.QTextEdit):
+    """Read-only rich text; tokens are appended with a char format per source."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setAcceptRichText(False)
+        self.setMouseTracking(True)
+        font = QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.FixedFont)
+        font.setPointSize(max(font.pointSize(), 11))
+        self.setFont(font)
+        self.show_rejected = False
+        self.mark_steps = False
+        # per token: (start, end, source, id, step, step acceptance); starts kept apart for bisect
+        self._token_meta: list[tuple[int, int, str, int, int, float]] = []
+        self._token_starts: list[int] = []
+
+    def clear_stream(self) -> None:
+        self.clear()
+        self._token_meta.clear()
+        self._token_starts.clear()
+
+    def _format(self, source: str, step: int) -> QtGui.QTextCharFormat:
+        fmt = QtGui.QTextCharFormat()
+        colour = SOURCE_COLOURS.get(source)
+        if colour:
+            fmt.setForeground(QtGui.QColor(colour))
+        if source == "rejected":
+            fmt.setFontStrikeOut(True)
+        if source in ("accepted_ngram", "accepted_draft"):
+            fmt.setFontWeight(QtGui.QFont.DemiBold)
+        if self.mark_steps and step % 2 == 1:
+            fmt.setFontUnderline(True)
+        fmt.setProperty(SOURCE_PROPERTY, source)
+        fmt.setProperty(STEP_PROPERTY, step)
+        return fmt
+
+    def append_text(self, text: str, source: str, step: int, token_id: int = -1, acceptance: float = 0.0) -> None:
+        if not text:
+            return
+        cursor = self.textCursor()
+        cursor.movePosition(QtGui.QTextCursor.End)
+        start = cursor.position()
+        cursor.insertText(text, self._format(source, step))
+        self._token_meta.append((start, cursor.position(), source, token_id, step, acceptance))
+        self._token_starts.append(start)
+
+    def scroll_to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def token_at(self, position: int):
+        i = bisect.bisect_right(self._token_starts, position) - 1
+        if i >= 0 and self._token_meta[i][0] <= position < self._token_meta[i][1]:
+            return self._token_meta[i]
+        return None
+
+    def sources_in_document(self) -> list[tuple[str, str]]:
+        """(text, source) runs read back from the document's char formats (for tests and export)."""
+        runs = []
+        block = self.document().begin()
+        while block.isValid():
+            it = block.begin()
+            while not it.atEnd():
+                frag = it.fragment()
+                if frag.isValid():
+                    runs.append((frag.text(), frag.charFormat().property(SOURCE_PROPERTY)))
+                it += 1
+            block = block.next()
+        return runs
+
+    def event(self, ev):  # tooltips per token
+        if ev.type() == ev.Type.ToolTip:
+            cursor = self.cursorForPosition(ev.pos())
+            meta = self.token_at(cursor.position())
+            if meta:
+                start, end, source, token_id, step, acceptance = meta
+                QtWidgets.QToolTip.showText(
+                    ev.globalPos(),
+                    f"step {step} · {SOURCE_LABELS.get(source, source)}\n"
+                    f"token id {token_id} · step acceptance {acceptance:.0%}",
+                    self,
+                )
+            else:
+                QtWidgets.QToolTip.hideText()
+            return True
+        return super().event(ev)

@@ -1,0 +1,34 @@
+"""Helpers the benchmark scripts share: the model, threads and prompts of a side-by-side run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from engine import catalog  # noqa: E402
+
+THREADS = int(os.environ.get("SPECDEC_BENCH_THREADS", "2"))
+CODE_PROMPT = (
+    "import numpy as np\n\n"
+    "class RunningStats:\n"
+    "    def __init__(self):\n"
+    "        self.count = 0\n"
+    "        self.mean = 0.0\n"
+    "        self.m2 = 0.0\n\n"
+    "    def push(self, x):\n"
+    "        self.count += 1\n"
+    "        delta = x - self.mean\n"
+    "        self.mean += delta / self.count\n"
+    "        self.m2 += delta * (x - self.mean)\n\n"
+    "    def variance(self):\n"
+    "        return self.m2 / (self.count - 1) if self.count > 1 else 0.0\n\n"
+    "# Rewrite RunningStats with type hints and docstrings, keeping the same methods.\n"
+)
+CHAT_PROMPT = "Explain in a few paragraphs how a bicycle's gears work and why they help on hills."
+
+
+def model_path(key: str = "default") -> Path:
+    return catalog.resolve(key)
