@@ -39,6 +39,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     la.add_argument("-G", type=int, default=15, help="verification n-grams per step")
     la.add_argument("--no-prompt-pool", action="store_true", help="do not seed the n-gram pool from the prompt")
     la.add_argument("--window-from-prompt", action="store_true", help="initialise the window with prompt tokens")
+    la.add_argument("--reference-kv", action="store_true",
+                    help="keep matched n-gram cells in place as llama-lookahead does (fragments the cache)")
     sp = p.add_argument_group("speculative / lookup")
     sp.add_argument("-md", "--model-draft", default=None, help="draft model (default, gemma or a path)")
     sp.add_argument("-k", "--draft", type=int, default=4, help="tokens drafted per step")
@@ -58,7 +60,7 @@ def _config_from(args: argparse.Namespace):
         max_tokens=args.n_predict,
         sampling=SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed),
         lookahead=LookaheadParams(
-            args.W, args.N, args.G, not args.no_prompt_pool, args.window_from_prompt
+            args.W, args.N, args.G, not args.no_prompt_pool, args.window_from_prompt, not args.reference_kv
         ),
         speculative=SpeculativeParams(
             k=args.draft, adaptive=args.adaptive, k_min=args.k_min, k_max=args.k_max,

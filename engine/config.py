@@ -21,6 +21,13 @@ class LookaheadParams:
     G: int = 15  # verification n-grams per step (0 = Jacobi only)
     seed_pool_from_prompt: bool = True
     init_window_from_prompt: bool = False
+    # Keep KV cells in position order: after a match, drop the n-gram's cells and decode the
+    # accepted tokens again at the head of the next batch (at most N - 1 extra tokens a step).
+    # llama.cpp's attention sums cells in cell order, so the reference's layout (keep the
+    # n-gram's scattered cells, fill holes with later tokens) changes logits in the last bits
+    # and can flip near-tied tokens; in order, lookahead reproduces plain decoding exactly on
+    # batch-invariant kernels. False gives the reference's layout.
+    ordered_kv: bool = True
 
     @property
     def n_sequences(self) -> int:
@@ -28,7 +35,9 @@ class LookaheadParams:
 
     @property
     def batch_size(self) -> int:
-        return 1 + (self.W - 1) + self.W * (self.N - 2) + self.G * (self.N - 1)
+        """Tokens one step decodes at most (the issue's formula, plus re-decoded accepted tokens)."""
+        core = 1 + (self.W - 1) + self.W * (self.N - 2) + self.G * (self.N - 1)
+        return core + (self.N - 1 if self.ordered_kv and self.G else 0)
 
     def validate(self, n_batch: int | None = None) -> None:
         if self.W < 1:

@@ -12,4 +12,8 @@ def get(mode: str) -> Callable:
         from engine.strategies.plain import run_plain
 
         return run_plain
+    if mode == "lookahead":
+        from engine.strategies.lookahead import run_lookahead
+
+        return run_lookahead
     raise ConfigError(f"mode {mode!r} is not available in this build")

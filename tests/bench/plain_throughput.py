@@ -46,7 +46,8 @@ def llama_tps(llm: Llama, tokens: list[int]) -> float:
 def main() -> None:
     path = model_path("default")
     session = Session(path, n_ctx=1024, n_threads=THREADS)
-    llm = Llama(str(path), n_ctx=1024, n_batch=512, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+    llm = Llama(str(path), n_ctx=1024, n_batch=512, n_threads=THREADS, n_threads_batch=THREADS,
+                flash_attn=True, verbose=False)
     tokens = session.tokenize_prompt(PROMPT)
     engine_tps(session, tokens)  # warm-up both
     llama_tps(llm, tokens)

@@ -15,7 +15,8 @@ N_TOKENS = 128
 
 
 def llama_cpp_python_greedy(path, prompt_tokens: list[int], n: int) -> list[int]:
-    llm = Llama(str(path), n_ctx=1024, n_batch=512, n_threads=N_THREADS, n_threads_batch=N_THREADS, verbose=False)
+    llm = Llama(str(path), n_ctx=1024, n_batch=512, n_threads=N_THREADS, n_threads_batch=N_THREADS,
+                flash_attn=True, verbose=False)
     try:
         out: list[int] = []
         for token in llm.generate(prompt_tokens, temp=0.0, repeat_penalty=1.0, top_k=1):

@@ -1,0 +1,230 @@
+"""Lookahead decoding (Fu et al. 2024) with W, N and G chosen per run.
+
+The algorithm of llama.cpp's ``examples/lookahead``: one ``llama_decode`` per step over a batch of
+W + G + 1 coupled sequences.
+
+- sequence 0 holds the current input token; it is shared by every sequence;
+- sequences 1..W are the Jacobi window: N - 1 levels of W guessed tokens, each level one iteration
+  older than the next; the newest level's predictions become the next guesses, and every column
+  of the window yields an N-gram for the pool;
+- sequences W+1..W+G carry the pooled n-grams that start with the current token; verification
+  walks them with the target's own choices and keeps the longest match.
+
+Lossless by construction: every emitted token is the target's own choice (argmax, or a draw from
+its distribution) at that position; an n-gram only decides how many positions one step covers.
+
+Beyond the reference: the n-gram pool can be seeded from the prompt, the window can start from
+prompt tokens, and the window's guesses are argmax (the run's sampler only draws emitted tokens,
+so a seeded stochastic run draws exactly as often and in the same order as plain decoding).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+import llama_cpp as llama
+
+from engine.config import LookaheadParams
+from engine.events import Event, StepDone
+from engine.strategies.common import Runtime, decode_prompt
+
+# The reference starts the window with this run of token ids (100 + i); kept for comparability.
+WINDOW_INIT_BASE = 100
+
+
+class NgramPool:
+    """For each first token, a ring buffer of at most G continuations of N - 1 tokens.
+
+    ``tokens[t, g]`` is the g-th stored continuation of first token ``t``; ``count[t]`` how many are
+    valid and ``head[t]`` where the next one goes. A continuation already stored is not added again.
+    """
+
+    def __init__(self, n_vocab: int, N: int, G: int) -> None:
+        self.G = G
+        self.tokens = np.zeros((n_vocab, max(G, 1), N - 1), dtype=np.int32)
+        self.count = np.zeros(n_vocab, dtype=np.int32)
+        self.head = np.zeros(n_vocab, dtype=np.int32)
+        self.n_total = 0
+
+    def add(self, first: int, continuation: np.ndarray) -> bool:
+        if self.G == 0:
+            return False
+        n = self.count[first]
+        if n and (self.tokens[first, :n] == continuation).all(axis=1).any():
+            return False
+        h = self.head[first]
+        self.tokens[first, h] = continuation
+        self.count[first] = min(self.G, n + 1)
+        self.head[first] = (h + 1) % self.G
+        self.n_total += 1
+        return True
+
+    def seed(self, tokens: Sequence[int], N: int) -> int:
+        """Add every n-gram of ``tokens``; return how many were new."""
+        arr = np.asarray(tokens, dtype=np.int32)
+        added = 0
+        for p in range(len(arr) - (N - 1)):
+            added += self.add(int(arr[p]), arr[p + 1 : p + N])
+        return added
+
+
+def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
+    params: LookaheadParams = rt.config.lookahead
+    W, N, G = params.W, params.N, params.G
+    n_seq = W + G + 1
+    n_vocab = rt.vocab.n_tokens
+    batch, memory, out, counters = rt.batch, rt.memory, rt.output, rt.counters
+
+    row = decode_prompt(rt, prompt)
+    if row is None:
+        return
+    for s in range(1, n_seq):
+        memory.seq_cp(0, s, -1, -1)
+
+    pool = NgramPool(n_vocab, N, G)
+    if params.seed_pool_from_prompt:
+        pool.seed(prompt, N)
+
+    # window[j, i]: the guess of level j (0 = oldest) for column i, at position n_past + j + i.
+    if params.init_window_from_prompt and len(prompt) > 1:
+        rng = np.random.default_rng(rt.config.sampling.seed or 0)
+        window = rng.choice(np.asarray(prompt[1:], dtype=np.int32), size=(N - 1, W))
+    else:
+        window = np.tile(np.arange(WINDOW_INIT_BASE, WINDOW_INIT_BASE + W, dtype=np.int32) % n_vocab, (N - 1, 1))
+    all_seqs = tuple(range(n_seq))
+    # the sequences a first-level token at column i belongs to: columns i..W-1 see it
+    first_level_seqs = [tuple(range(i + 1, W + 1)) for i in range(W)]
+
+    n_past = len(prompt)
+    token = rt.sampler.sample(rt.logits(row))
+    first = out.push(token, "sampled")
+    t_start = t_prev = time.perf_counter()
+    step = 0
+    if first is None:  # the very first token ended the run
+        counters.record_step(0, 0, 0, 0.0)
+    else:
+        counters.record_step(1, 0, 0, 0.0)
+        yield StepDone(step, (first,), 0, 0, 0.0, 0.0)
+    step += 1
+
+    redecode: list[int] = []
+    while not rt.should_stop(n_past, 1):
+        # ---- build the batch: input token, then verification n-grams, then the window --------
+        fits = n_past + params.batch_size <= rt.n_ctx
+        batch.clear()
+        # accepted tokens whose cells were dropped to keep the cache in position order
+        for p, t in enumerate(redecode, start=n_past - len(redecode)):
+            batch.add(t, p, all_seqs, False)
+        redecode = []
+        input_row = batch.add(token, n_past, all_seqs, True)
+        g_cur = int(pool.count[token]) if fits else 0
+        # a copy: the window update below may overwrite these pool slots mid-verification
+        candidates = pool.tokens[token, :g_cur].copy()  # (g_cur, N-1)
+        # batch row of candidate g's j-th token; queued before the window for less fragmentation
+        cand_rows = np.zeros((g_cur, N - 1), dtype=np.int64)
+        for j in range(N - 1):
+            for g in range(g_cur):
+                cand_rows[g, j] = batch.add(int(candidates[g, j]), n_past + j + 1, (W + 1 + g,), True)
+        last_level_rows = np.zeros(W, dtype=np.int64)
+        if fits:
+            for i in range(1, W):
+                r = batch.add(int(window[0, i]), n_past + i, first_level_seqs[i], N == 2)
+                last_level_rows[i] = r
+            for j in range(1, N - 1):
+                for i in range(W):
+                    r = batch.add(int(window[j, i]), n_past + j + i, (i + 1,), j == N - 2)
+                    last_level_rows[i] = r
+            # with N == 2 the input token itself is column 0 of the newest level
+            if N == 2:
+                last_level_rows[0] = input_row
+
+        t_decode = rt.decode()
+        if t_decode is None:
+            break
+
+        # ---- verify: the target's choice at each position, walking the n-grams that still match --
+        emitted = []
+        active = np.ones(g_cur, dtype=bool)
+        seq_best = 0
+        n_accepted = 0
+        verify_row = input_row
+        for v in range(N):
+            if v > 0:
+                live = np.flatnonzero(active)
+                if live.size == 0:
+                    break
+                g_best = int(live[0])
+                verify_row = int(cand_rows[g_best, v - 1])
+                seq_best = W + 1 + g_best
+                n_accepted += 1
+            token = rt.sampler.sample(rt.logits(verify_row))
+            info = out.push(token, "sampled" if v == 0 else "accepted_ngram")
+            if info is not None:
+                emitted.append(info)
+                n_past += 1
+            if out.done:
+                break
+            # an n-gram stays active while its next token is the one just chosen
+            if g_cur:
+                if v == N - 1:
+                    active[:] = False
+                else:
+                    active &= candidates[:, v] == token
+            if fits:
+                _advance_window(rt, window, pool, last_level_rows, fresh=v == 0)
+
+        # ---- KV: keep the accepted prefix in every sequence ------------------------------------
+        if not out.done and params.ordered_kv and seq_best != 0:
+            memory.seq_rm(-1, n_past - n_accepted, -1)
+            redecode = [e.id for e in emitted[:n_accepted]]
+        elif not out.done:
+            memory.seq_rm(-1, n_past, -1)
+            if seq_best != 0:
+                memory.seq_keep(seq_best)
+                memory.seq_cp(seq_best, 0, -1, -1)
+                memory.seq_rm(seq_best, -1, -1)
+                for s in range(1, n_seq):
+                    memory.seq_cp(0, s, -1, -1)
+
+        now = time.perf_counter()
+        counters.record_step(len(emitted), g_cur * (N - 1), n_accepted, t_decode)
+        if g_cur:
+            counters.record_positions(N - 1, n_accepted)
+        if emitted:
+            yield StepDone(step, tuple(emitted), g_cur * (N - 1), n_accepted, t_decode, now - t_prev,
+                           {"n_ngrams": g_cur, "pool_size": pool.n_total})
+        t_prev = now
+        step += 1
+    counters.t_generate_s = time.perf_counter() - t_start
+
+
+def _advance_window(rt: Runtime, window: np.ndarray, pool: NgramPool, last_level_rows: np.ndarray, *,
+                    fresh: bool) -> None:
+    """One Jacobi iteration of the window, once per emitted token as in the reference.
+
+    After the step's first token the newest level takes the target's predictions and every
+    column becomes an n-gram (first token: the column's oldest guess). After each accepted token
+    the sequence has moved on without fresh predictions, so the newest level restarts from the
+    oldest one.
+    """
+    previous_oldest = window[0].copy()
+    window[:-1] = window[1:]
+    if fresh:
+        window[-1] = _rows_argmax(rt, last_level_rows, rt.vocab.n_tokens)
+        for f in range(window.shape[1]):
+            pool.add(int(previous_oldest[f]), window[:, f])
+    else:
+        window[-1] = window[0]
+
+
+def _rows_argmax(rt: Runtime, rows: np.ndarray, n_vocab: int) -> np.ndarray:
+    """Argmax of the logits of several batch rows: one numpy call when the rows are consecutive."""
+    first = int(rows[0])
+    if np.array_equal(rows, np.arange(first, first + rows.size)):
+        ptr = llama.llama_get_logits_ith(rt.ctx, first)
+        block = np.ctypeslib.as_array(ptr, shape=(rows.size * n_vocab,)).reshape(rows.size, n_vocab)
+        return block.argmax(axis=1).astype(np.int32)
+    return np.array([int(np.argmax(rt.logits(int(r)))) for r in rows], dtype=np.int32)

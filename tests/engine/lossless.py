@@ -1,0 +1,52 @@
+"""The losslessness contract, shared by the lookahead and speculative tests.
+
+Greedy output of a strategy must equal plain greedy output. Only on a model whose llama.cpp
+kernels are not batch-invariant (the exactness probe measured a deviation > 0) may the outputs
+part, and only at the first differing position, where plain's top-2 logit margin is below the
+measured deviation: there a batched logit can legitimately pick the other token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from engine.sampling import logits_row
+from engine.session import Session
+
+
+def plain_margin_at(session: Session, prompt: Sequence[int], prefix: Sequence[int]) -> float:
+    """Top-2 logit margin of plain decoding after ``prompt + prefix``, on plain's own schedule
+    (prompt in batches of n_batch, then one token per decode) so the logits are plain's, bit for bit."""
+    memory, batch = session.memory, session.batch
+    memory.clear()
+    row = 0
+    for start in range(0, len(prompt), session.n_batch):
+        chunk = list(prompt[start : start + session.n_batch])
+        batch.clear()
+        batch.add_run(chunk, start, 0, logits_last=True)
+        memory.decode(batch)
+        row = len(chunk) - 1
+    for i, token in enumerate(prefix):
+        batch.clear()
+        row = batch.add(token, len(prompt) + i, (0,), True)
+        memory.decode(batch)
+    logits = logits_row(session.ctx, row, session.vocab.n_tokens)
+    top2 = np.partition(logits, -2)[-2:]
+    return float(top2[1] - top2[0])
+
+
+def assert_lossless(
+    session: Session, prompt: Sequence[int], plain: Sequence[int], other: Sequence[int], deviation: float, label: str
+) -> None:
+    plain, other = list(plain), list(other)
+    if plain == other:
+        return
+    first = next((i for i, (a, b) in enumerate(zip(plain, other)) if a != b), min(len(plain), len(other)))
+    assert deviation > 0, f"{label}: batch-invariant model, yet output differs from plain at token {first}"
+    margin = plain_margin_at(session, prompt, plain[:first])
+    assert margin < deviation, (
+        f"{label}: differs from plain at token {first} where plain's top-2 margin {margin:.4f} "
+        f">= measured batch deviation {deviation:.4f}"
+    )
