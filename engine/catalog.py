@@ -53,6 +53,32 @@ KNOWN_MODELS: dict[str, KnownModel] = {
 }
 ALIASES = {"smollm2": "default"}
 
+# Drafts made from a known model by requantising it (same vocabulary, real disagreements).
+DERIVED_DRAFTS: dict[str, tuple[str, str]] = {
+    "default-q8_0": ("default", "Q8_0"),
+    "default-q3_k_m": ("default", "Q3_K_M"),
+    "default-q2_k": ("default", "Q2_K"),
+}
+
+
+def derived_path(key: str) -> Path:
+    base, quant = DERIVED_DRAFTS[key]
+    return cache_dir() / KNOWN_MODELS[base].filename.replace(".gguf", f".draft-{quant}.gguf")
+
+
+def make_derived(key: str, *, log=print) -> Path:
+    """Requantise the base model into a draft (once; the file is kept in the model cache)."""
+    from engine.quantize import requantize
+
+    dest = derived_path(key)
+    if dest.exists():
+        log(f"{key}: {dest} (cached)")
+        return dest
+    base, quant = DERIVED_DRAFTS[key]
+    requantize(fetch(base, log=lambda _msg: None), dest, quant)
+    log(f"{key}: {dest} (requantised from {base} to {quant})")
+    return dest
+
 
 def cache_dir() -> Path:
     root = os.environ.get("SPECDEC_MODELS")
@@ -69,6 +95,11 @@ def known_path(key: str) -> Path:
 def resolve(name_or_path: str) -> Path:
     """Map ``default``/``gemma`` (or any path) to a GGUF path on disk; raise if it is not there."""
     key = ALIASES.get(name_or_path, name_or_path)
+    if key in DERIVED_DRAFTS:
+        path = derived_path(key)
+        if not path.exists():
+            raise ModelFileError(f"draft '{key}' has not been made yet; run `specdec models fetch {key}`")
+        return path
     if key in KNOWN_MODELS:
         path = known_path(key)
         if not path.exists():

@@ -33,6 +33,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--color", action="store_true", help="colour accepted tokens (cyan: n-gram, green: draft)")
+    p.add_argument("--kv-dump", action="store_true", help="print the KV cache cells after each step")
+    p.add_argument("--verify-kv", action="store_true",
+                   help="check the KV mirror against llama.cpp's own dump before every decode")
     la = p.add_argument_group("lookahead")
     la.add_argument("-W", type=int, default=15, help="Jacobi window")
     la.add_argument("-N", type=int, default=5, help="n-gram size")
@@ -84,8 +87,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config_from(args)
     config.validate(args.batch_size)
     model_path = catalog.resolve(args.model)
+    if config.mode == "speculative" and not args.model_draft:
+        raise SpecDecError("--mode speculative needs a draft model: pass -md PATH (or -md default)")
+    draft_path = catalog.resolve(args.model_draft) if args.model_draft and config.mode == "speculative" else None
     with Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size, n_threads=args.threads,
-                 n_gpu_layers=args.gpu_layers) as session:
+                 n_gpu_layers=args.gpu_layers, draft_path=draft_path, verify_kv=args.verify_kv) as session:
         if args.chat:
             tokens = session.chat_tokens([ChatMessage("user", prompt)])
         else:
@@ -103,6 +109,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                         colour = {"accepted_ngram": CYAN, "accepted_draft": GREEN}.get(tok.source)
                         sys.stdout.write(f"{colour}{tok.text}{RESET}" if colour and args.color else tok.text)
                     sys.stdout.flush()
+                    if args.kv_dump:
+                        view = session.memory.mirror.base.render_view(config.n_sequences)
+                        print(f"\n--- after step {event.step}\n{view}", file=sys.stderr)
                 elif isinstance(event, RunFinished):
                     final = event
         finally:
@@ -110,6 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         assert final is not None
         info = session.model.info
         stats = final.stats
+        if args.verify_kv:
+            stats["kv_checks"] = session.memory.verifier.n_checked
         if args.json:
             print(json.dumps({
                 "text": final.text,
@@ -153,17 +164,25 @@ def _print_stats(config, stats: dict, finish_reason: str) -> None:
     print(f"steps     = {stats['steps']}", file=err)
     print(f"tokens/step = {stats['tokens_per_step']:.3f}", file=err)
     print(f"finish    = {finish_reason}", file=err)
+    if "kv_checks" in stats:
+        print(f"kv mirror = equal to llama.cpp's dump before all {stats['kv_checks']} decodes", file=err)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
     from engine import catalog
 
     if args.action == "fetch":
-        keys = list(catalog.KNOWN_MODELS) if args.name == "all" else [args.name]
+        known = [*catalog.KNOWN_MODELS, *catalog.DERIVED_DRAFTS]
+        keys = known if args.name == "all" else [args.name]
+        log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
         for key in keys:
-            if catalog.ALIASES.get(key, key) not in catalog.KNOWN_MODELS:
-                raise SpecDecError(f"unknown model {key!r}; known: {', '.join(catalog.KNOWN_MODELS)}, all")
-            catalog.fetch(key, log=lambda msg: print(msg, file=sys.stderr))
+            key = catalog.ALIASES.get(key, key)
+            if key in catalog.DERIVED_DRAFTS:
+                catalog.make_derived(key, log=log)
+            elif key in catalog.KNOWN_MODELS:
+                catalog.fetch(key, log=log)
+            else:
+                raise SpecDecError(f"unknown model {key!r}; known: {', '.join(known)}, all")
         return 0
     if args.action == "list":
         return _list_models(args.json)
@@ -226,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="fetch, list or requantize models")
     msub = models.add_subparsers(dest="action", required=True)
     fetch = msub.add_parser("fetch", help="download a known model into the cache")
-    fetch.add_argument("name", nargs="?", default="default", help="default, gemma or all")
+    fetch.add_argument("name", nargs="?", default="default",
+                       help="default, gemma, a requantised draft (default-q8_0, default-q3_k_m, default-q2_k) or all")
     lst = msub.add_parser("list", help="models in the cache")
     lst.add_argument("--json", action="store_true")
     rq = msub.add_parser("requantize", help="make a draft by requantising a model")

@@ -35,10 +35,15 @@ class MemoryObserver(Protocol):
 
 
 class Memory:
-    def __init__(self, ctx: llama.llama_context_p) -> None:
+    """Decode and memory calls on one context, mirrored into ``mirror`` (and checked by
+    ``verifier`` against llama.cpp's own dump when the KV debug check is on)."""
+
+    def __init__(self, ctx: llama.llama_context_p, mirror=None, verifier=None) -> None:
         self.ctx = ctx
         self.mem = llama.llama_get_memory(ctx)
-        self.observers: list[MemoryObserver] = []
+        self.mirror = mirror
+        self.verifier = verifier
+        self.observers: list[MemoryObserver] = [mirror] if mirror is not None else []
         self.t_decode_s = 0.0  # time inside llama_decode, summed over the context's life
 
     def decode(self, batch: Batch) -> float:
@@ -47,10 +52,13 @@ class Memory:
         Raises :class:`NoKvSlot` when the context is full (llama.cpp restored its memory, so the
         cache is as before), :class:`DecodeAborted` on cancel, :class:`DecodeError` otherwise.
         """
+        expected = self.verifier.before_decode() if self.verifier is not None else None
         t0 = time.perf_counter()
         rc = llama.llama_decode(self.ctx, batch.raw)
         dt = time.perf_counter() - t0
         self.t_decode_s += dt
+        if expected is not None:
+            self.verifier.after_decode(expected)
         if rc == 0:
             for obs in self.observers:
                 obs.on_decode(batch)

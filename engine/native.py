@@ -42,7 +42,7 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     _partial_line.append(chunk)
     if not chunk.endswith("\n"):
         return
-    line = "".join(_partial_line).rstrip("\n")
+    line = "".join(_partial_line)[:-1]  # one trailing newline off; a dump block keeps the rest
     _partial_line.clear()
     if _partial_level in (LOG_LEVEL_WARN, LOG_LEVEL_ERROR):
         _recent_problems.append(line.strip())

@@ -10,9 +10,12 @@ import contextlib
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 import llama_cpp as llama
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -20,17 +23,20 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from engine import native
 from engine.batch import Batch
 from engine.config import RunConfig
-from engine.errors import ContextAllocationError, PromptError, SpecDecError
-from engine.events import Event, RunFinished, RunStarted
+from engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
+from engine.events import Event, KvSnapshot, RunFinished, RunStarted, StepDone
+from engine.kv_cells import KvMirror
+from engine.kv_debug import DEBUG_ENV, DEBUG_LEVEL, KvVerifier
 from engine.memory import Memory
-from engine.models import LoadedModel
+from engine.models import LoadedModel, ModelInfo, check_draft_vocab
 from engine.sampling import Sampler
 from engine.stats import RunCounters
-from engine.strategies.common import Output, Runtime
+from engine.strategies.common import DraftRuntime, Output, Runtime
 from engine.tokens import Vocab
 
 DEFAULT_N_CTX = 4096
 DEFAULT_N_BATCH = 512
+SNAPSHOT_INTERVAL_S = 0.05  # KV snapshots at most every 50 ms, and always at the end of a run
 # A context's compute buffers and allocator slack on top of the KV cache, in bytes per cell.
 _OVERHEAD_FACTOR = 1.25
 
@@ -77,6 +83,8 @@ class Session:
         n_batch: int = DEFAULT_N_BATCH,
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
+        draft_path: str | Path | None = None,
+        verify_kv: bool = False,
     ) -> None:
         if n_ctx < 16:
             raise ContextAllocationError(f"context size must be at least 16 tokens, got {n_ctx}")
@@ -86,6 +94,7 @@ class Session:
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.n_threads = n_threads or default_threads()
+        self.verify_kv = verify_kv
         self._cancel = threading.Event()
         # Held here so ctypes never collects the callback while llama.cpp may call it.
         self._abort_cb = llama.ggml_abort_callback(lambda _data: self._cancel.is_set())
@@ -96,12 +105,17 @@ class Session:
         self.n_seq_max = 0
         self.history: list[ChatMessage] = []
         self._formatter: Jinja2ChatFormatter | None = None
-        self._check_context_fits(n_ctx)
+        self._draft_stack: contextlib.ExitStack | None = None
+        self.draft_model: LoadedModel | None = None
+        self.draft: DraftRuntime | None = None
+        self._check_context_fits(n_ctx, self.model.info)
         self._make_context(1)
+        if draft_path is not None:
+            self.load_draft(draft_path)
 
     # ----------------------------------------------------------------------------- context
-    def _check_context_fits(self, n_ctx: int) -> None:
-        need = int(n_ctx * self.model.info.kv_bytes_per_cell() * _OVERHEAD_FACTOR)
+    def _check_context_fits(self, n_ctx: int, info: ModelInfo) -> None:
+        need = int(n_ctx * info.kv_bytes_per_cell() * _OVERHEAD_FACTOR)
         avail = _available_memory_bytes()
         if avail is not None and need > avail:
             raise ContextAllocationError(
@@ -109,9 +123,8 @@ class Session:
                 f"but only {avail / 2**30:.1f} GiB of memory is free; choose a smaller context size"
             )
 
-    def _make_context(self, n_seq_max: int) -> None:
-        """(Re)create the context with room for ``n_seq_max`` sequences; closes the old one first."""
-        self._close_context()
+    def _new_context(self, model: LoadedModel, n_seq_max: int) -> tuple[llama.llama_context_p, contextlib.ExitStack]:
+        """A context on ``model`` and the stack that frees it (its batch first, then the context)."""
         params = llama.llama_context_default_params()
         params.n_ctx = self.n_ctx
         params.n_batch = self.n_batch
@@ -120,14 +133,26 @@ class Session:
         params.n_threads = self.n_threads
         params.n_threads_batch = self.n_threads
         # Flash attention on where the backend has it (llama.cpp's default). Measured here: with it,
-        # SmolLM2's CPU logits are bit-identical whether a token is decoded alone or in a batch;
-        # without it they differ by up to ~1.3 from the 6th position on (`specdec probe-exactness`).
+        # SmolLM2's CPU logits are bit-identical whether a token is decoded alone or in a batch
+        # (up to 48 tokens); without it they differ by up to ~1.3 (`specdec probe-exactness`).
         params.flash_attn_type = llama.LLAMA_FLASH_ATTN_TYPE_AUTO
         # Lookahead couples sequences inside one batch; llama.cpp needs a unified cache for that.
         params.kv_unified = True
         params.no_perf = True
+        params.swa_full = True  # the SWA cache as large as the main one: the mirror assumes it
         native.take_recent_problems()
-        ctx = llama.llama_init_from_model(self.model.ptr, params)
+        # llama.cpp reads its KV debug level from the environment when it builds the cache
+        previous = os.environ.get(DEBUG_ENV)
+        if self.verify_kv:
+            os.environ[DEBUG_ENV] = DEBUG_LEVEL
+        try:
+            ctx = llama.llama_init_from_model(model.ptr, params)
+        finally:
+            if self.verify_kv:
+                if previous is None:
+                    os.environ.pop(DEBUG_ENV, None)
+                else:
+                    os.environ[DEBUG_ENV] = previous
         if not ctx:
             why = "; ".join(native.take_recent_problems()[-2:]) or "allocation failed"
             raise ContextAllocationError(
@@ -136,12 +161,54 @@ class Session:
         stack = contextlib.ExitStack()
         stack.callback(llama.llama_free, ctx)
         llama.llama_set_abort_callback(ctx, self._abort_cb, None)
+        return ctx, stack
+
+    def _new_memory(self, ctx: llama.llama_context_p, model: LoadedModel, n_seq_max: int,
+                    stack: contextlib.ExitStack) -> Memory:
+        mirror = KvMirror(llama.llama_n_ctx(ctx), n_seq_max, self.n_batch, model.info.n_swa)
+        verifier = None
+        if self.verify_kv:
+            verifier = stack.enter_context(KvVerifier(mirror))
+        return Memory(ctx, mirror, verifier)
+
+    def _make_context(self, n_seq_max: int) -> None:
+        """(Re)create the target context with room for ``n_seq_max`` sequences."""
+        self._close_context()
+        ctx, stack = self._new_context(self.model, n_seq_max)
         self.batch = Batch(self.n_batch, n_seq_max)
         stack.callback(self.batch.close)
         self._ctx_stack = stack
         self.ctx = ctx
-        self.memory = Memory(ctx)
+        self.memory = self._new_memory(ctx, self.model, n_seq_max, stack)
         self.n_seq_max = n_seq_max
+
+    # ----------------------------------------------------------------------------- draft model
+    def load_draft(self, path: str | Path) -> ModelInfo:
+        """Load a draft model for speculative decoding; raises if its vocabulary does not match."""
+        draft = LoadedModel(path)
+        try:
+            check_draft_vocab(self.model, draft)
+            self._check_context_fits(self.n_ctx, draft.info)
+            ctx, stack = self._new_context(draft, 1)
+        except BaseException:
+            draft.close()
+            raise
+        self.unload_draft()
+        batch = Batch(self.n_batch, 1)
+        stack.callback(batch.close)
+        self._draft_stack = contextlib.ExitStack()
+        self._draft_stack.callback(draft.close)
+        self._draft_stack.callback(stack.close)
+        self.draft_model = draft
+        self.draft = DraftRuntime(ctx, self._new_memory(ctx, draft, 1, stack), batch, draft.info.n_vocab, self.n_batch)
+        return draft.info
+
+    def unload_draft(self) -> None:
+        if self._draft_stack is not None:
+            self._draft_stack.close()
+        self._draft_stack = None
+        self.draft_model = None
+        self.draft = None
 
     def _close_context(self) -> None:
         if self._ctx_stack is not None:
@@ -151,6 +218,7 @@ class Session:
 
     def close(self) -> None:
         """Free context, then model. Idempotent."""
+        self.unload_draft()
         self._close_context()
         self._stack.close()
 
@@ -213,6 +281,8 @@ class Session:
         from engine.strategies import registry
 
         strategy = registry.get(config.mode)
+        if config.mode == "speculative" and self.draft is None:
+            raise ConfigError("speculative decoding needs a draft model; choose one from the target's family")
         if config.n_sequences > self.n_seq_max:
             self._make_context(config.n_sequences)
         return self._run(config, list(prompt_tokens), prompt_text, strategy)
@@ -234,11 +304,39 @@ class Session:
             cancel=self._cancel,
             counters=RunCounters(),
             output=output,
+            draft=self.draft if config.mode == "speculative" else None,
         )
         yield RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
-        yield from strategy(rt, prompt)
+        last_snapshot = 0.0
+        step = 0
+        for event in strategy(rt, prompt):
+            yield event
+            if isinstance(event, StepDone):
+                step = event.step
+                now = time.perf_counter()
+                if now - last_snapshot >= SNAPSHOT_INTERVAL_S:
+                    yield self.kv_snapshot(step, config.n_sequences)
+                    last_snapshot = now
+        yield self.kv_snapshot(step, config.n_sequences)
         output.finish("length")  # a strategy that returns without a reason ran out of tokens
         yield RunFinished(output.text(), tuple(output.ids), output.finish_reason or "length", rt.counters.as_dict())
+
+    def kv_snapshot(self, step: int, n_seq: int) -> KvSnapshot:
+        """The target's KV cells now, as plain arrays the GUI may keep (they are copies)."""
+        cache = self.memory.mirror.base
+        n_seq = min(n_seq, cache.n_seq)
+        holes, largest = cache.fragmentation()
+        pos_min, pos_max = cache.seq_ranges()
+        return KvSnapshot(
+            step=step,
+            seq_of_cell=np.ascontiguousarray(cache.seqs[:, :n_seq].T),
+            pos_of_cell=cache.pos.copy(),
+            used=cache.used,
+            holes=holes,
+            largest_free_run=largest,
+            seq_pos_min=tuple(int(v) for v in pos_min[:n_seq]),
+            seq_pos_max=tuple(int(v) for v in pos_max[:n_seq]),
+        )
 
     def complete(self, config: RunConfig, prompt: str) -> RunFinished:
         """Run to the end on a completion prompt and return the final event."""

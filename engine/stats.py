@@ -17,6 +17,7 @@ class RunCounters:
     t_encode_s: float = 0.0
     t_decode_s: float = 0.0  # time spent inside llama_decode while generating
     t_generate_s: float = 0.0  # wall time of the whole generation loop
+    t_draft_s: float = 0.0  # time the drafter took (draft model decodes, lookup search)
     tokens_per_step: list[int] = field(default_factory=list)
     accepted_at_position: list[int] = field(default_factory=list)
     drafted_at_position: list[int] = field(default_factory=list)
@@ -49,6 +50,8 @@ class RunCounters:
             "accept_rate": self.n_accept / self.n_drafted if self.n_drafted else 0.0,
             "steps": self.steps,
             "tokens_per_step": self.n_predict / self.steps if self.steps else 0.0,
+            "mean_accepted_per_step": self.n_accept / self.steps if self.steps else 0.0,
+            "t_draft_s": self.t_draft_s,
             "t_encode_s": self.t_encode_s,
             "t_decode_s": self.t_decode_s,
             "t_generate_s": t_gen,

@@ -53,3 +53,15 @@ def smollm_session(smollm_path):
 
     with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS) as session:
         yield session
+
+
+@pytest.fixture(scope="session")
+def smollm_drafts(smollm_path) -> dict[str, Path]:
+    """Requantised SmolLM2 drafts (made once into the model cache by `specdec models fetch all`)."""
+    out = {}
+    for key in ("default-q3_k_m", "default-q2_k"):
+        path = catalog.derived_path(key)
+        if not path.exists():
+            catalog.make_derived(key, log=lambda _m: None)
+        out[key] = path
+    return out

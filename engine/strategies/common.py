@@ -66,6 +66,17 @@ class Output:
 
 
 @dataclass
+class DraftRuntime:
+    """A draft model's context, for strategies that draft with a second model."""
+
+    ctx: llama.llama_context_p
+    memory: Memory
+    batch: Batch
+    n_vocab: int
+    n_batch: int
+
+
+@dataclass
 class Runtime:
     """The resources one run uses. Built by the session, handed to exactly one strategy."""
 
@@ -80,6 +91,7 @@ class Runtime:
     cancel: threading.Event
     counters: RunCounters
     output: Output
+    draft: DraftRuntime | None = None
 
     def logits(self, i: int) -> np.ndarray:
         return logits_row(self.ctx, i, self.vocab.n_tokens)

@@ -16,4 +16,12 @@ def get(mode: str) -> Callable:
         from engine.strategies.lookahead import run_lookahead
 
         return run_lookahead
+    if mode == "speculative":
+        from engine.strategies.speculative import run_speculative
+
+        return run_speculative
+    if mode == "lookup":
+        from engine.strategies.lookup import run_lookup
+
+        return run_lookup
     raise ConfigError(f"mode {mode!r} is not available in this build")

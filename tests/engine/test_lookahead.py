@@ -104,7 +104,7 @@ def test_stochastic_lookahead_is_reproducible_and_draws_like_plain(model):
         (LookaheadParams(N=1), "N must be >= 2"),
         (LookaheadParams(G=-1), "G must be >= 0"),
         (LookaheadParams(W=200, G=100), "exceeds llama.cpp's limit"),
-        (LookaheadParams(W=60, N=8, G=10), "the batch holds 512"),
+        (LookaheadParams(W=60, N=8, G=20), "the batch holds 512"),
     ],
 )
 def test_invalid_settings(smollm_session, params, message):

@@ -1,0 +1,288 @@
+"""A mirror of llama.cpp's unified KV cache metadata: which cell holds which position for which
+sequences, where the next slot search starts, and what a decode does to them.
+
+llama.cpp no longer exposes its cells (``llama_kv_cache_view`` is gone), so the engine keeps this
+mirror in step with every decode and memory call (through :mod:`engine.memory`) and checks it
+against llama.cpp's own debug dump. It follows ``src/llama-kv-cache.cpp`` and
+``src/llama-kv-cells.h`` of the pinned llama.cpp: ``find_slot`` with ``cont = false`` (including
+"restart from cell 0 when enough free cells lie before head"), ``apply_ubatch`` (including reuse
+of SWA-masked cells and the purge that follows), and the head updates of ``seq_rm``,
+``seq_keep`` and ``seq_add``. Everything is numpy over the cells; nothing loops per cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+INT32_MAX = np.iinfo(np.int32).max
+
+
+class KvCells:
+    """One stream of KV cells. ``n_swa > 0`` makes it the sliding-window cache of an iSWA model."""
+
+    def __init__(self, size: int, n_seq: int, n_swa: int = 0) -> None:
+        self.size = size
+        self.n_seq = n_seq
+        self.n_swa = n_swa
+        self.pos = np.full(size, -1, dtype=np.int32)
+        self.seqs = np.zeros((size, n_seq), dtype=bool)
+        self.head = 0
+
+    # ------------------------------------------------------------------------ queries
+    @property
+    def used(self) -> int:
+        return int(np.count_nonzero(self.pos >= 0))
+
+    def used_max_p1(self) -> int:
+        nonempty = np.flatnonzero(self.pos >= 0)
+        return int(nonempty[-1]) + 1 if nonempty.size else 0
+
+    def seq_pos_min(self, seq: int) -> int:
+        mask = self.seqs[:, seq]
+        return int(self.pos[mask].min()) if mask.any() else -1
+
+    def seq_pos_max(self, seq: int) -> int:
+        mask = self.seqs[:, seq]
+        return int(self.pos[mask].max()) if mask.any() else -1
+
+    def seq_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-sequence min and max positions (-1 for a sequence with no cells)."""
+        held = np.where(self.seqs, self.pos[:, None], -1)
+        pos_max = held.max(axis=0)
+        pos_min = np.where(self.seqs, self.pos[:, None], INT32_MAX).min(axis=0)
+        pos_min = np.where(pos_max >= 0, pos_min, -1)
+        return pos_min.astype(np.int32), pos_max.astype(np.int32)
+
+    def copy(self) -> "KvCells":
+        other = KvCells.__new__(KvCells)
+        other.size, other.n_seq, other.n_swa = self.size, self.n_seq, self.n_swa
+        other.pos, other.seqs, other.head = self.pos.copy(), self.seqs.copy(), self.head
+        return other
+
+    # ------------------------------------------------------------------------ helpers
+    def _clear_cells(self, mask: np.ndarray) -> None:
+        self.pos[mask] = -1
+        self.seqs[mask] = False
+
+    def _lower_head_to_first(self, freed: np.ndarray) -> None:
+        """llama.cpp's "if we freed up a slot, set head to it so searching can start there"."""
+        idx = np.flatnonzero(freed)
+        if idx.size and idx[0] < self.head:
+            self.head = int(idx[0])
+
+    def _in_range(self, p0: int, p1: int) -> np.ndarray:
+        p0 = max(p0, 0)
+        p1 = INT32_MAX if p1 < 0 else p1
+        return (self.pos >= p0) & (self.pos < p1)
+
+    def _swa_masked(self, pos_cell: np.ndarray, pos_next: np.ndarray) -> np.ndarray:
+        if self.n_swa <= 0:
+            return np.zeros(pos_cell.shape, dtype=bool)
+        return (pos_next - pos_cell) >= self.n_swa
+
+    # ------------------------------------------------------------------------ memory calls
+    def clear(self) -> None:
+        self.pos[:] = -1
+        self.seqs[:] = False
+        self.head = 0
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        in_range = self._in_range(p0, p1)
+        if seq >= 0:
+            hit = in_range & self.seqs[:, seq]
+            self.seqs[hit, seq] = False
+            freed = hit & ~self.seqs.any(axis=1)
+        else:
+            freed = in_range
+        self._clear_cells(freed)
+        self._lower_head_to_first(freed)
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        if src == dst:
+            return
+        hit = self._in_range(p0, p1) & self.seqs[:, src]
+        self.seqs[hit, dst] = True
+
+    def seq_keep(self, seq: int) -> None:
+        has = self.seqs[:, seq].copy()
+        freed = (self.pos >= 0) & ~has
+        self._clear_cells(freed)
+        self.seqs[has] = False
+        self.seqs[has, seq] = True
+        self._lower_head_to_first(freed)
+
+    def seq_add(self, seq: int, p0: int, p1: int, shift: int) -> None:
+        if shift == 0:
+            return
+        p0 = max(p0, 0)
+        p1 = INT32_MAX if p1 < 0 else p1
+        if p0 == p1:
+            return
+        hit = (self.pos >= p0) & (self.pos < p1) & self.seqs[:, seq]
+        self.pos[hit] += shift
+        removed = hit & (self.pos < 0)
+        self._clear_cells(removed)
+        idx = np.flatnonzero(removed)
+        # llama.cpp: head goes to the first freed cell, or else back to 0
+        self.head = int(idx[0]) if idx.size else 0
+
+    # ------------------------------------------------------------------------ decoding
+    def find_slot(self, n_tokens: int) -> np.ndarray | None:
+        """The cells a ubatch of ``n_tokens`` would take (``cont = false``), or None if none fit."""
+        if n_tokens > self.size:
+            return None
+        head = self.head
+        if head > self.used + 2 * n_tokens:
+            head = 0
+        order = np.concatenate([np.arange(head, self.size), np.arange(0, head)])
+        usable = self.pos[order] < 0
+        if self.n_swa > 0:
+            single = self.seqs[order].sum(axis=1) == 1
+            if single.any():
+                pos_max = self.seq_ranges()[1]
+                owner = self.seqs[order].argmax(axis=1)
+                usable |= single & self._swa_masked(self.pos[order], pos_max[owner] + 1)
+        picked = order[usable][:n_tokens]
+        return picked if picked.size == n_tokens else None
+
+    def apply_ubatch(self, cells: np.ndarray, pos: np.ndarray, seq_sets: Sequence[np.ndarray]) -> None:
+        """Place a ubatch in the cells ``find_slot`` chose (llama.cpp's ``apply_ubatch``)."""
+        overwritten_max = np.full(self.n_seq, -1, dtype=np.int64)
+        for i, idx in enumerate(cells):
+            if self.pos[idx] >= 0:  # an SWA-masked cell being reused
+                owner = int(np.flatnonzero(self.seqs[idx])[0])
+                overwritten_max[owner] = max(overwritten_max[owner], int(self.pos[idx]))
+                self.pos[idx] = -1
+                self.seqs[idx] = False
+            self.pos[idx] = pos[i]
+            self.seqs[idx, seq_sets[i]] = True
+        # keep every sequence's positions contiguous: purge what lies below an overwritten cell
+        for seq in np.flatnonzero(overwritten_max >= 0):
+            pos_min = self.seq_pos_min(int(seq))
+            if 0 <= pos_min <= overwritten_max[seq]:
+                self.seq_rm(int(seq), pos_min, int(overwritten_max[seq]) + 1)
+        self.head = int(cells[-1]) + 1
+
+    def decode(self, pos: np.ndarray, seq_sets: Sequence[np.ndarray], n_ubatch: int) -> bool:
+        """Apply a whole batch split into ubatches as a unified cache does (consecutive chunks).
+
+        All or nothing: if any ubatch finds no slot the cells are left as they were (llama.cpp
+        restores its state and llama_decode returns 1).
+        """
+        trial = self.copy()
+        for start in range(0, len(pos), n_ubatch):
+            end = min(start + n_ubatch, len(pos))
+            slot = trial.find_slot(end - start)
+            if slot is None:
+                return False
+            trial.apply_ubatch(slot, pos[start:end], seq_sets[start:end])
+        self.pos, self.seqs, self.head = trial.pos, trial.seqs, trial.head
+        return True
+
+    # ------------------------------------------------------------------------ views
+    def fragmentation(self) -> tuple[int, int]:
+        """(holes, largest free run): empty cells below the last used one, and the longest run of
+        empty cells anywhere in the cache."""
+        empty = self.pos < 0
+        top = self.used_max_p1()
+        holes = int(np.count_nonzero(empty[:top]))
+        padded = np.concatenate([[0], empty.astype(np.int8), [0]])
+        edges = np.flatnonzero(np.diff(padded))
+        largest = int((edges[1::2] - edges[::2]).max()) if edges.size else 0
+        return holes, largest
+
+    def render_dump(self) -> tuple[str, str]:
+        """The two text blocks llama.cpp logs with LLAMA_KV_CACHE_DEBUG=3, rendered from the mirror."""
+        counts = self.seqs.sum(axis=1)
+        owner = self.seqs.argmax(axis=1)
+        cell_parts, pos_parts = [], []
+        for i in range(self.size):
+            if self.pos[i] < 0:
+                cell_parts.append(".")
+                cur = "."
+            else:
+                cell_parts.append(str(int(owner[i])) if counts[i] == 1 else "M")
+                cur = str(int(self.pos[i]))
+            if i % 256 == 255:
+                cell_parts.append(" *\n")
+            pos_parts.append(cur.ljust(5))
+            if i % 256 == 255:
+                pos_parts.append(" *")
+            if i % 64 == 63:
+                pos_parts.append("\n")
+        return "".join(cell_parts), "".join(pos_parts)
+
+    def render_view(self, n_seq: int, per_row: int = 40) -> str:
+        """The old ``--dump-kv-cache`` text: one character per cell, ``per_row`` cells a line."""
+        alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+        counts = self.seqs.sum(axis=1)
+        owner = self.seqs.argmax(axis=1)
+        holes, largest = self.fragmentation()
+        lines = [
+            f"=== KV cache: {self.size} cells, {self.used} used, head {self.head}, "
+            f"{holes} holes, largest empty run {largest}",
+            f"legend: '.' empty, 0-9a-zA-Z the one sequence in the cell, '+' several ({n_seq} sequences)",
+        ]
+        top = max(self.used_max_p1(), 1)
+        for start in range(0, top, per_row):
+            chars = []
+            for i in range(start, min(start + per_row, self.size)):
+                if self.pos[i] < 0:
+                    chars.append(".")
+                elif counts[i] > 1:
+                    chars.append("+")
+                else:
+                    chars.append(alphabet[owner[i]] if owner[i] < len(alphabet) else "?")
+            lines.append(f"{start:5d}: {''.join(chars)}")
+        return "\n".join(lines)
+
+    def cell_tokens(self) -> list[str]:
+        """Per cell, the characters the dump shows for it (to name the first differing cell)."""
+        counts = self.seqs.sum(axis=1)
+        owner = self.seqs.argmax(axis=1)
+        return ["." if self.pos[i] < 0 else (str(int(owner[i])) if counts[i] == 1 else "M") for i in range(self.size)]
+
+
+class KvMirror:
+    """The mirror of a context's memory: one cell stream, or two for an iSWA model (Gemma-3)."""
+
+    def __init__(self, size: int, n_seq: int, n_ubatch: int, n_swa: int = 0) -> None:
+        self.n_ubatch = n_ubatch
+        self.caches = [KvCells(size, n_seq)]
+        if n_swa > 0:
+            self.caches.append(KvCells(size, n_seq, n_swa))
+
+    @property
+    def base(self) -> KvCells:
+        return self.caches[0]
+
+    # the MemoryObserver protocol of engine.memory
+    def on_decode(self, batch) -> None:
+        n = batch.n_tokens
+        pos = batch.pos[:n].copy()
+        seq_sets = [batch.seqs_of(i).copy() for i in range(n)]
+        for cache in self.caches:
+            if not cache.decode(pos, seq_sets, self.n_ubatch):
+                raise RuntimeError("KV mirror found no slot for a batch llama.cpp accepted")
+
+    def on_seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
+        for cache in self.caches:
+            cache.seq_rm(seq_id, p0, p1)
+
+    def on_seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        for cache in self.caches:
+            cache.seq_cp(src, dst, p0, p1)
+
+    def on_seq_keep(self, seq_id: int) -> None:
+        for cache in self.caches:
+            cache.seq_keep(seq_id)
+
+    def on_seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        for cache in self.caches:
+            cache.seq_add(seq_id, p0, p1, delta)
+
+    def on_clear(self) -> None:
+        for cache in self.caches:
+            cache.clear()

@@ -1,0 +1,45 @@
+"""Making draft models: requantise a GGUF with llama.cpp's quantize API.
+
+A lower-bit copy of the target shares its vocabulary exactly and agrees with it on most tokens
+(measured on SmolLM2-135M Q4_1, greedy argmax agreement over 160 tokens: Q8_0 97.5%, Q3_K_M 82.5%,
+Q2_K 67.5%), so it gives real acceptances and real rejections.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import llama_cpp as llama
+
+from engine import native
+from engine.errors import ModelFileError, SpecDecError
+from engine.models import check_gguf_file
+
+QUANT_TYPES = {
+    "Q2_K": llama.LLAMA_FTYPE_MOSTLY_Q2_K,
+    "Q3_K_M": llama.LLAMA_FTYPE_MOSTLY_Q3_K_M,
+    "Q4_K_M": llama.LLAMA_FTYPE_MOSTLY_Q4_K_M,
+    "Q8_0": llama.LLAMA_FTYPE_MOSTLY_Q8_0,
+}
+
+
+def requantize(src: Path, dst: Path, quant_type: str, *, n_threads: int = 0) -> Path:
+    """Write ``src`` requantised to ``quant_type`` as ``dst`` (atomically: a temporary file first)."""
+    if quant_type not in QUANT_TYPES:
+        raise SpecDecError(f"unknown quantisation type {quant_type!r}; choose one of {', '.join(QUANT_TYPES)}")
+    native.ensure_backend()
+    check_gguf_file(src)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    partial = dst.with_name(dst.name + ".partial")
+    params = llama.llama_model_quantize_default_params()
+    params.ftype = QUANT_TYPES[quant_type]
+    params.allow_requantize = True
+    params.nthread = n_threads
+    native.take_recent_problems()
+    rc = llama.llama_model_quantize(str(src).encode(), str(partial).encode(), params)
+    if rc != 0:
+        partial.unlink(missing_ok=True)
+        why = "; ".join(native.take_recent_problems()[-2:]) or f"code {rc}"
+        raise ModelFileError(f"{src.name}: could not be requantised to {quant_type} ({why})")
+    partial.replace(dst)
+    return dst

@@ -1,0 +1,115 @@
+"""Speculative decoding with a draft model (Leviathan et al. 2023; llama.cpp's
+``examples/speculative-simple``): a smaller model of the same vocabulary proposes k tokens one at a
+time on its own context, and the target verifies them in one batch."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from engine.events import Event
+from engine.sampling import Sampler, logits_row
+from engine.strategies.common import DraftRuntime, Runtime
+from engine.strategies.verify import Draft, run_draft_verify
+
+
+class DraftModelDrafter:
+    """Proposes tokens with the draft model, keeping the draft's KV cache in step with the context.
+
+    The draft cache holds a prefix of the context plus the last proposals; before drafting, cells
+    past the common prefix are dropped and whatever the draft has not seen yet is decoded in one
+    batch. Drafting stops early when the draft's top probability falls below ``p_min``.
+    """
+
+    def __init__(self, draft: DraftRuntime, sampler: Sampler, p_min: float, n_vocab_target: int) -> None:
+        self.draft = draft
+        params = sampler.params
+        # Its own random stream: drafting never shifts the draws of the target's sampler.
+        self.sampler = Sampler(dataclasses.replace(params, seed=None if params.seed is None else params.seed + 1))
+        self.p_min = p_min
+        self.n_vocab_target = n_vocab_target
+        self.cached: list[int] = []
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.draft.memory.clear()
+        self.cached = []
+
+    def settle(self, context: Sequence[int]) -> None:
+        """Trim the draft's cache to the longest prefix it shares with the accepted context."""
+        common = self._common_prefix(context)
+        if common < len(self.cached):
+            self.draft.memory.seq_rm(0, common, -1)
+            del self.cached[common:]
+
+    def _common_prefix(self, context: Sequence[int]) -> int:
+        n = min(len(self.cached), len(context))
+        if n == 0:
+            return 0
+        a = np.asarray(self.cached[:n])
+        b = np.asarray(context[:n])
+        diff = np.flatnonzero(a != b)
+        return int(diff[0]) if diff.size else n
+
+    def _sync(self, context: Sequence[int]) -> int:
+        """Make the draft cache hold ``context``; return the batch row of the newest token's logits."""
+        common = min(self._common_prefix(context), len(context) - 1)  # always decode the newest token
+        d = self.draft
+        d.memory.seq_rm(0, common, -1)
+        del self.cached[common:]
+        pending = list(context[common:])
+        row = 0
+        for start in range(0, len(pending), d.n_batch):
+            chunk = pending[start : start + d.n_batch]
+            d.batch.clear()
+            d.batch.add_run(chunk, common + start, 0, logits_last=True)
+            d.memory.decode(d.batch)
+            row = len(chunk) - 1
+        self.cached.extend(pending)
+        return row
+
+    def _target_sized(self, q: np.ndarray) -> np.ndarray:
+        n = self.n_vocab_target
+        if q.shape[0] == n:
+            return q
+        sized = np.zeros(n, dtype=np.float64)
+        m = min(n, q.shape[0])
+        sized[:m] = q[:m]
+        return sized / sized.sum()
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        t0 = time.perf_counter()
+        d = self.draft
+        row = self._sync(context)
+        tokens: list[int] = []
+        dists: list[np.ndarray] = []
+        for i in range(k):
+            logits = logits_row(d.ctx, row, d.n_vocab)
+            if self.sampler.greedy:
+                token = int(np.argmax(logits))
+                if self.p_min > 0.0:
+                    top = 1.0 / float(np.exp(logits.astype(np.float64) - logits[token]).sum())
+                    if top < self.p_min:
+                        break
+            else:
+                q = self.sampler.distribution(logits)
+                if q.max() < self.p_min:
+                    break
+                token = self.sampler.draw(q)
+                dists.append(self._target_sized(q))
+            tokens.append(token)
+            if i == k - 1:
+                break  # the last proposal needs no draft decode
+            d.batch.clear()
+            row = d.batch.add(token, len(self.cached), (0,), True)
+            d.memory.decode(d.batch)
+            self.cached.append(token)
+        return Draft(tokens, dists if not self.sampler.greedy else None, time.perf_counter() - t0)
+
+
+def run_speculative(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
+    assert rt.draft is not None, "the session checks that a draft model is loaded"
+    drafter = DraftModelDrafter(rt.draft, rt.sampler, rt.config.speculative.p_min, rt.vocab.n_tokens)
+    yield from run_draft_verify(rt, prompt, drafter)

@@ -1,0 +1,154 @@
+"""Draft-then-verify: the loop that speculative decoding and prompt lookup share.
+
+Each step a drafter proposes up to k tokens; the target decodes its input token and all the
+proposals in one batch; verification keeps the longest prefix the target agrees with and adds the
+target's own next token, so every step emits at least one token. Greedy: a proposal is kept while
+it equals the target's argmax. Stochastic: the speculative sampling rule
+(:meth:`engine.sampling.Sampler.accept_draft`), which leaves the target's distribution unchanged.
+The target's KV cache is trimmed to the accepted prefix after every step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from engine.config import SpeculativeParams
+from engine.events import Event, RejectedDraft, StepDone
+from engine.strategies.common import Runtime, decode_prompt
+
+
+@dataclass
+class Draft:
+    tokens: list[int]
+    # the drafter's distribution for each proposal (after the run's sampling transform);
+    # None means a point mass on the proposal (prompt lookup)
+    dists: list[np.ndarray] | None
+    t_draft_s: float
+
+
+class Drafter(Protocol):
+    def begin(self, prompt: Sequence[int]) -> None:
+        """Called once the target has decoded the prompt."""
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        """Up to ``k`` tokens to follow ``context`` (every token so far, the newest last)."""
+
+    def settle(self, context: Sequence[int]) -> None:
+        """Called after verification: drop whatever the drafter cached beyond ``context``."""
+
+
+class AdaptiveK:
+    """The draft length for the next step: fixed, or adapted to recent acceptance.
+
+    ``tutorial``: the mean of the last 10 acceptance rates above 0.8 grows k by one, below 0.5
+    shrinks it by one. ``heuristic`` (transformers' assisted generation): every proposal
+    accepted grows k by two, otherwise k shrinks by one. k stays within [k_min, k_max].
+    """
+
+    def __init__(self, params: SpeculativeParams) -> None:
+        self.rule = params.adaptive
+        self.k = params.k
+        self.k_min, self.k_max = params.k_min, params.k_max
+        self.recent: deque[float] = deque(maxlen=10)
+
+    def update(self, n_drafted: int, n_accepted: int) -> None:
+        if self.rule == "off" or n_drafted == 0:
+            return
+        if self.rule == "tutorial":
+            self.recent.append(n_accepted / n_drafted)
+            mean = sum(self.recent) / len(self.recent)
+            if mean > 0.8:
+                self.k += 1
+            elif mean < 0.5:
+                self.k -= 1
+        else:
+            self.k += 2 if n_accepted == n_drafted else -1
+        self.k = min(self.k_max, max(self.k_min, self.k))
+
+
+def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> Iterator[Event]:
+    params: SpeculativeParams = rt.config.speculative
+    batch, memory, out, counters, sampler = rt.batch, rt.memory, rt.output, rt.counters, rt.sampler
+
+    row = decode_prompt(rt, prompt)
+    if row is None:
+        return
+    drafter.begin(prompt)
+    context = list(prompt)
+    n_past = len(prompt)  # tokens in the target's KV cache
+    token = sampler.sample(rt.logits(row))
+    info = out.push(token, "sampled")
+    t_start = t_prev = time.perf_counter()
+    counters.record_step(1 if info else 0, 0, 0, 0.0)
+    if info is not None:
+        yield StepDone(0, (info,), 0, 0, 0.0, 0.0, {"k": params.k})
+    context.append(token)
+    k_control = AdaptiveK(params)
+    t_draft_total = 0.0
+    step = 1
+
+    while not rt.should_stop(n_past, 1):
+        # ---- draft: at most k, and no more than the context or the token budget can take ------
+        room = min(rt.n_ctx - n_past - 1, rt.n_batch - 1, rt.config.max_tokens - len(out.ids) - 1)
+        k = max(0, min(k_control.k, room))
+        draft = drafter.propose(context, k) if k > 0 else Draft([], None, 0.0)
+        t_draft_total += draft.t_draft_s
+        proposals = draft.tokens[:k]
+
+        # ---- verify: the input token and every proposal in one target batch --------------------
+        batch.clear()
+        batch.add(token, n_past, (0,), True)
+        for i, t in enumerate(proposals):
+            batch.add(t, n_past + 1 + i, (0,), True)
+        t_decode = rt.decode()
+        if t_decode is None:
+            break
+
+        emitted = []
+        n_accepted = 0
+        for i in range(len(proposals) + 1):
+            logits = rt.logits(i)
+            if i == len(proposals):  # every proposal accepted: the target adds one of its own
+                chosen, accepted = sampler.sample(logits), False
+            elif sampler.greedy:
+                chosen = int(np.argmax(logits))
+                accepted = chosen == proposals[i]
+            else:
+                q = draft.dists[i] if draft.dists is not None else None
+                accepted, chosen = sampler.accept_draft(sampler.distribution(logits), q, proposals[i])
+            info = out.push(chosen, "accepted_draft" if accepted else "sampled")
+            if info is not None:
+                emitted.append(info)
+            context.append(chosen)
+            if not accepted or out.done:
+                break
+            n_accepted += 1
+
+        # ---- the target's cache keeps the input token and the accepted proposals ----------------
+        n_past += 1 + n_accepted
+        memory.seq_rm(0, n_past, -1)
+        token = context[-1]
+        drafter.settle(context)
+
+        rejected = proposals[n_accepted:]
+        now = time.perf_counter()
+        counters.record_step(len(emitted), len(proposals), n_accepted, t_decode)
+        counters.record_positions(len(proposals), n_accepted)
+        counters.t_draft_s = t_draft_total
+        if rejected:
+            yield RejectedDraft(step, tuple(rejected), tuple(rt.vocab.piece(t).decode("utf-8", "replace") for t in rejected))
+        if emitted:
+            yield StepDone(step, tuple(emitted), len(proposals), n_accepted, t_decode, now - t_prev,
+                           {"k": k, "t_draft_s": draft.t_draft_s})
+        t_prev = now
+        step += 1
+        k_control.update(len(proposals), n_accepted)
+        if out.done:
+            break
+    counters.t_generate_s = time.perf_counter() - t_start

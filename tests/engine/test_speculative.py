@@ -1,0 +1,207 @@
+"""Speculative decoding (draft model) and prompt lookup on real models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from engine.config import RunConfig, SpeculativeParams
+from engine.errors import ConfigError, VocabMismatchError
+from engine.events import RejectedDraft, RunFinished, StepDone
+from engine.probe import deviation_for_batch, probe_exactness
+from engine.sampling import Sampler, SamplingParams
+from engine.session import Session
+from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
+from tests.engine.lossless import assert_lossless
+
+N_TOKENS = 160
+K_SETTINGS = [
+    SpeculativeParams(k=1),
+    SpeculativeParams(k=4),
+    SpeculativeParams(k=8),
+    SpeculativeParams(k=4, adaptive="tutorial", k_max=12),
+    SpeculativeParams(k=2, adaptive="heuristic", k_max=12),
+]
+K_IDS = ["k1", "k4", "k8", "adaptive-tutorial", "adaptive-heuristic"]
+
+
+def spec(mode: str, params: SpeculativeParams, n: int = N_TOKENS, sampling: SamplingParams | None = None) -> RunConfig:
+    return RunConfig(mode=mode, max_tokens=n, speculative=params, sampling=sampling or SamplingParams())
+
+
+@pytest.fixture(scope="module")
+def smollm(smollm_path, smollm_drafts):
+    probe = probe_exactness(smollm_path, n_threads=N_THREADS)
+    with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS) as session:
+        tokens = session.tokenize_prompt(CODE_PROMPT)
+        plain = session.complete(RunConfig(max_tokens=N_TOKENS), CODE_PROMPT).token_ids
+        yield session, probe, tokens, plain, smollm_drafts
+
+
+@pytest.mark.parametrize("params", K_SETTINGS, ids=K_IDS)
+@pytest.mark.parametrize("draft", ["self", "default-q3_k_m", "default-q2_k", "lookup"])
+def test_greedy_speculation_is_lossless_on_smollm(smollm, smollm_path, draft, params):
+    session, probe, tokens, plain, drafts = smollm
+    if draft == "lookup":
+        session.unload_draft()
+        config = spec("lookup", params)
+    else:
+        session.load_draft(smollm_path if draft == "self" else drafts[draft])
+        config = spec("speculative", params)
+    result = session.complete(config, CODE_PROMPT)
+    deviation = deviation_for_batch(probe, params.k_max + 1 if params.adaptive != "off" else params.k + 1)
+    assert deviation == 0.0, "SmolLM2 is batch-invariant for batches this small"
+    assert_lossless(session, tokens, plain, result.token_ids, deviation, f"{draft} {params}")
+    s = result.stats
+    assert s["n_drafted"] > 0
+    if draft == "self":
+        assert s["n_accept"] == s["n_drafted"], "a model drafting for itself is always right"
+    elif draft != "lookup":
+        assert 0 < s["n_accept"] < s["n_drafted"]
+
+
+@pytest.mark.parametrize("mode", ["speculative", "lookup"])
+def test_greedy_speculation_is_lossless_on_gemma(gemma_path, mode):
+    probe = probe_exactness(gemma_path, n_threads=N_THREADS)
+    with Session(gemma_path, n_ctx=2048, n_threads=N_THREADS,
+                 draft_path=gemma_path if mode == "speculative" else None) as session:
+        tokens = session.tokenize_prompt(CODE_PROMPT)
+        plain = session.complete(RunConfig(max_tokens=N_TOKENS), CODE_PROMPT).token_ids
+        for params in (SpeculativeParams(k=4), SpeculativeParams(k=2, adaptive="heuristic", k_max=8)):
+            result = session.complete(spec(mode, params), CODE_PROMPT)
+            deviation = deviation_for_batch(probe, params.k_max + 1)
+            assert_lossless(session, tokens, plain, result.token_ids, deviation, f"gemma {mode} {params}")
+
+
+def test_kv_of_both_models_is_trimmed_every_step(smollm, smollm_drafts):
+    session, _, tokens, _, drafts = smollm
+    session.load_draft(drafts["default-q2_k"])
+    emitted = 0
+    rejected_steps = 0
+    for event in session.run(spec("speculative", SpeculativeParams(k=4), n=100), tokens):
+        if isinstance(event, RejectedDraft):
+            rejected_steps += 1
+        if isinstance(event, StepDone):
+            emitted += len(event.tokens)
+            if emitted >= 100:
+                break
+            committed = len(tokens) + emitted - 1  # all but the newest token are in the target's cache
+            assert session.memory.pos_min(0) == 0
+            assert session.memory.pos_max(0) == committed - 1
+            assert session.draft.memory.pos_max(0) <= committed - 1
+    assert rejected_steps > 0
+
+
+def test_adaptive_k_is_reported_and_moves(smollm, smollm_path):
+    session, _, tokens, _, _ = smollm
+    session.load_draft(smollm_path)  # always accepted: the heuristic rule grows k to k_max
+    ks = [e.extra["k"] for e in session.run(spec("speculative", SpeculativeParams(k=1, adaptive="heuristic",
+                                                                                   k_max=7), n=60), tokens)
+          if isinstance(e, StepDone)]
+    assert ks[1] == 1 and max(ks) == 7
+
+
+def test_acceptance_figures(smollm, smollm_drafts):
+    session, _, tokens, _, drafts = smollm
+    session.load_draft(drafts["default-q3_k_m"])
+    stats = session.complete(spec("speculative", SpeculativeParams(k=4)), CODE_PROMPT).stats
+    assert 0 < stats["accept_rate"] < 1
+    assert len(stats["accept_per_position"]) == 4
+    # a later draft position is accepted only if every earlier one was
+    assert stats["accept_per_position"] == sorted(stats["accept_per_position"], reverse=True)
+    assert stats["mean_accepted_per_step"] == pytest.approx(stats["n_accept"] / stats["steps"])
+    assert stats["t_draft_s"] > 0
+
+
+def test_draft_from_another_family_is_refused(smollm_path, gemma_path):
+    with Session(smollm_path, n_ctx=256, n_threads=N_THREADS) as session:
+        with pytest.raises(VocabMismatchError, match="gemma-3-270m-q4_k_m.gguf \\(draft\\) and SmolLM2"):
+            session.load_draft(gemma_path)
+        with pytest.raises(ConfigError, match="needs a draft model"):
+            session.run(spec("speculative", SpeculativeParams()), [1, 2, 3])
+
+
+# ----------------------------------------------------------------------------- the sampling rule
+def _tv(counts: np.ndarray, p: np.ndarray) -> float:
+    return 0.5 * float(np.abs(counts / counts.sum() - p).sum())
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_rule_keeps_the_target_distribution(case):
+    rng = np.random.default_rng(case)
+    vocab = int(rng.integers(8, 51))
+    p = rng.dirichlet(np.full(vocab, 0.5))
+    q = rng.dirichlet(np.full(vocab, 0.5))
+    sampler = Sampler(SamplingParams(temperature=1.0, seed=100 + case))
+    counts = np.zeros(vocab)
+    for _ in range(200_000):
+        drafted = sampler.draw(q)
+        _, token = sampler.accept_draft(p, q, drafted)
+        counts[token] += 1
+    assert _tv(counts, p) < 0.01
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_rule_with_a_point_mass_draft(case):
+    rng = np.random.default_rng(10 + case)
+    vocab = int(rng.integers(8, 51))
+    p = rng.dirichlet(np.full(vocab, 0.5))
+    drafted = int(rng.integers(vocab))
+    sampler = Sampler(SamplingParams(temperature=1.0, seed=200 + case))
+    counts = np.zeros(vocab)
+    for _ in range(200_000):
+        _, token = sampler.accept_draft(p, None, drafted)
+        counts[token] += 1
+    assert _tv(counts, p) < 0.01
+
+
+# ----------------------------------------------------------------------------- end to end, T = 0.8
+SAMPLING = dict(temperature=0.8)
+N_SEEDS = 300
+
+
+def _two_sample_p_value(a: list[int], b: list[int]) -> float:
+    """Chi-square homogeneity test; tokens seen fewer than 5 times in all are pooled."""
+    values, counts = np.unique(a + b, return_counts=True)
+    frequent = set(values[counts >= 5].tolist())
+    keys = sorted(frequent) + ["other"]
+    table = np.array([[sum(1 for t in s if (t if t in frequent else "other") == k) for k in keys] for s in (a, b)])
+    table = table[:, table.sum(axis=0) > 0]
+    if table.shape[1] < 2:
+        return 1.0
+    return float(scipy_stats.chi2_contingency(table)[1])
+
+
+# lookup needs text that repeats to have anything to propose
+LOOKUP_PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the mat. The dog sat on"
+
+
+@pytest.mark.parametrize("mode, text", [("speculative", PROSE_PROMPT), ("lookup", LOOKUP_PROMPT)])
+def test_stochastic_speculation_matches_plain_sampling(smollm, smollm_drafts, mode, text):
+    session, _, _, _, drafts = smollm
+    session.load_draft(drafts["default-q3_k_m"])
+    prompt = session.tokenize_prompt(text)
+    runs: dict[str, list[list[int]]] = {"plain": [], mode: []}
+    n_drafted = 0
+    for seed in range(N_SEEDS):
+        sampling = SamplingParams(seed=seed, **SAMPLING)
+        for m in runs:
+            config = RunConfig(mode=m, max_tokens=4, sampling=sampling, speculative=SpeculativeParams(k=3))
+            final = [e for e in session.run(config, prompt) if isinstance(e, RunFinished)][0]
+            runs[m].append(list(final.token_ids) + [-1] * (4 - len(final.token_ids)))
+            if m == mode:
+                n_drafted += final.stats["n_drafted"]
+    assert n_drafted > N_SEEDS  # the drafts really decided tokens
+    for position in (1, 2, 3):
+        p_value = _two_sample_p_value([r[position] for r in runs["plain"]], [r[position] for r in runs[mode]])
+        assert p_value > 0.001, (mode, position, p_value)
+
+
+def test_stochastic_speculation_is_reproducible(smollm, smollm_drafts):
+    session, _, _, _, drafts = smollm
+    session.load_draft(drafts["default-q2_k"])
+    config = spec("speculative", SpeculativeParams(k=4), n=60, sampling=SamplingParams(temperature=0.8, seed=5))
+    a = session.complete(config, PROSE_PROMPT)
+    b = session.complete(config, PROSE_PROMPT)
+    assert a.token_ids == b.token_ids and a.stats["n_drafted"] > 0
