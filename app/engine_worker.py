@@ -12,9 +12,14 @@ import collections
 import queue
 import threading
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from app.qt import QtCore, Signal
+
+# ------------------------------------------------------------------ what the worker reports
+@dataclass(frozen=True)
+class LoadStarted:
+    path: str
+    what: str = "model"
 
 
 @dataclass(frozen=True)
@@ -24,22 +29,56 @@ class ModelLoaded:
     has_chat_template: bool
     n_ctx: int
     n_threads: int
+    gpu_offload: bool
+    # (path, None if it can draft for this target, else why not)
+    draft_candidates: tuple[tuple[str, str | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class DraftLoaded:
+    path: str | None
+    info: dict | None
 
 
 @dataclass(frozen=True)
 class LoadFailed:
     message: str
     previous_model_kept: bool = False
+    what: str = "model"
 
 
 @dataclass(frozen=True)
-class LoadStarted:
-    path: str
+class BaselineDone:
+    key: tuple
+    tokens_per_second: float
 
 
+@dataclass(frozen=True)
+class RunRequested:
+    """Echoed when a run really starts on the engine thread (the window clears pending marks)."""
+
+    config: object
+    user_text: str
+    chat: bool
+
+
+# ------------------------------------------------------------------ commands
 @dataclass(frozen=True)
 class _Load:
     path: str
+    n_ctx: int
+    n_threads: int | None
+    n_gpu_layers: int
+
+
+@dataclass(frozen=True)
+class _Draft:
+    path: str | None
+
+
+@dataclass(frozen=True)
+class _Fetch:
+    key: str
     n_ctx: int
     n_threads: int | None
 
@@ -52,41 +91,65 @@ class _Run:
     regenerate: bool = False
 
 
+@dataclass(frozen=True)
+class _Baseline:
+    config: object
+    key: tuple
+
+
+@dataclass(frozen=True)
+class _History:
+    action: str  # "clear" or "pop"
+
+
 _QUIT = object()
 
 
-class EngineWorker(QtCore.QThread):
-    """Runs engine commands one at a time on its own thread."""
+class EngineWorker:
+    """Runs engine commands one at a time on its own thread.
 
-    events_ready = Signal()  # a hint that the deque is non-empty; the window drains on its timer
+    A plain Python thread: it needs no event loop, since the window polls the event deque.
+    """
 
-    def __init__(self, parent: QtCore.QObject | None = None) -> None:
-        super().__init__(parent)
+    def __init__(self, parent: object | None = None) -> None:
+        self._thread = threading.Thread(target=self.run, name="specdec-engine", daemon=True)
         self._commands: queue.Queue = queue.Queue()
         self._events: collections.deque = collections.deque()
         self._session_lock = threading.Lock()
         self._session = None
-        self.busy = False
+        self._last_prompt_tokens: list[int] = []
 
     # ------------------------------------------------------------------ called from the GUI thread
-    def load_model(self, path: str, n_ctx: int = 4096, n_threads: int | None = None) -> None:
-        self._commands.put(_Load(path, n_ctx, n_threads))
+    def load_model(self, path: str, n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0) -> None:
+        self._commands.put(_Load(path, n_ctx, n_threads, n_gpu_layers))
+
+    def load_draft(self, path: str | None) -> None:
+        self._commands.put(_Draft(path))
+
+    def fetch_and_load(self, key: str, n_ctx: int = 4096, n_threads: int | None = None) -> None:
+        self._commands.put(_Fetch(key, n_ctx, n_threads))
 
     def start_run(self, config, text: str, *, chat: bool, regenerate: bool = False) -> None:
         self._commands.put(_Run(config, text, chat, regenerate))
+
+    def run_baseline(self, config, key: tuple) -> None:
+        self._commands.put(_Baseline(config, key))
+
+    def edit_history(self, action: str) -> None:
+        self._commands.put(_History(action))
 
     def stop(self) -> None:
         with self._session_lock:
             if self._session is not None:
                 self._session.cancel()
 
-    def clear_history(self) -> None:
-        self._commands.put("clear_history")
+    def start(self) -> None:
+        self._thread.start()
 
     def shutdown(self) -> None:
         self.stop()
         self._commands.put(_QUIT)
-        self.wait()
+        self._thread.join()
 
     def drain(self) -> list:
         out = []
@@ -97,34 +160,49 @@ class EngineWorker(QtCore.QThread):
     # ------------------------------------------------------------------ engine thread
     def _emit(self, event: object) -> None:
         self._events.append(event)
-        self.events_ready.emit()
 
-    def run(self) -> None:  # QThread entry point
+    def run(self) -> None:  # the thread's body
+        from engine.errors import SpecDecError
+        from engine.events import RunFailed
+
         while True:
             command = self._commands.get()
             if command is _QUIT:
                 break
             try:
-                if isinstance(command, _Load):
-                    self._load(command)
-                elif isinstance(command, _Run):
-                    self._run(command)
-                elif command == "clear_history" and self._session is not None:
-                    self._session.history.clear()
+                self._dispatch(command)
             except Exception as exc:  # noqa: BLE001 - the window must survive anything
-                from engine.errors import SpecDecError
-                from engine.events import RunFailed
-
                 message = str(exc) if isinstance(exc, SpecDecError) else f"internal error: {exc!r}"
                 if not isinstance(exc, SpecDecError):
                     traceback.print_exc()
-                if isinstance(command, _Load):
+                if isinstance(command, (_Load, _Fetch)):
                     self._emit(LoadFailed(message, previous_model_kept=self._session is not None))
+                elif isinstance(command, _Draft):
+                    self._emit(LoadFailed(message, previous_model_kept=True, what="draft"))
                 else:
                     self._emit(RunFailed(message))
-            finally:
-                self.busy = False
         self._close_session()
+
+    def _dispatch(self, command) -> None:
+        if isinstance(command, _Load):
+            self._load(command.path, command.n_ctx, command.n_threads, command.n_gpu_layers)
+        elif isinstance(command, _Fetch):
+            from engine import catalog
+
+            self._emit(LoadStarted(command.key, what="download"))
+            catalog.fetch(command.key, log=lambda _msg: None)
+            self._load(command.key, command.n_ctx, command.n_threads, 0)
+        elif isinstance(command, _Draft):
+            self._draft(command.path)
+        elif isinstance(command, _Run):
+            self._run(command)
+        elif isinstance(command, _Baseline):
+            self._baseline(command)
+        elif isinstance(command, _History) and self._session is not None:
+            if command.action == "clear":
+                self._session.history.clear()
+            elif command.action == "pop":
+                del self._session.history[-2:]
 
     def _close_session(self) -> None:
         with self._session_lock:
@@ -132,35 +210,70 @@ class EngineWorker(QtCore.QThread):
         if session is not None:
             session.close()
 
-    def _load(self, command: _Load) -> None:
+    def _load(self, path: str, n_ctx: int, n_threads: int | None, n_gpu_layers: int) -> None:
         from engine import catalog
+        from engine.models import draft_candidates
+        from engine.native import supports_gpu_offload
         from engine.session import Session
 
-        self._emit(LoadStarted(command.path))
-        path = catalog.resolve(command.path)
+        self._emit(LoadStarted(path))
+        resolved = catalog.resolve(path)
         # Load the new model before closing the old one: a bad file leaves the old one usable.
-        session = Session(path, n_ctx=command.n_ctx, n_threads=command.n_threads)
+        session = Session(resolved, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
         self._close_session()
         with self._session_lock:
             self._session = session
-        self._emit(ModelLoaded(str(path), session.model.info.summary(), session.has_chat_template,
-                               session.n_ctx, session.n_threads))
+        others = [p for p in catalog.cached_models() if p != resolved]
+        candidates = [(str(resolved), None)] + [(str(p), why) for p, why in draft_candidates(session.model, others)]
+        self._emit(ModelLoaded(str(resolved), session.model.info.summary(), session.has_chat_template,
+                               session.n_ctx, session.n_threads, supports_gpu_offload(), tuple(candidates)))
 
-    def _run(self, command: _Run) -> None:
+    def _draft(self, path: str | None) -> None:
+        session = self._require_session()
+        if path is None:
+            session.unload_draft()
+            self._emit(DraftLoaded(None, None))
+            return
+        self._emit(LoadStarted(path, what="draft"))
+        info = session.load_draft(path)
+        self._emit(DraftLoaded(path, info.summary()))
+
+    def _require_session(self):
         from engine.errors import SpecDecError
 
-        session = self._session
-        if session is None:
+        if self._session is None:
             raise SpecDecError("no model is loaded; open a model first")
-        self.busy = True
+        return self._session
+
+    def _run(self, command: _Run) -> None:
+        session = self._require_session()
         if command.chat:
-            if command.regenerate and session.history:
-                last_user = session.history[-2].content
+            if command.regenerate and len(session.history) >= 2:
+                user_text = session.history[-2].content
                 del session.history[-2:]
-                events = session.chat(command.config, last_user)
             else:
-                events = session.chat(command.config, command.text)
+                user_text = command.text
+            events = session.chat(command.config, user_text)
         else:
-            events = session.run(command.config, session.tokenize_prompt(command.text), prompt_text=command.text)
+            user_text = command.text
+            tokens = session.tokenize_prompt(user_text)
+            events = session.run(command.config, tokens, prompt_text=user_text)
+        self._last_prompt_tokens = list(session.last_prompt_tokens)
+        self._emit(RunRequested(command.config, user_text, command.chat))
         for event in events:
             self._emit(event)
+
+    def _baseline(self, command: _Baseline) -> None:
+        """A plain run of the last run's prompt: the speed-up's denominator, measured on demand."""
+        from engine.errors import SpecDecError
+        from engine.events import RunFinished
+
+        session = self._require_session()
+        if not self._last_prompt_tokens:
+            raise SpecDecError("run something first; the baseline repeats the last prompt with plain decoding")
+        final = None
+        for event in session.run(command.config, self._last_prompt_tokens):
+            if isinstance(event, RunFinished):
+                final = event
+        if final is not None:
+            self._emit(BaselineDone(command.key, final.stats["tokens_per_second"]))

@@ -250,6 +250,9 @@ class KvMirror:
 
     def __init__(self, size: int, n_seq: int, n_ubatch: int, n_swa: int = 0) -> None:
         self.n_ubatch = n_ubatch
+        # the main cache as the latest decode left it: the picture of a step (every branch and
+        # n-gram in its cells) before the strategy tidies the cache to the accepted prefix
+        self.after_last_decode: KvCells | None = None
         self.caches = [KvCells(size, n_seq)]
         if n_swa > 0:
             self.caches.append(KvCells(size, n_seq, n_swa))
@@ -266,6 +269,7 @@ class KvMirror:
         for cache in self.caches:
             if not cache.decode(pos, seq_sets, self.n_ubatch):
                 raise RuntimeError("KV mirror found no slot for a batch llama.cpp accepted")
+        self.after_last_decode = self.base.copy()
 
     def on_seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
         for cache in self.caches:
@@ -286,3 +290,4 @@ class KvMirror:
     def on_clear(self) -> None:
         for cache in self.caches:
             cache.clear()
+        self.after_last_decode = None

@@ -106,12 +106,13 @@ class LoadedModel:
     Use as a context manager or call :meth:`close`; both are idempotent.
     """
 
-    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0) -> None:
+    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, vocab_only: bool = False) -> None:
         native.ensure_backend()
         self.path = Path(path).expanduser()
         check_gguf_file(self.path)
         params = llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        params.vocab_only = vocab_only  # enough for facts and the draft check; no weights read
         native.take_recent_problems()
         ptr = llama.llama_model_load_from_file(str(self.path).encode(), params)
         if not ptr:
@@ -119,27 +120,29 @@ class LoadedModel:
             raise ModelFileError(f"{self.path.name}: could not be loaded, the file is truncated or corrupt ({why})")
         self.ptr = ptr
         self.vocab = llama.llama_model_get_vocab(ptr)
-        self.info = self._read_info()
+        self.info = self._read_info(vocab_only)
 
-    def _read_info(self) -> ModelInfo:
+    def _read_info(self, vocab_only: bool) -> ModelInfo:
         m, v = self.ptr, self.vocab
+        # a vocab-only load has no hyper-parameters: llama.cpp aborts if they are asked for
+        hp = (lambda f: 0) if vocab_only else (lambda f: f(m))
         template = llama.llama_model_chat_template(m, None)
         ftype_name = llama.llama_ftype_name(llama.llama_model_ftype(m))
         return ModelInfo(
             path=str(self.path),
             name=_meta_str(m, "general.name") or self.path.stem,
             arch=_meta_str(m, "general.architecture"),
-            n_params=int(llama.llama_model_n_params(m)),
+            n_params=int(hp(llama.llama_model_n_params)),
             quant=(ftype_name or b"?").decode(),
             size_bytes=self.path.stat().st_size,
             n_vocab=llama.llama_vocab_n_tokens(v),
             vocab_type=llama.llama_vocab_type(v),
-            n_ctx_train=llama.llama_model_n_ctx_train(m),
-            n_layer=llama.llama_model_n_layer(m),
-            n_embd=llama.llama_model_n_embd(m),
-            n_head=llama.llama_model_n_head(m),
-            n_head_kv=llama.llama_model_n_head_kv(m),
-            n_swa=llama.llama_model_n_swa(m),
+            n_ctx_train=hp(llama.llama_model_n_ctx_train),
+            n_layer=hp(llama.llama_model_n_layer),
+            n_embd=hp(llama.llama_model_n_embd),
+            n_head=hp(llama.llama_model_n_head),
+            n_head_kv=hp(llama.llama_model_n_head_kv),
+            n_swa=hp(llama.llama_model_n_swa),
             chat_template=template.decode("utf-8", errors="replace") if template else None,
             bos=llama.llama_vocab_bos(v),
             eos=llama.llama_vocab_eos(v),
@@ -189,3 +192,16 @@ def check_draft_vocab(target: LoadedModel, draft: LoadedModel) -> None:
                 f"({draft.token_text(token)!r} vs {target.token_text(token)!r}); "
                 "pick a draft from the same model family"
             )
+
+
+def draft_candidates(target: LoadedModel, paths: list[Path]) -> list[tuple[Path, str | None]]:
+    """For each path, None if it can draft for ``target``, else the sentence saying why not."""
+    out: list[tuple[Path, str | None]] = []
+    for path in paths:
+        try:
+            with LoadedModel(path, vocab_only=True) as candidate:
+                check_draft_vocab(target, candidate)
+            out.append((path, None))
+        except (VocabMismatchError, ModelFileError) as exc:
+            out.append((path, str(exc)))
+    return out

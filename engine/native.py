@@ -80,3 +80,9 @@ def take_recent_problems() -> list[str]:
     lines = list(_recent_problems)
     _recent_problems.clear()
     return lines
+
+
+def supports_gpu_offload() -> bool:
+    """Whether this llama.cpp build has a GPU backend (the app shows "GPU layers" only then)."""
+    ensure_backend()
+    return bool(llama.llama_supports_gpu_offload())

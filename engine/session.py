@@ -104,6 +104,7 @@ class Session:
         self.batch: Batch | None = None
         self.n_seq_max = 0
         self.history: list[ChatMessage] = []
+        self.last_prompt_tokens: list[int] = []
         self._formatter: Jinja2ChatFormatter | None = None
         self._draft_stack: contextlib.ExitStack | None = None
         self.draft_model: LoadedModel | None = None
@@ -280,6 +281,7 @@ class Session:
             )
         from engine.strategies import registry
 
+        self.last_prompt_tokens = list(prompt_tokens)
         strategy = registry.get(config.mode)
         if config.mode == "speculative" and self.draft is None:
             raise ConfigError("speculative decoding needs a draft model; choose one from the target's family")
@@ -322,14 +324,16 @@ class Session:
         yield RunFinished(output.text(), tuple(output.ids), output.finish_reason or "length", rt.counters.as_dict())
 
     def kv_snapshot(self, step: int, n_seq: int) -> KvSnapshot:
-        """The target's KV cells now, as plain arrays the GUI may keep (they are copies)."""
-        cache = self.memory.mirror.base
+        """The target's KV cells as the latest decode left them (every sequence of the step in
+        place), as plain arrays the GUI may keep (they are copies)."""
+        mirror = self.memory.mirror
+        cache = mirror.after_last_decode or mirror.base
         n_seq = min(n_seq, cache.n_seq)
         holes, largest = cache.fragmentation()
         pos_min, pos_max = cache.seq_ranges()
         return KvSnapshot(
             step=step,
-            seq_of_cell=np.ascontiguousarray(cache.seqs[:, :n_seq].T),
+            seq_of_cell=np.ascontiguousarray(cache.seqs[:, :n_seq].T),  # always a new array
             pos_of_cell=cache.pos.copy(),
             used=cache.used,
             holes=holes,

@@ -13,7 +13,11 @@ SOURCE_COLOURS = {
     "accepted_draft": "#2e9d4f",  # green
     "rejected": "#9a9a9a",  # ghosted, struck out
     "prompt": "#7a7a7a",
+    "user": None,
+    "meta": "#8a8f98",
 }
+# the sources that are generated text (everything else is decoration: user turns, stats lines)
+TOKEN_SOURCES = ("sampled", "accepted_ngram", "accepted_draft")
 SOURCE_LABELS = {
     "sampled": "sampled by the target",
     "accepted_ngram": "accepted from an n-gram",
@@ -54,9 +58,11 @@ class TokenStream(QtWidgets.QTextEdit):
             fmt.setForeground(QtGui.QColor(colour))
         if source == "rejected":
             fmt.setFontStrikeOut(True)
-        if source in ("accepted_ngram", "accepted_draft"):
+        if source in ("accepted_ngram", "accepted_draft", "user"):
             fmt.setFontWeight(QtGui.QFont.DemiBold)
-        if self.mark_steps and step % 2 == 1:
+        if source == "meta":
+            fmt.setFontItalic(True)
+        if self.mark_steps and step % 2 == 1 and source in TOKEN_SOURCES:
             fmt.setFontUnderline(True)
         fmt.setProperty(SOURCE_PROPERTY, source)
         fmt.setProperty(STEP_PROPERTY, step)
@@ -75,6 +81,10 @@ class TokenStream(QtWidgets.QTextEdit):
     def scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
+
+    def generated_text(self) -> str:
+        """The generated tokens only, in order (without user turns, ghosts or stats lines)."""
+        return "".join(text for text, source in self.sources_in_document() if source in TOKEN_SOURCES)
 
     def token_at(self, position: int):
         i = bisect.bisect_right(self._token_starts, position) - 1
@@ -100,7 +110,7 @@ class TokenStream(QtWidgets.QTextEdit):
         if ev.type() == ev.Type.ToolTip:
             cursor = self.cursorForPosition(ev.pos())
             meta = self.token_at(cursor.position())
-            if meta:
+            if meta and meta[2] in (*TOKEN_SOURCES, "rejected"):
                 start, end, source, token_id, step, acceptance = meta
                 QtWidgets.QToolTip.showText(
                     ev.globalPos(),

@@ -1,0 +1,43 @@
+"""The message box and the buttons that act on the conversation."""
+
+from __future__ import annotations
+
+from app.qt import QtGui, QtWidgets, Qt, Signal
+
+
+class ChatInput(QtWidgets.QWidget):
+    submit = Signal()
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.edit = QtWidgets.QPlainTextEdit()
+        self.edit.setPlaceholderText("Message or prompt — Ctrl+Enter runs, Esc stops")
+        self.edit.setMaximumHeight(96)
+        self.chat_mode = QtWidgets.QCheckBox("Chat")
+        self.chat_mode.setToolTip("Use the model's chat template; off = plain completion of the text")
+        self.run = QtWidgets.QPushButton("Run")
+        self.run.setDefault(True)
+        self.stop = QtWidgets.QPushButton("Stop")
+        self.regenerate = QtWidgets.QPushButton("Regenerate")
+        self.edit_last = QtWidgets.QPushButton("Edit last")
+        self.clear = QtWidgets.QPushButton("Clear")
+        self.show_rejected = QtWidgets.QCheckBox("Show rejected drafts")
+        self.mark_steps = QtWidgets.QCheckBox("Mark steps")
+        buttons = QtWidgets.QHBoxLayout()
+        for w in (self.chat_mode, self.show_rejected, self.mark_steps):
+            buttons.addWidget(w)
+        buttons.addStretch(1)
+        for w in (self.regenerate, self.edit_last, self.clear, self.stop, self.run):
+            buttons.addWidget(w)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.edit)
+        layout.addLayout(buttons)
+        self.run.clicked.connect(self.submit.emit)
+
+    def text(self) -> str:
+        return self.edit.toPlainText()
+
+    def set_text(self, text: str) -> None:
+        self.edit.setPlainText(text)
+        self.edit.moveCursor(QtGui.QTextCursor.End)

@@ -1,0 +1,193 @@
+"""Run controls: mode, W/N/G, k and its adaptation, sampling, max tokens.
+
+Values apply to the next run. A control whose value differs from the one the current (or last)
+run used is marked pending (bold, with a dot) until the next run starts. An invalid combination
+is explained under the controls and disables Run.
+"""
+
+from __future__ import annotations
+
+from app.qt import QtWidgets, Signal
+from app.widgets.slider_spin import SliderSpin
+
+MODES = [("plain", "Plain"), ("lookahead", "Lookahead"), ("speculative", "Speculative (draft model)"),
+         ("lookup", "Prompt lookup")]
+
+
+class ControlsPanel(QtWidgets.QWidget):
+    changed = Signal()
+
+    def __init__(self, n_batch: int = 512, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.n_batch = n_batch
+        self.draft_loaded = False
+        self._applied: dict | None = None
+        layout = QtWidgets.QVBoxLayout(self)
+
+        self.mode = QtWidgets.QComboBox()
+        for key, label in MODES:
+            self.mode.addItem(label, key)
+        mode_row = QtWidgets.QHBoxLayout()
+        self.mode_label = QtWidgets.QLabel("Mode")
+        mode_row.addWidget(self.mode_label)
+        mode_row.addWidget(self.mode, 1)
+        layout.addLayout(mode_row)
+
+        self.lookahead_box = QtWidgets.QGroupBox("Lookahead")
+        la = QtWidgets.QVBoxLayout(self.lookahead_box)
+        self.W = SliderSpin("W", 1, 64, 4, tooltip="Jacobi window: lookahead branches decoded each step")
+        self.N = SliderSpin("N", 2, 10, 3, tooltip="n-gram size: levels of the window and length of pooled n-grams")
+        self.G = SliderSpin("G", 0, 64, 4, tooltip="verification n-grams per step (0 = Jacobi only)")
+        self.seed_pool = QtWidgets.QCheckBox("Seed n-gram pool from the prompt")
+        self.seed_pool.setChecked(True)
+        self.ordered_kv = QtWidgets.QCheckBox("Keep KV cells in position order (exact)")
+        self.ordered_kv.setChecked(True)
+        self.ordered_kv.setToolTip("Off: llama-lookahead's layout, which fragments the cache")
+        for w in (self.W, self.N, self.G, self.seed_pool, self.ordered_kv):
+            la.addWidget(w)
+        self.batch_label = QtWidgets.QLabel()
+        la.addWidget(self.batch_label)
+        layout.addWidget(self.lookahead_box)
+
+        self.spec_box = QtWidgets.QGroupBox("Speculative")
+        sp = QtWidgets.QVBoxLayout(self.spec_box)
+        self.k = SliderSpin("k", 1, 32, 4, tooltip="tokens drafted per step")
+        self.adaptive = QtWidgets.QComboBox()
+        for key, label in (("off", "fixed k"), ("tutorial", "adaptive: last-10 acceptance"),
+                           ("heuristic", "adaptive: transformers heuristic")):
+            self.adaptive.addItem(label, key)
+        self.p_min = SliderSpin("p_min", 0.0, 0.99, 0.0, step=0.05, decimals=2,
+                                tooltip="stop drafting when the draft's top probability falls below this")
+        self.ngram = SliderSpin("n-gram", 1, 8, 3, tooltip="prompt lookup: longest n-gram matched")
+        self.draft_hint = QtWidgets.QLabel()
+        self.draft_hint.setWordWrap(True)
+        for w in (self.k, self.adaptive, self.p_min, self.ngram, self.draft_hint):
+            sp.addWidget(w)
+        layout.addWidget(self.spec_box)
+
+        sampling = QtWidgets.QGroupBox("Sampling")
+        sa = QtWidgets.QVBoxLayout(sampling)
+        self.temperature = SliderSpin("temp", 0.0, 2.0, 0.0, step=0.05, decimals=2, tooltip="0 = greedy")
+        self.top_p = SliderSpin("top-p", 0.05, 1.0, 1.0, step=0.05, decimals=2)
+        self.seed = SliderSpin("seed", -1, 100000, -1, tooltip="-1 = a new random seed each run")
+        self.max_tokens = SliderSpin("max", 1, 4096, 256, tooltip="maximum tokens to generate")
+        for w in (self.temperature, self.top_p, self.seed, self.max_tokens):
+            sa.addWidget(w)
+        layout.addWidget(sampling)
+
+        self.pending_label = QtWidgets.QLabel("")
+        self.pending_label.setStyleSheet("color: #b9770e;")
+        self.error_label = QtWidgets.QLabel("")
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet("color: #c0392b;")
+        layout.addWidget(self.pending_label)
+        layout.addWidget(self.error_label)
+        layout.addStretch(1)
+
+        self.mode.currentIndexChanged.connect(self._on_change)
+        self.adaptive.currentIndexChanged.connect(self._on_change)
+        for w in self._value_widgets().values():
+            if isinstance(w, SliderSpin):
+                w.valueChanged.connect(self._on_change)
+            elif isinstance(w, QtWidgets.QCheckBox):
+                w.toggled.connect(self._on_change)
+        self._on_change()
+
+    # ------------------------------------------------------------------ values
+    def _value_widgets(self) -> dict:
+        return {"W": self.W, "N": self.N, "G": self.G, "seed_pool": self.seed_pool, "ordered_kv": self.ordered_kv,
+                "k": self.k, "p_min": self.p_min, "ngram": self.ngram, "temperature": self.temperature,
+                "top_p": self.top_p, "seed": self.seed, "max_tokens": self.max_tokens}
+
+    def values(self) -> dict:
+        out = {"mode": self.mode.currentData(), "adaptive": self.adaptive.currentData()}
+        for name, w in self._value_widgets().items():
+            out[name] = w.isChecked() if isinstance(w, QtWidgets.QCheckBox) else w.value()
+        return out
+
+    def set_values(self, values: dict) -> None:
+        for name, value in values.items():
+            if name == "mode":
+                i = self.mode.findData(value)
+                if i >= 0:
+                    self.mode.setCurrentIndex(i)
+            elif name == "adaptive":
+                i = self.adaptive.findData(value)
+                if i >= 0:
+                    self.adaptive.setCurrentIndex(i)
+            elif name in self._value_widgets():
+                w = self._value_widgets()[name]
+                if isinstance(w, QtWidgets.QCheckBox):
+                    w.setChecked(bool(value) if not isinstance(value, str) else value == "true")
+                else:
+                    w.setValue(type(w.value())(value))
+
+    def config(self):
+        from engine.config import LookaheadParams, RunConfig, SpeculativeParams
+        from engine.sampling import SamplingParams
+
+        v = self.values()
+        return RunConfig(
+            mode=v["mode"],
+            max_tokens=int(v["max_tokens"]),
+            sampling=SamplingParams(temperature=float(v["temperature"]), top_p=float(v["top_p"]),
+                                    seed=None if v["seed"] < 0 else int(v["seed"])),
+            lookahead=LookaheadParams(int(v["W"]), int(v["N"]), int(v["G"]), v["seed_pool"], False, v["ordered_kv"]),
+            speculative=SpeculativeParams(k=int(v["k"]), adaptive=v["adaptive"], k_max=max(16, int(v["k"])),
+                                          p_min=float(v["p_min"]), ngram_max=int(v["ngram"])),
+        )
+
+    def validation_error(self) -> str | None:
+        from engine.errors import ConfigError
+
+        try:
+            self.config().validate(self.n_batch)
+        except ConfigError as exc:
+            return str(exc)
+        if self.mode.currentData() == "speculative" and not self.draft_loaded:
+            return "Speculative mode needs a draft model: choose one in the model bar."
+        return None
+
+    # ------------------------------------------------------------------ pending state
+    def mark_applied(self) -> None:
+        """The run that just started uses the current values: nothing is pending now."""
+        self._applied = self.values()
+        self._refresh_pending()
+
+    def _refresh_pending(self) -> None:
+        current = self.values()
+        pending = [] if self._applied is None else [k for k in current if current[k] != self._applied.get(k)]
+        for name, w in self._value_widgets().items():
+            if isinstance(w, SliderSpin):
+                w.set_pending(name in pending)
+            else:
+                font = w.font()
+                font.setBold(name in pending)
+                w.setFont(font)
+        font = self.mode_label.font()
+        font.setBold("mode" in pending)
+        self.mode_label.setFont(font)
+        self.pending_label.setText("Pending: changes apply to the next run" if pending else "")
+
+    def pending(self) -> list[str]:
+        current = self.values()
+        return [] if self._applied is None else [k for k in current if current[k] != self._applied.get(k)]
+
+    def _on_change(self, *_args) -> None:
+        mode = self.mode.currentData()
+        self.lookahead_box.setVisible(mode == "lookahead")
+        self.spec_box.setVisible(mode in ("speculative", "lookup"))
+        self.p_min.setVisible(mode == "speculative")
+        self.ngram.setVisible(mode == "lookup")
+        self.draft_hint.setVisible(mode == "speculative")
+        self.draft_hint.setText("" if self.draft_loaded else "Choose a draft model in the model bar.")
+        la = self.config().lookahead
+        self.batch_label.setText(f"{la.n_sequences} sequences · up to {la.batch_size} tokens a step (batch {self.n_batch})")
+        error = self.validation_error()
+        self.error_label.setText(error or "")
+        self._refresh_pending()
+        self.changed.emit()
+
+    def set_draft_loaded(self, loaded: bool) -> None:
+        self.draft_loaded = loaded
+        self._on_change()

@@ -1,0 +1,122 @@
+"""The model bar: target model, draft model (mismatched vocabularies marked), threads, context,
+GPU layers (only when the llama.cpp build has a GPU backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.qt import QtCore, QtGui, QtWidgets, Signal
+
+OPEN_FILE = "__open__"
+NO_DRAFT = ""
+
+
+class ModelBar(QtWidgets.QWidget):
+    load_requested = Signal(str)  # a model path or a known name
+    draft_requested = Signal(object)  # a path, or None for no draft
+    fetch_requested = Signal()
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.target = QtWidgets.QComboBox()
+        self.target.setMinimumWidth(260)
+        self.draft = QtWidgets.QComboBox()
+        self.draft.setMinimumWidth(220)
+        self.threads = QtWidgets.QSpinBox()
+        self.threads.setRange(1, 64)
+        self.ctx = QtWidgets.QSpinBox()
+        self.ctx.setRange(256, 131072)
+        self.ctx.setSingleStep(1024)
+        self.ctx.setValue(4096)
+        self.gpu_layers = QtWidgets.QSpinBox()
+        self.gpu_layers.setRange(0, 999)
+        self.gpu_label = QtWidgets.QLabel("GPU layers")
+        self.reload = QtWidgets.QPushButton("Reload")
+        self.reload.setToolTip("Load the target again with these threads and context size")
+        row = QtWidgets.QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        for label, w in (("Model", self.target), ("Draft", self.draft), ("Threads", self.threads),
+                         ("Context", self.ctx)):
+            row.addWidget(QtWidgets.QLabel(label))
+            row.addWidget(w)
+        row.addWidget(self.gpu_label)
+        row.addWidget(self.gpu_layers)
+        row.addWidget(self.reload)
+        self.banner = QtWidgets.QFrame()
+        self.banner.setStyleSheet("QFrame { background: #fdf2d0; color: #5a4500; border-radius: 4px; }")
+        banner_row = QtWidgets.QHBoxLayout(self.banner)
+        self.banner_text = QtWidgets.QLabel("No model on disk yet.")
+        self.fetch_button = QtWidgets.QPushButton("Download the default model (98 MB)")
+        self.open_button = QtWidgets.QPushButton("Open a .gguf file…")
+        banner_row.addWidget(self.banner_text, 1)
+        banner_row.addWidget(self.fetch_button)
+        banner_row.addWidget(self.open_button)
+        self.banner.hide()
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(row)
+        layout.addWidget(self.banner)
+        self.set_gpu_available(False)
+        self.target.activated.connect(self._target_chosen)
+        self.draft.activated.connect(self._draft_chosen)
+        self.reload.clicked.connect(lambda: self.load_requested.emit(self.target.currentData() or "default"))
+        self.fetch_button.clicked.connect(self.fetch_requested.emit)
+        self.open_button.clicked.connect(self.open_file)
+
+    def set_gpu_available(self, available: bool) -> None:
+        self.gpu_label.setVisible(available)
+        self.gpu_layers.setVisible(available)
+
+    def set_models(self, paths: list[str], recent: list[str], current: str | None) -> None:
+        self.target.blockSignals(True)
+        self.target.clear()
+        seen = set()
+        for path in [*recent, *paths]:
+            if path in seen or not Path(path).exists():
+                continue
+            seen.add(path)
+            self.target.addItem(Path(path).name, path)
+            self.target.setItemData(self.target.count() - 1, path, QtCore.Qt.ToolTipRole)
+        self.target.addItem("Open a .gguf file…", OPEN_FILE)
+        if current:
+            i = self.target.findData(current)
+            if i < 0:
+                self.target.insertItem(0, Path(current).name, current)
+                i = 0
+            self.target.setCurrentIndex(i)
+        self.target.blockSignals(False)
+        self.banner.setVisible(not seen and not current)
+
+    def set_draft_candidates(self, candidates: list[tuple[str, str | None]], current: str | None) -> None:
+        """Drafts whose vocabulary does not match the target are listed, disabled, with the reason."""
+        self.draft.blockSignals(True)
+        self.draft.clear()
+        self.draft.addItem("No draft", NO_DRAFT)
+        model = self.draft.model()
+        for path, why in candidates:
+            label = Path(path).name + ("" if why is None else "  — vocabulary differs")
+            self.draft.addItem(label, path)
+            index = self.draft.count() - 1
+            self.draft.setItemData(index, why or path, QtCore.Qt.ToolTipRole)
+            if why is not None:
+                model.item(index).setEnabled(False)
+        i = self.draft.findData(current or NO_DRAFT)
+        self.draft.setCurrentIndex(max(i, 0))
+        self.draft.blockSignals(False)
+
+    def _target_chosen(self, index: int) -> None:
+        data = self.target.itemData(index)
+        if data == OPEN_FILE:
+            self.open_file()
+        elif data:
+            self.load_requested.emit(data)
+
+    def _draft_chosen(self, index: int) -> None:
+        data = self.draft.itemData(index)
+        self.draft_requested.emit(data or None)
+
+    def open_file(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a GGUF model", str(Path.home()),
+                                                        "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.load_requested.emit(path)

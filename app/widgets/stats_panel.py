@@ -1,0 +1,104 @@
+"""The run's figures and two plots: accepted tokens per step over the run, and the histogram of
+tokens per step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.qt import QtWidgets, pg
+
+
+class StatsPanel(QtWidgets.QWidget):
+    FIELDS = ["tokens/s", "tokens", "steps", "tokens/step", "accepted / drafted", "acceptance", "k", "speed-up"]
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        grid = QtWidgets.QGridLayout()
+        self.values: dict[str, QtWidgets.QLabel] = {}
+        for i, name in enumerate(self.FIELDS):
+            label = QtWidgets.QLabel(name)
+            label.setStyleSheet("color: palette(mid);")
+            value = QtWidgets.QLabel("–")
+            font = value.font()
+            font.setPointSize(font.pointSize() + 3)
+            font.setBold(True)
+            value.setFont(font)
+            grid.addWidget(label, 2 * (i // 4), i % 4)
+            grid.addWidget(value, 2 * (i // 4) + 1, i % 4)
+            self.values[name] = value
+        self.baseline_button = QtWidgets.QPushButton("Measure plain baseline")
+        self.baseline_button.setToolTip("Run the same prompt with plain decoding to measure the speed-up")
+        self.accept_plot = pg.PlotWidget(title="accepted tokens per step")
+        self.accept_plot.setLabel("bottom", "step")
+        self.accept_curve = self.accept_plot.plot([], [], pen=pg.mkPen((10, 165, 192), width=1.5),
+                                                  symbol="o", symbolSize=3)
+        self.hist_plot = pg.PlotWidget(title="tokens per step")
+        self.hist_plot.setLabel("bottom", "tokens in a step")
+        # a stepped, filled curve: one item whose data is replaced, no per-bar objects
+        self.hist_curve = self.hist_plot.plot([0, 1], [0], stepMode="center", fillLevel=0,
+                                              brush=(52, 152, 219, 180), pen=pg.mkPen((52, 152, 219), width=1.5))
+        for plot in (self.accept_plot, self.hist_plot):
+            plot.setMenuEnabled(False)
+            plot.setMinimumHeight(110)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(grid)
+        layout.addWidget(self.baseline_button)
+        plots = QtWidgets.QHBoxLayout()
+        plots.addWidget(self.accept_plot)
+        plots.addWidget(self.hist_plot)
+        layout.addLayout(plots, 1)
+        self.reset()
+
+    def set_background(self, colour) -> None:
+        for plot in (self.accept_plot, self.hist_plot):
+            plot.setBackground(colour)
+
+    def reset(self) -> None:
+        self.steps: list[int] = []
+        self.accepted: list[int] = []
+        self.tokens_per_step: list[int] = []
+        self.n_tokens = self.n_drafted = self.n_accepted = 0
+        self.t_start = None
+        self.k = None
+        for value in self.values.values():
+            value.setText("–")
+        self._dirty = True
+
+    def add_step(self, event, elapsed_s: float) -> None:
+        self.steps.append(event.step)
+        self.accepted.append(event.n_accepted)
+        self.tokens_per_step.append(len(event.tokens))
+        self.n_tokens += len(event.tokens)
+        self.n_drafted += event.n_drafted
+        self.n_accepted += event.n_accepted
+        self.k = event.extra.get("k", self.k)
+        self.elapsed_s = elapsed_s
+        self._dirty = True
+
+    def refresh(self) -> None:
+        """Repaint from the counters (called from the window's paint timer, never per token)."""
+        if not self._dirty or not self.steps:
+            return
+        self._dirty = False
+        v = self.values
+        steps = len(self.steps)
+        v["tokens"].setText(str(self.n_tokens))
+        v["steps"].setText(str(steps))
+        v["tokens/step"].setText(f"{self.n_tokens / steps:.2f}")
+        v["accepted / drafted"].setText(f"{self.n_accepted} / {self.n_drafted}")
+        v["acceptance"].setText(f"{100 * self.n_accepted / self.n_drafted:.1f}%" if self.n_drafted else "–")
+        v["k"].setText(str(self.k) if self.k is not None else "–")
+        if getattr(self, "elapsed_s", 0) > 0:
+            v["tokens/s"].setText(f"{self.n_tokens / self.elapsed_s:.1f}")
+        self.accept_curve.setData(np.asarray(self.steps), np.asarray(self.accepted))
+        counts = np.bincount(np.asarray(self.tokens_per_step))
+        edges = np.arange(counts.size + 1) - 0.5
+        self.hist_curve.setData(edges, counts.astype(float))
+
+    def finish(self, stats: dict, baseline_tps: float | None) -> None:
+        self.values["tokens/s"].setText(f"{stats['tokens_per_second']:.1f}")
+        self.set_speedup(stats["tokens_per_second"], baseline_tps)
+
+    def set_speedup(self, tps: float, baseline_tps: float | None) -> None:
+        self.values["speed-up"].setText(f"{tps / baseline_tps:.2f}×" if baseline_tps else "–")
