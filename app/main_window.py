@@ -289,6 +289,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._update_buttons()
 
     def _begin_run(self) -> None:
+        self.controls.mark_applied()  # the config just built from these values is the run's
         self.running = True
         self._pending_rejected.clear()
         self.stats.reset()
@@ -370,7 +371,6 @@ class MainWindow(QtWidgets.QMainWindow):
             elif isinstance(event, KvSnapshot):
                 self._latest_snapshot = event
             elif isinstance(event, RunRequested):
-                self.controls.mark_applied()
                 la = event.config.lookahead
                 self.kv_map.set_roles(la.W if event.config.mode == "lookahead" else 0)
             elif isinstance(event, RunFinished):

@@ -149,9 +149,9 @@ class ControlsPanel(QtWidgets.QWidget):
         return None
 
     # ------------------------------------------------------------------ pending state
-    def mark_applied(self) -> None:
-        """The run that just started uses the current values: nothing is pending now."""
-        self._applied = self.values()
+    def mark_applied(self, values: dict | None = None) -> None:
+        """``values`` (default: the current ones) are what the run now starting uses."""
+        self._applied = dict(values) if values is not None else self.values()
         self._refresh_pending()
 
     def _refresh_pending(self) -> None:

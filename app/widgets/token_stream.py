@@ -44,12 +44,14 @@ class TokenStream(QtWidgets.QTextEdit):
         self.mark_steps = False
         # per token: (start, end, source, id, step, step acceptance); starts kept apart for bisect
         self._token_meta: list[tuple[int, int, str, int, int, float]] = []
+        self._texts: list[str] = []  # the text of each entry of _token_meta, as inserted
         self._token_starts: list[int] = []
 
     def clear_stream(self) -> None:
         self.clear()
         self._token_meta.clear()
         self._token_starts.clear()
+        self._texts.clear()
 
     def _format(self, source: str, step: int) -> QtGui.QTextCharFormat:
         fmt = QtGui.QTextCharFormat()
@@ -77,6 +79,7 @@ class TokenStream(QtWidgets.QTextEdit):
         cursor.insertText(text, self._format(source, step))
         self._token_meta.append((start, cursor.position(), source, token_id, step, acceptance))
         self._token_starts.append(start)
+        self._texts.append(text)
 
     def scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
@@ -84,7 +87,7 @@ class TokenStream(QtWidgets.QTextEdit):
 
     def generated_text(self) -> str:
         """The generated tokens only, in order (without user turns, ghosts or stats lines)."""
-        return "".join(text for text, source in self.sources_in_document() if source in TOKEN_SOURCES)
+        return "".join(t for t, meta in zip(self._texts, self._token_meta) if meta[2] in TOKEN_SOURCES)
 
     def token_at(self, position: int):
         i = bisect.bisect_right(self._token_starts, position) - 1

@@ -1,0 +1,199 @@
+"""The desktop app, offscreen, on the real default model: every mode, colours, KV map, pending
+parameters, Stop, bad files, chat."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from app.main_window import MainWindow
+from app.qt import QtCore, QtGui
+from app.widgets.token_stream import SOURCE_COLOURS, SOURCE_PROPERTY
+from engine import catalog
+from tests.conftest import CODE_PROMPT
+
+TIMEOUT_MS = 120_000
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, smollm_drafts):
+    settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
+    settings.setValue("threads", 2)
+    win = MainWindow("default", settings=settings)
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: win.model_loaded, timeout=TIMEOUT_MS)
+    yield win
+    win.close()
+
+
+def run(window, qtbot, text: str, **values) -> None:
+    window.controls.set_values(values)
+    window.input.set_text(text)
+    window.start_run()
+    assert window.running
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+
+
+def colours_by_source(window) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    block = window.stream.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fmt = it.fragment().charFormat()
+            source = fmt.property(SOURCE_PROPERTY)
+            out.setdefault(source, set()).add(fmt.foreground().color().name() if fmt.hasProperty(
+                QtGui.QTextFormat.ForegroundBrush) else "default")
+            it += 1
+        block = block.next()
+    return out
+
+
+def test_plain_run_streams_the_engine_output(window, qtbot):
+    window.input.chat_mode.setChecked(False)
+    run(window, qtbot, "The capital of France is", mode="plain", max_tokens=24)
+    final = window.last_finished
+    assert final.finish_reason == "length" and len(final.token_ids) == 24
+    assert window.stream.generated_text() == final.text
+    assert window.stats.values["tokens"].text() == "24"
+
+
+def test_lookahead_colours_accepted_tokens_and_draws_every_sequence(window, qtbot):
+    shapes, images = set(), []
+    original = window.kv_map.set_snapshot
+
+    def record(snapshot):
+        shapes.add(snapshot.seq_of_cell.shape[0])
+        images.append(snapshot.seq_of_cell.sum())
+        original(snapshot)
+
+    window.kv_map.set_snapshot = record
+    window.input.chat_mode.setChecked(False)
+    run(window, qtbot, CODE_PROMPT, mode="lookahead", W=4, N=3, G=4, max_tokens=80)
+    assert window.stream.generated_text() == window.last_finished.text
+    colours = colours_by_source(window)
+    assert colours["accepted_ngram"] == {SOURCE_COLOURS["accepted_ngram"]}
+    assert shapes == {4 + 4 + 1}
+    assert len(set(images)) > 1  # the map changed during the run
+    assert window.kv_map.image.image.shape[0] == 9
+
+
+def test_speculative_and_lookup_colour_drafts(window, qtbot, smollm_drafts):
+    window.choose_draft(str(smollm_drafts["default-q3_k_m"]))
+    qtbot.waitUntil(lambda: window.draft_path is not None, timeout=TIMEOUT_MS)
+    window.input.chat_mode.setChecked(False)
+    window.input.show_rejected.setChecked(True)
+    run(window, qtbot, CODE_PROMPT, mode="speculative", k=4, max_tokens=60)
+    assert window.stream.generated_text() == window.last_finished.text
+    colours = colours_by_source(window)
+    assert colours["accepted_draft"] == {SOURCE_COLOURS["accepted_draft"]}
+    assert "rejected" in colours  # ghosts shown where drafts were tried
+    run(window, qtbot, CODE_PROMPT, mode="lookup", k=4, ngram=3, max_tokens=60)
+    assert window.stream.generated_text() == window.last_finished.text
+    assert window.last_finished.stats["n_drafted"] > 0
+
+
+def test_pending_parameters_apply_to_the_next_run_only(window, qtbot):
+    window.input.chat_mode.setChecked(False)
+    window.controls.set_values({"mode": "plain", "max_tokens": 40})
+    window.input.set_text("Once upon a time")
+    window.start_run()
+    qtbot.waitUntil(lambda: window.controls.pending() == [], timeout=TIMEOUT_MS)  # applied at start
+    window.controls.set_values({"max_tokens": 12})
+    assert window.controls.pending() == ["max_tokens"]
+    assert "Pending" in window.controls.pending_label.text()
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert len(window.last_finished.token_ids) == 40
+    run(window, qtbot, "Once upon a time")
+    assert len(window.last_finished.token_ids) == 12
+    assert window.controls.pending() == []
+
+
+def test_invalid_combination_is_explained_and_blocks_run(window):
+    window.controls.set_values({"mode": "lookahead", "W": 64, "N": 10, "G": 64})
+    assert "batch holds 512" in window.controls.error_label.text()
+    assert not window.input.run.isEnabled()
+    window.controls.set_values({"mode": "speculative", "W": 4, "N": 3, "G": 4})
+    assert "draft model" in window.controls.error_label.text()
+
+
+def test_stop_ends_within_one_step_and_the_app_runs_again(window, qtbot):
+    emitted: list[tuple[float, object]] = []
+    original_emit = window.worker._emit
+
+    def record(event):
+        emitted.append((time.perf_counter(), event))
+        original_emit(event)
+
+    window.worker._emit = record
+    window.input.chat_mode.setChecked(False)
+    window.controls.set_values({"mode": "plain", "max_tokens": 2000})
+    window.input.set_text(CODE_PROMPT)
+    window.start_run()
+    qtbot.waitUntil(lambda: len(window.stats.steps) >= 3 or not window.running, timeout=TIMEOUT_MS)
+    assert window.running
+    stop_time = time.perf_counter()
+    window.stop_run()
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    from engine.events import StepDone
+
+    assert window.last_finished.finish_reason == "cancelled"
+    steps_after_stop = [e for t, e in emitted if t > stop_time and isinstance(e, StepDone)]
+    assert len(steps_after_stop) <= 1
+    assert "cancelled" in window.statusBar().currentMessage()
+    run(window, qtbot, "Hello", max_tokens=8)
+    assert window.last_finished.finish_reason == "length"
+
+
+def test_bad_model_file_shows_the_error_and_keeps_the_app_usable(window, qtbot, tmp_path):
+    bogus = tmp_path / "broken.gguf"
+    bogus.write_bytes(b"GGUF" + b"\0" * 64)
+    window.load_model(str(bogus))
+    qtbot.waitUntil(lambda: "broken.gguf" in window.error_label.text(), timeout=TIMEOUT_MS)
+    assert window.model_loaded  # the previous model stays loaded
+    window.input.chat_mode.setChecked(False)
+    run(window, qtbot, "Hello", mode="plain", max_tokens=8)
+    assert window.last_finished.finish_reason == "length"
+
+
+def test_two_turn_chat_keeps_turns_and_regenerate_replaces_only_the_last(window, qtbot):
+    window.input.chat_mode.setChecked(True)
+    run(window, qtbot, "Name one colour.", mode="plain", max_tokens=24)
+    run(window, qtbot, "Name one animal.", max_tokens=24)
+    assert [t.user for t in window.turns] == ["Name one colour.", "Name one animal."]
+    assert all(t.stats is not None for t in window.turns)
+    first_answer = window.turns[0].text
+    text_before = window.stream.toPlainText()
+    assert "Name one colour." in text_before and "Name one animal." in text_before
+    window.controls.set_values({"temperature": 0.9, "seed": 7})
+    window.regenerate()
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert len(window.turns) == 2
+    assert window.turns[0].text == first_answer
+    assert window.turns[1].user == "Name one animal." and window.turns[1].stats is not None
+    assert window.stream.toPlainText().count("You: ") == 2
+
+
+def test_settings_persist(qtbot, tmp_path, smollm_drafts):
+    path = str(tmp_path / "persist.ini")
+    settings = QtCore.QSettings(path, QtCore.QSettings.IniFormat)
+    win = MainWindow("default", settings=settings)
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: win.model_loaded, timeout=TIMEOUT_MS)
+    win.controls.set_values({"mode": "lookahead", "W": 7, "N": 4, "G": 2})
+    win.set_theme("dark")
+    win.close()
+    again = MainWindow(autoload=False, settings=QtCore.QSettings(path, QtCore.QSettings.IniFormat))
+    qtbot.addWidget(again)
+    values = again.controls.values()
+    assert (values["mode"], values["W"], values["N"], values["G"]) == ("lookahead", 7, 4, 2)
+    assert again.settings.value("theme") == "dark"
+    assert again.settings.value("last_model") == str(catalog.known_path("default"))
+    again.set_theme("system")
+    again.close()
