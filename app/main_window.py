@@ -230,44 +230,47 @@ class MainWindow(QtWidgets.QMainWindow):
         return (self.model_path, text, bool(self.input.chat_mode.isChecked()), config.max_tokens,
                 config.sampling.temperature, config.sampling.seed)
 
-    def start_run(self) -> None:
-        if self.running or not self.model_loaded:
-            return
+    def _valid_config(self):
+        """The next run's config, or None (with the reason shown) if the controls are invalid."""
         error = self.controls.validation_error()
         if error:
             self.error_label.setText(error)
+            return None
+        self.error_label.setText("")
+        return self.controls.config()
+
+    def _launch(self, turn: Turn, config, text: str, *, regenerate: bool = False) -> None:
+        self.turns.append(turn)
+        self.last_run_key = self.run_key(turn.user, config)
+        self._begin_run()
+        self._render_all()
+        self.worker.start_run(config, text, chat=turn.chat, regenerate=regenerate)
+
+    def start_run(self) -> None:
+        if self.running or not self.model_loaded:
             return
         text = self.input.text()
-        chat = self.input.chat_mode.isChecked() and self.has_chat_template
         if not text.strip():
             self.error_label.setText("Type a message or a prompt first.")
             return
-        config = self.controls.config()
-        self.error_label.setText("")
-        if not chat:
-            self.turns = [t for t in self.turns if t.chat]  # a completion replaces the last completion
-        self.turns.append(Turn(user=text, chat=chat, mode=config.mode))
-        self.last_run_key = self.run_key(text, config)
+        config = self._valid_config()
+        if config is None:
+            return
+        chat = self.input.chat_mode.isChecked() and self.has_chat_template
         if chat:
             self.input.set_text("")
-        self._begin_run()
-        self._render_all()
-        self.worker.start_run(config, text, chat=chat)
+        else:
+            self.turns = [t for t in self.turns if t.chat]  # a completion replaces the last completion
+        self._launch(Turn(user=text, chat=chat, mode=config.mode), config, text)
 
     def regenerate(self) -> None:
         if self.running or not self.turns or not self.turns[-1].chat or self.turns[-1].finish is None:
             return
-        error = self.controls.validation_error()
-        if error:
-            self.error_label.setText(error)
+        config = self._valid_config()
+        if config is None:
             return
-        config = self.controls.config()
         last = self.turns.pop()
-        self.turns.append(Turn(user=last.user, chat=True, mode=config.mode))
-        self.last_run_key = self.run_key(last.user, config)
-        self._begin_run()
-        self._render_all()
-        self.worker.start_run(config, "", chat=True, regenerate=True)
+        self._launch(Turn(user=last.user, chat=True, mode=config.mode), config, "", regenerate=True)
 
     def edit_last(self) -> None:
         if self.running or not self.turns:

@@ -32,3 +32,11 @@ CHAT_PROMPT = "Explain in a few paragraphs how a bicycle's gears work and why th
 
 def model_path(key: str = "default") -> Path:
     return catalog.resolve(key)
+
+
+def measure(session, tokens: list[int], config) -> dict:
+    """Run ``config`` on ``tokens`` to the end and return the run's stats."""
+    final = None
+    for event in session.run(config, tokens):
+        final = event
+    return final.stats
