@@ -34,8 +34,12 @@ class DraftModelDrafter:
         self.cached: list[int] = []
 
     def begin(self, prompt: Sequence[int]) -> None:
+        """Decode the prompt exactly as the target did (same chunks): a draft that is the target
+        itself then holds bit-identical KV values, so it agrees with the target on every token
+        even where large batches are not batch-invariant."""
         self.draft.memory.clear()
         self.cached = []
+        self._decode_chunks(prompt, 0)
 
     def settle(self, context: Sequence[int]) -> None:
         """Trim the draft's cache to the longest prefix it shares with the accepted context."""
@@ -56,18 +60,21 @@ class DraftModelDrafter:
     def _sync(self, context: Sequence[int]) -> int:
         """Make the draft cache hold ``context``; return the batch row of the newest token's logits."""
         common = min(self._common_prefix(context), len(context) - 1)  # always decode the newest token
-        d = self.draft
-        d.memory.seq_rm(0, common, -1)
+        self.draft.memory.seq_rm(0, common, -1)
         del self.cached[common:]
-        pending = list(context[common:])
+        return self._decode_chunks(context[common:], common)
+
+    def _decode_chunks(self, tokens: Sequence[int], start_pos: int) -> int:
+        """Decode ``tokens`` from ``start_pos`` in n_batch chunks; return the last logits row."""
+        d = self.draft
         row = 0
-        for start in range(0, len(pending), d.n_batch):
-            chunk = pending[start : start + d.n_batch]
+        for start in range(0, len(tokens), d.n_batch):
+            chunk = list(tokens[start : start + d.n_batch])
             d.batch.clear()
-            d.batch.add_run(chunk, common + start, 0, logits_last=True)
+            d.batch.add_run(chunk, start_pos + start, 0, logits_last=True)
             d.memory.decode(d.batch)
             row = len(chunk) - 1
-        self.cached.extend(pending)
+        self.cached.extend(tokens)
         return row
 
     def _target_sized(self, q: np.ndarray) -> np.ndarray:
