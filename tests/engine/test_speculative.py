@@ -68,7 +68,11 @@ def test_greedy_speculation_is_lossless_on_gemma(gemma_path, mode):
                  draft_path=gemma_path if mode == "speculative" else None) as session:
         tokens = session.tokenize_prompt(CODE_PROMPT)
         plain = session.complete(RunConfig(max_tokens=N_TOKENS), CODE_PROMPT).token_ids
-        for params in (SpeculativeParams(k=4), SpeculativeParams(k=2, adaptive="heuristic", k_max=8)):
+        # the 270M model drafting for itself is slow on a CPU: one setting for the draft model
+        settings = [SpeculativeParams(k=4)]
+        if mode == "lookup":
+            settings.append(SpeculativeParams(k=2, adaptive="heuristic", k_max=8))
+        for params in settings:
             result = session.complete(spec(mode, params), CODE_PROMPT)
             deviation = deviation_for_batch(probe, params.k_max + 1)
             assert_lossless(session, tokens, plain, result.token_ids, deviation, f"gemma {mode} {params}")
