@@ -15,6 +15,9 @@ from engine.batch import Batch
 from engine.errors import DecodeError
 
 
+_NO_ABORT = llama.ggml_abort_callback()  # a NULL callback
+
+
 class NoKvSlot(Exception):
     """llama_decode found no room in the KV cache for the batch (the context is full)."""
 
@@ -34,12 +37,20 @@ class MemoryObserver(Protocol):
     def on_clear(self) -> None: ...
 
 
+# Batches at least this long get llama.cpp's abort callback, so that Stop interrupts a long prompt
+# or lookahead decode. Shorter decodes are not worth it: ggml calls the callback hundreds of times
+# per decode from its worker threads, each call taking the GIL, which measurably slowed
+# small-batch decoding (prompt lookup, plain); the run's cancel flag is checked between steps.
+LONG_DECODE_TOKENS = 32
+
+
 class Memory:
     """Decode and memory calls on one context, mirrored into ``mirror`` (and checked by
     ``verifier`` against llama.cpp's own dump when the KV debug check is on)."""
 
-    def __init__(self, ctx: llama.llama_context_p, mirror=None, verifier=None) -> None:
+    def __init__(self, ctx: llama.llama_context_p, mirror=None, verifier=None, abort_callback=None) -> None:
         self.ctx = ctx
+        self.abort_callback = abort_callback
         self.mem = llama.llama_get_memory(ctx)
         self.mirror = mirror
         self.verifier = verifier
@@ -53,8 +64,15 @@ class Memory:
         cache is as before), :class:`DecodeAborted` on cancel, :class:`DecodeError` otherwise.
         """
         expected = self.verifier.before_decode() if self.verifier is not None else None
+        long_decode = self.abort_callback is not None and batch.n_tokens >= LONG_DECODE_TOKENS
+        if long_decode:
+            llama.llama_set_abort_callback(self.ctx, self.abort_callback, None)
         t0 = time.perf_counter()
-        rc = llama.llama_decode(self.ctx, batch.raw)
+        try:
+            rc = llama.llama_decode(self.ctx, batch.raw)
+        finally:
+            if long_decode:
+                llama.llama_set_abort_callback(self.ctx, _NO_ABORT, None)
         dt = time.perf_counter() - t0
         self.t_decode_s += dt
         if expected is not None:

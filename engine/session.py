@@ -161,7 +161,6 @@ class Session:
             )
         stack = contextlib.ExitStack()
         stack.callback(llama.llama_free, ctx)
-        llama.llama_set_abort_callback(ctx, self._abort_cb, None)
         return ctx, stack
 
     def _new_memory(self, ctx: llama.llama_context_p, model: LoadedModel, n_seq_max: int,
@@ -170,7 +169,7 @@ class Session:
         verifier = None
         if self.verify_kv:
             verifier = stack.enter_context(KvVerifier(mirror))
-        return Memory(ctx, mirror, verifier)
+        return Memory(ctx, mirror, verifier, abort_callback=self._abort_cb)
 
     def _make_context(self, n_seq_max: int) -> None:
         """(Re)create the target context with room for ``n_seq_max`` sequences."""
