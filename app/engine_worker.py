@@ -12,7 +12,7 @@ import collections
 import queue
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 # ------------------------------------------------------------------ what the worker reports

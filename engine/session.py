@@ -7,7 +7,6 @@ call that may come from another thread is :meth:`Session.cancel`.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import threading
 import time

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.qt import QtGui, QtWidgets, Qt, Signal
+from app.qt import QtGui, QtWidgets, Signal
 
 
 class ChatInput(QtWidgets.QWidget):

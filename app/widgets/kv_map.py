@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.qt import QtCore, QtGui, QtWidgets, pg
+from app.qt import QtGui, QtWidgets, pg
 
 pg.setConfigOptions(imageAxisOrder="row-major")
 

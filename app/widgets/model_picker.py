@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.qt import QtCore, QtGui, QtWidgets, Signal
+from app.qt import QtCore, QtWidgets, Signal
 
 OPEN_FILE = "__open__"
 NO_DRAFT = ""

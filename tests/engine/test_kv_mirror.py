@@ -66,8 +66,8 @@ def test_reference_layout_fragments_the_cache(verified_smollm):
         config = RunConfig(mode="lookahead", max_tokens=60, lookahead=LookaheadParams(4, 3, 4, ordered_kv=ordered))
         run = verified_smollm.run(config, verified_smollm.tokenize_prompt(CODE_PROMPT))
         seen = []
-        for event in run:
-            if isinstance(event, StepDone):  # lookahead reports a step after tidying the cache
+        for item in run:
+            if isinstance(item, StepDone):  # lookahead reports a step after tidying the cache
                 seen.append(verified_smollm.memory.mirror.base.fragmentation()[0])
         holes[ordered] = max(seen)
     assert holes[False] > 0

@@ -6,7 +6,7 @@ import pytest
 
 from engine.config import LookaheadParams, RunConfig
 from engine.errors import ConfigError
-from engine.events import RunFinished, StepDone
+from engine.events import StepDone
 from engine.probe import deviation_for_batch, probe_exactness
 from engine.sampling import SamplingParams
 from engine.session import Session

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 
 from engine.models import LoadedModel
 from engine.tokens import IncrementalDetokenizer, Vocab
