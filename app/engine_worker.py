@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import queue
+import sys
 import threading
 import traceback
 from dataclasses import dataclass
@@ -103,6 +104,7 @@ class _History:
 
 
 _QUIT = object()
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 class EngineWorker:
@@ -144,6 +146,9 @@ class EngineWorker:
                 self._session.cancel()
 
     def start(self) -> None:
+        # Between two decodes the engine thread needs the GIL for a millisecond or two; with the
+        # default 5 ms switch interval it can wait that long behind the GUI thread's painting.
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self._thread.start()
 
     def shutdown(self) -> None:

@@ -103,6 +103,8 @@ class KvMapView(QtWidgets.QWidget):
             self._shape = image.shape
             self.follow = True
             self.plot.setYRange(0, n_seq, padding=0.02)
+            # whole sequence numbers on the sequence axis, however few rows there are
+            self.plot.getAxis("left").setTickSpacing(max(1, n_seq // 8), 1)
         if self.follow:  # the newest cells, where the step's branches are
             self.plot.setXRange(max(0, used_top - self.FOLLOW_CELLS), used_top + 4, padding=0)
         self.frame.setData([0, used_top, used_top, 0, 0], [0, 0, n_seq, n_seq, 0])
