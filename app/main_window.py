@@ -236,7 +236,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _valid_config(self):
         """The next run's config, or None (with the reason shown) if the controls are invalid."""
-        error = self.controls.validation_error()
+        error = self.controls.error
         if error:
             self.error_label.setText(error)
             return None
@@ -488,7 +488,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _update_buttons(self) -> None:
         idle = self.model_loaded and not self.running
-        valid = self.controls.validation_error() is None
+        valid = self.controls.error is None
         self.input.run.setEnabled(idle and valid)
         self.run_action.setEnabled(idle and valid)
         self.input.stop.setEnabled(self.running)

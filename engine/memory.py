@@ -7,6 +7,7 @@ the KV cache (the cell mirror of the KV-map view) sees every change exactly once
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 import llama_cpp as llama
@@ -86,6 +87,19 @@ class Memory:
         if rc == 2:
             raise DecodeAborted()
         raise DecodeError(f"llama_decode failed with code {rc} on a batch of {batch.n_tokens} tokens")
+
+    def decode_tokens(self, batch: Batch, tokens: Sequence[int], start_pos: int, seq_id: int = 0) -> int:
+        """Decode consecutive ``tokens`` of one sequence in batch-sized chunks, logits for the last
+        one only; return its row. Every caller that must reproduce another's cache (the target's
+        prompt, a draft's, a test's plain schedule) chunks the same way through here."""
+        row = 0
+        for start in range(0, len(tokens), batch.capacity):
+            chunk = tokens[start : start + batch.capacity]
+            batch.clear()
+            batch.add_run(chunk, start_pos + start, seq_id, logits_last=True)
+            self.decode(batch)
+            row = len(chunk) - 1
+        return row
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         ok = bool(llama.llama_memory_seq_rm(self.mem, seq_id, p0, p1))

@@ -124,7 +124,7 @@ class Session:
             )
 
     def _new_context(self, model: LoadedModel, n_seq_max: int) -> tuple[llama.llama_context_p, contextlib.ExitStack]:
-        """A context on ``model`` and the stack that frees it (its batch first, then the context)."""
+        """A context on ``model`` and the stack that frees it."""
         params = llama.llama_context_default_params()
         params.n_ctx = self.n_ctx
         params.n_batch = self.n_batch

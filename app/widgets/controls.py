@@ -21,6 +21,7 @@ class ControlsPanel(QtWidgets.QWidget):
         super().__init__(parent)
         self.n_batch = n_batch
         self.draft_loaded = False
+        self.error: str | None = None  # why the current values cannot run, refreshed on every change
         self._applied: dict | None = None
         layout = QtWidgets.QVBoxLayout(self)
 
@@ -183,8 +184,8 @@ class ControlsPanel(QtWidgets.QWidget):
         self.draft_hint.setText("" if self.draft_loaded else "Choose a draft model in the model bar.")
         la = self.config().lookahead
         self.batch_label.setText(f"{la.n_sequences} sequences · up to {la.batch_size} tokens a step (batch {self.n_batch})")
-        error = self.validation_error()
-        self.error_label.setText(error or "")
+        self.error = self.validation_error()
+        self.error_label.setText(self.error or "")
         self._refresh_pending()
         self.changed.emit()
 

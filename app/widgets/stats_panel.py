@@ -59,7 +59,7 @@ class StatsPanel(QtWidgets.QWidget):
         self.accepted: list[int] = []
         self.tokens_per_step: list[int] = []
         self.n_tokens = self.n_drafted = self.n_accepted = 0
-        self.t_start = None
+        self.elapsed_s = 0.0
         self.k = None
         for value in self.values.values():
             value.setText("–")
@@ -89,7 +89,7 @@ class StatsPanel(QtWidgets.QWidget):
         v["accepted / drafted"].setText(f"{self.n_accepted} / {self.n_drafted}")
         v["acceptance"].setText(f"{100 * self.n_accepted / self.n_drafted:.1f}%" if self.n_drafted else "–")
         v["k"].setText(str(self.k) if self.k is not None else "–")
-        if getattr(self, "elapsed_s", 0) > 0:
+        if self.elapsed_s > 0:
             v["tokens/s"].setText(f"{self.n_tokens / self.elapsed_s:.1f}")
         self.accept_curve.setData(np.asarray(self.steps), np.asarray(self.accepted))
         counts = np.bincount(np.asarray(self.tokens_per_step))

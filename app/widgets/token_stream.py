@@ -95,20 +95,6 @@ class TokenStream(QtWidgets.QTextEdit):
             return self._token_meta[i]
         return None
 
-    def sources_in_document(self) -> list[tuple[str, str]]:
-        """(text, source) runs read back from the document's char formats (for tests and export)."""
-        runs = []
-        block = self.document().begin()
-        while block.isValid():
-            it = block.begin()
-            while not it.atEnd():
-                frag = it.fragment()
-                if frag.isValid():
-                    runs.append((frag.text(), frag.charFormat().property(SOURCE_PROPERTY)))
-                it += 1
-            block = block.next()
-        return runs
-
     def event(self, ev):  # tooltips per token
         if ev.type() == ev.Type.ToolTip:
             cursor = self.cursorForPosition(ev.pos())

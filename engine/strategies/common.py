@@ -98,8 +98,13 @@ class Runtime:
 
     def decode(self) -> float | None:
         """Decode ``self.batch``; on a full context or a cancel, record why and return None."""
+        return self._guarded(lambda: self.memory.decode(self.batch))
+
+    def _guarded(self, call):
+        """``call()``, or None with the finish reason recorded if the context filled or the run
+        was cancelled meanwhile."""
         try:
-            return self.memory.decode(self.batch)
+            return call()
         except NoKvSlot:
             self.output.finish(FINISH_CONTEXT_FULL)
         except DecodeAborted:
@@ -122,20 +127,13 @@ class Runtime:
 def decode_prompt(rt: Runtime, tokens: Sequence[int], seq_id: int = 0) -> int | None:
     """Decode the prompt into ``seq_id`` in chunks of n_batch; return the batch row of its logits.
 
-    Returns None if the run was cancelled (or the cache filled) meanwhile.
+    Returns None if the run was cancelled (or the cache filled) meanwhile; the abort callback
+    interrupts every full-size chunk.
     """
     t0 = time.perf_counter()
-    last_row = None
-    for start in range(0, len(tokens), rt.n_batch):
-        if rt.cancel.is_set():
-            rt.output.finish(FINISH_CANCELLED)
-            return None
-        chunk = tokens[start : start + rt.n_batch]
-        rt.batch.clear()
-        rt.batch.add_run(chunk, start, seq_id, logits_last=start + len(chunk) == len(tokens))
-        if rt.decode() is None:
-            return None
-        last_row = len(chunk) - 1
+    row = rt._guarded(lambda: rt.memory.decode_tokens(rt.batch, list(tokens), 0, seq_id))
+    if row is None:
+        return None
     rt.counters.n_prompt = len(tokens)
     rt.counters.t_encode_s = time.perf_counter() - t0
-    return last_row
+    return row

@@ -65,15 +65,8 @@ class DraftModelDrafter:
         return self._decode_chunks(context[common:], common)
 
     def _decode_chunks(self, tokens: Sequence[int], start_pos: int) -> int:
-        """Decode ``tokens`` from ``start_pos`` in n_batch chunks; return the last logits row."""
-        d = self.draft
-        row = 0
-        for start in range(0, len(tokens), d.n_batch):
-            chunk = list(tokens[start : start + d.n_batch])
-            d.batch.clear()
-            d.batch.add_run(chunk, start_pos + start, 0, logits_last=True)
-            d.memory.decode(d.batch)
-            row = len(chunk) - 1
+        """Decode ``tokens`` from ``start_pos`` on the draft's cache; return the last logits row."""
+        row = self.draft.memory.decode_tokens(self.draft.batch, list(tokens), start_pos)
         self.cached.extend(tokens)
         return row
 

@@ -90,7 +90,6 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         yield StepDone(0, (info,), 0, 0, 0.0, 0.0, {"k": params.k})
     context.append(token)
     k_control = AdaptiveK(params)
-    t_draft_total = 0.0
     step = 1
 
     while not rt.should_stop(n_past, 1):
@@ -98,7 +97,7 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         room = min(rt.n_ctx - n_past - 1, rt.n_batch - 1, rt.config.max_tokens - len(out.ids) - 1)
         k = max(0, min(k_control.k, room))
         draft = drafter.propose(context, k) if k > 0 else Draft([], None, 0.0)
-        t_draft_total += draft.t_draft_s
+        counters.t_draft_s += draft.t_draft_s
         proposals = draft.tokens[:k]
 
         # ---- verify: the input token and every proposal in one target batch --------------------
@@ -126,9 +125,9 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
             if info is not None:
                 emitted.append(info)
             context.append(chosen)
+            n_accepted += accepted
             if not accepted or out.done:
                 break
-            n_accepted += 1
 
         # ---- the target's cache keeps the input token and the accepted proposals ----------------
         n_past += 1 + n_accepted
@@ -140,7 +139,6 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         now = time.perf_counter()
         counters.record_step(len(emitted), len(proposals), n_accepted, t_decode)
         counters.record_positions(len(proposals), n_accepted)
-        counters.t_draft_s = t_draft_total
         if rejected:
             yield RejectedDraft(step, tuple(rejected), tuple(rt.vocab.piece(t).decode("utf-8", "replace") for t in rejected))
         if emitted:

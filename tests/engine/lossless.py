@@ -21,13 +21,7 @@ def plain_margin_at(session: Session, prompt: Sequence[int], prefix: Sequence[in
     (prompt in batches of n_batch, then one token per decode) so the logits are plain's, bit for bit."""
     memory, batch = session.memory, session.batch
     memory.clear()
-    row = 0
-    for start in range(0, len(prompt), session.n_batch):
-        chunk = list(prompt[start : start + session.n_batch])
-        batch.clear()
-        batch.add_run(chunk, start, 0, logits_last=True)
-        memory.decode(batch)
-        row = len(chunk) - 1
+    row = memory.decode_tokens(batch, list(prompt), 0)
     for i, token in enumerate(prefix):
         batch.clear()
         row = batch.add(token, len(prompt) + i, (0,), True)
