@@ -53,6 +53,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     sp.add_argument("--p-min", type=float, default=0.0)
     sp.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram matched")
     sp.add_argument("--ngram-min", type=int, default=1, help="prompt lookup: shortest n-gram matched")
+    sp.add_argument("--lookup", choices=("cache", "latest"), default="cache",
+                    help="prompt lookup: confident continuations from n-gram counts (llama-lookup) "
+                         "or whatever followed the latest match (transformers)")
 
 
 def _config_from(args: argparse.Namespace):
@@ -68,7 +71,7 @@ def _config_from(args: argparse.Namespace):
         ),
         speculative=SpeculativeParams(
             k=args.draft, adaptive=args.adaptive, k_min=args.k_min, k_max=args.k_max,
-            p_min=args.p_min, ngram_max=args.ngram_max, ngram_min=args.ngram_min,
+            p_min=args.p_min, ngram_max=args.ngram_max, ngram_min=args.ngram_min, lookup=args.lookup,
         ),
     )
 

@@ -63,6 +63,9 @@ class SpeculativeParams:
     p_min: float = 0.0
     ngram_max: int = 3  # prompt lookup: longest n-gram matched
     ngram_min: int = 1
+    # prompt lookup: "cache" drafts confident continuations from the context's n-gram counts
+    # (llama-lookup); "latest" copies what followed the most recent match (transformers)
+    lookup: Literal["cache", "latest"] = "cache"
 
     def validate(self) -> None:
         if self.k < 1:
@@ -75,6 +78,8 @@ class SpeculativeParams:
             raise ConfigError(f"p_min must be in [0, 1), got {self.p_min}")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ConfigError(f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")
+        if self.lookup not in ("cache", "latest"):
+            raise ConfigError(f"prompt lookup must be cache or latest, got {self.lookup!r}")
 
 
 @dataclass(frozen=True)

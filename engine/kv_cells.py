@@ -89,15 +89,19 @@ class KvCells:
         self.head = 0
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        # on cell indices rather than masks: a step usually removes a few cells, or none
         in_range = self._in_range(p0, p1)
         if seq >= 0:
-            hit = in_range & self.seqs[:, seq]
+            hit = np.flatnonzero(in_range & self.seqs[:, seq])
             self.seqs[hit, seq] = False
-            freed = hit & ~self.seqs.any(axis=1)
+            freed = hit[~self.seqs[hit].any(axis=1)]
         else:
-            freed = in_range
-        self._clear_cells(freed)
-        self._lower_head_to_first(freed)
+            freed = np.flatnonzero(in_range)
+        if freed.size:
+            self.pos[freed] = -1
+            self.seqs[freed] = False
+            # llama.cpp: "if we freed up a slot, set head to it so searching can start there"
+            self.head = min(self.head, int(freed[0]))
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         if src == dst:
@@ -136,14 +140,21 @@ class KvCells:
         head = self.head
         if head > self.used + 2 * n_tokens:
             head = 0
+        if self.n_swa == 0:
+            # the common case, without building the whole search order: free cells from head on,
+            # then free cells before it
+            free = self.pos < 0
+            picked = np.flatnonzero(free[head:])[:n_tokens] + head
+            if picked.size < n_tokens:
+                picked = np.concatenate([picked, np.flatnonzero(free[:head])[: n_tokens - picked.size]])
+            return picked if picked.size == n_tokens else None
         order = np.concatenate([np.arange(head, self.size), np.arange(0, head)])
         usable = self.pos[order] < 0
-        if self.n_swa > 0:
-            single = self.seqs[order].sum(axis=1) == 1
-            if single.any():
-                pos_max = self.seq_ranges()[1]
-                owner = self.seqs[order].argmax(axis=1)
-                usable |= single & self._swa_masked(self.pos[order], pos_max[owner] + 1)
+        single = self.seqs[order].sum(axis=1) == 1
+        if single.any():
+            pos_max = self.seq_ranges()[1]
+            owner = self.seqs[order].argmax(axis=1)
+            usable |= single & self._swa_masked(self.pos[order], pos_max[owner] + 1)
         picked = order[usable][:n_tokens]
         return picked if picked.size == n_tokens else None
 
@@ -171,6 +182,12 @@ class KvCells:
         All or nothing: if any ubatch finds no slot the cells are left as they were (llama.cpp
         restores its state and llama_decode returns 1).
         """
+        if len(pos) <= n_ubatch:  # one ubatch: nothing to undo if it finds no slot
+            slot = self.find_slot(len(pos))
+            if slot is None:
+                return False
+            self.apply_ubatch(slot, pos, seq_sets)
+            return True
         trial = self.copy()
         for start in range(0, len(pos), n_ubatch):
             end = min(start + n_ubatch, len(pos))

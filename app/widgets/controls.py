@@ -60,9 +60,15 @@ class ControlsPanel(QtWidgets.QWidget):
         self.p_min = SliderSpin("p_min", 0.0, 0.99, 0.0, step=0.05, decimals=2,
                                 tooltip="stop drafting when the draft's top probability falls below this")
         self.ngram = SliderSpin("n-gram", 1, 8, 3, tooltip="prompt lookup: longest n-gram matched")
+        self.lookup = QtWidgets.QComboBox()
+        for key, label in (("cache", "confident n-gram counts (llama-lookup)"),
+                           ("latest", "latest match, always k (transformers)")):
+            self.lookup.addItem(label, key)
+        self.lookup.setToolTip("How prompt lookup picks what to draft: the most frequent continuation, "
+                               "drafted only while it is confident, or whatever followed the latest match")
         self.draft_hint = QtWidgets.QLabel()
         self.draft_hint.setWordWrap(True)
-        for w in (self.k, self.adaptive, self.p_min, self.ngram, self.draft_hint):
+        for w in (self.k, self.adaptive, self.p_min, self.ngram, self.lookup, self.draft_hint):
             sp.addWidget(w)
         layout.addWidget(self.spec_box)
 
@@ -85,8 +91,8 @@ class ControlsPanel(QtWidgets.QWidget):
         layout.addWidget(self.error_label)
         layout.addStretch(1)
 
-        self.mode.currentIndexChanged.connect(self._on_change)
-        self.adaptive.currentIndexChanged.connect(self._on_change)
+        for combo in self._combos().values():
+            combo.currentIndexChanged.connect(self._on_change)
         for w in self._value_widgets().values():
             if isinstance(w, SliderSpin):
                 w.valueChanged.connect(self._on_change)
@@ -100,22 +106,22 @@ class ControlsPanel(QtWidgets.QWidget):
                 "k": self.k, "p_min": self.p_min, "ngram": self.ngram, "temperature": self.temperature,
                 "top_p": self.top_p, "seed": self.seed, "max_tokens": self.max_tokens}
 
+    def _combos(self) -> dict[str, QtWidgets.QComboBox]:
+        return {"mode": self.mode, "adaptive": self.adaptive, "lookup": self.lookup}
+
     def values(self) -> dict:
-        out = {"mode": self.mode.currentData(), "adaptive": self.adaptive.currentData()}
+        out = {name: combo.currentData() for name, combo in self._combos().items()}
         for name, w in self._value_widgets().items():
             out[name] = w.isChecked() if isinstance(w, QtWidgets.QCheckBox) else w.value()
         return out
 
     def set_values(self, values: dict) -> None:
         for name, value in values.items():
-            if name == "mode":
-                i = self.mode.findData(value)
+            if name in self._combos():
+                combo = self._combos()[name]
+                i = combo.findData(value)
                 if i >= 0:
-                    self.mode.setCurrentIndex(i)
-            elif name == "adaptive":
-                i = self.adaptive.findData(value)
-                if i >= 0:
-                    self.adaptive.setCurrentIndex(i)
+                    combo.setCurrentIndex(i)
             elif name in self._value_widgets():
                 w = self._value_widgets()[name]
                 if isinstance(w, QtWidgets.QCheckBox):
@@ -135,7 +141,7 @@ class ControlsPanel(QtWidgets.QWidget):
                                     seed=None if v["seed"] < 0 else int(v["seed"])),
             lookahead=LookaheadParams(int(v["W"]), int(v["N"]), int(v["G"]), v["seed_pool"], False, v["ordered_kv"]),
             speculative=SpeculativeParams(k=int(v["k"]), adaptive=v["adaptive"], k_max=max(16, int(v["k"])),
-                                          p_min=float(v["p_min"]), ngram_max=int(v["ngram"])),
+                                          p_min=float(v["p_min"]), ngram_max=int(v["ngram"]), lookup=v["lookup"]),
         )
 
     def validation_error(self) -> str | None:
@@ -165,6 +171,10 @@ class ControlsPanel(QtWidgets.QWidget):
                 font = w.font()
                 font.setBold(name in pending)
                 w.setFont(font)
+        for name, combo in self._combos().items():
+            font = combo.font()
+            font.setBold(name in pending)
+            combo.setFont(font)
         font = self.mode_label.font()
         font.setBold("mode" in pending)
         self.mode_label.setFont(font)
@@ -180,6 +190,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self.spec_box.setVisible(mode in ("speculative", "lookup"))
         self.p_min.setVisible(mode == "speculative")
         self.ngram.setVisible(mode == "lookup")
+        self.lookup.setVisible(mode == "lookup")
         self.draft_hint.setVisible(mode == "speculative")
         self.draft_hint.setText("" if self.draft_loaded else "Choose a draft model in the model bar.")
         la = self.config().lookahead

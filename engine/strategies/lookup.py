@@ -1,5 +1,17 @@
-"""Prompt lookup decoding: draft by copying what followed the latest earlier occurrence of the
-last few tokens (llama.cpp's ``examples/lookup``, transformers' prompt lookup)."""
+"""Prompt lookup decoding: draft by copying what followed the last few tokens earlier in the
+context (llama.cpp's ``examples/lookup``, transformers' prompt lookup).
+
+Two ways to pick the continuation, both proposing point masses (no draft distribution):
+
+``cache`` (default, llama-lookup's context n-gram cache): every n-gram of the context counts the
+tokens that followed it. Each draft position takes the longest n-gram whose most frequent
+follower is frequent and dominant enough, and drafting stops at the first position where none
+is. Unconfident positions are never sent to the target, so a step verifies few tokens that are
+bound to be rejected.
+
+``latest`` (transformers, llama-cpp-python's ``LlamaPromptLookupDecoding``): the most recent
+occurrence of the longest matching n-gram, and the k tokens that followed it, unconditionally.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +24,92 @@ from engine.events import Event
 from engine.strategies.common import Runtime
 from engine.strategies.verify import Draft, run_draft_verify
 
+# Confidence a continuation needs before it is drafted, by n-gram length (1, 2, 3 and longer):
+# how many times the n-gram must have been followed by anything, and the share (percent) the most
+# frequent follower must hold. The values are llama.cpp's "lax" thresholds for its context cache
+# (common/ngram-cache.cpp): a lone token is weak evidence, a 3-gram seen once is strong.
+MIN_SAMPLES = (2, 2, 1)
+MIN_PERCENT = (66, 50, 50)
 
-class PromptLookupDrafter:
+
+class _Followers:
+    """The tokens seen after one n-gram: counts, their total, and the most frequent one
+    (the most recent wins a tie), kept up to date on every insert."""
+
+    __slots__ = ("counts", "total", "best", "best_count")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.total = 0
+        self.best = -1
+        self.best_count = 0
+
+    def add(self, token: int) -> None:
+        count = self.counts.get(token, 0) + 1
+        self.counts[token] = count
+        self.total += 1
+        if count >= self.best_count:
+            self.best, self.best_count = token, count
+
+
+class NgramCacheDrafter:
+    """llama-lookup's drafting from a context n-gram cache (see the module docstring)."""
+
+    def __init__(self, ngram_min: int, ngram_max: int) -> None:
+        self.ngram_min, self.ngram_max = ngram_min, ngram_max
+        self.followers: dict[tuple[int, ...], _Followers] = {}
+        self.n_seen = 0  # context tokens already counted
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.followers.clear()
+        self.n_seen = 0
+        self._count(prompt)
+
+    def settle(self, context: Sequence[int]) -> None:
+        pass
+
+    def _count(self, context: Sequence[int]) -> None:
+        """Count every n-gram that ends at a token not counted yet; the context only ever grows
+        by emitted tokens, so nothing counted is ever taken back."""
+        followers = self.followers
+        for i in range(max(self.n_seen, 1), len(context)):
+            token = context[i]
+            for size in range(self.ngram_min, min(self.ngram_max, i) + 1):
+                key = tuple(context[i - size : i])
+                entry = followers.get(key)
+                if entry is None:
+                    entry = followers[key] = _Followers()
+                entry.add(token)
+        self.n_seen = len(context)
+
+    def _confident_follower(self, seq: list[int]) -> int | None:
+        for size in range(min(self.ngram_max, len(seq)), self.ngram_min - 1, -1):
+            entry = self.followers.get(tuple(seq[len(seq) - size :]))
+            if entry is None:
+                continue
+            level = min(size, len(MIN_SAMPLES)) - 1
+            if entry.total >= MIN_SAMPLES[level] and 100 * entry.best_count >= MIN_PERCENT[level] * entry.total:
+                return entry.best
+        return None
+
+    def propose(self, context: Sequence[int], k: int) -> Draft:
+        t0 = time.perf_counter()
+        self._count(context)
+        # the tail of the context the n-grams can reach, extended by each proposal in turn
+        seq = list(context[len(context) - self.ngram_max :])
+        n_tail = len(seq)
+        while len(seq) - n_tail < k:
+            token = self._confident_follower(seq)
+            if token is None:
+                break
+            seq.append(token)
+        return Draft(seq[n_tail:], None, time.perf_counter() - t0)
+
+
+class LatestMatchDrafter:
     """Matches the longest n-gram (``ngram_max`` down to ``ngram_min`` tokens) that ends the
     context against all earlier text, takes its most recent occurrence, and proposes the tokens
-    that followed it. Proposals are point masses (no draft distribution)."""
+    that followed it."""
 
     def __init__(self, ngram_min: int, ngram_max: int) -> None:
         self.ngram_min, self.ngram_max = ngram_min, ngram_max
@@ -44,6 +137,10 @@ class PromptLookupDrafter:
         return Draft([], None, time.perf_counter() - t0)
 
 
+DRAFTERS = {"cache": NgramCacheDrafter, "latest": LatestMatchDrafter}
+
+
 def run_lookup(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     params = rt.config.speculative
-    yield from run_draft_verify(rt, prompt, PromptLookupDrafter(params.ngram_min, params.ngram_max))
+    drafter = DRAFTERS[params.lookup](params.ngram_min, params.ngram_max)
+    yield from run_draft_verify(rt, prompt, drafter)

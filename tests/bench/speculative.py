@@ -1,7 +1,8 @@
 """Speculative decoding and prompt lookup against plain decoding, side by side in one run.
 
 SmolLM2-135M target, 256 greedy tokens, code and chat prompts: plain; prompt lookup with
-k in {1, 2, 3, 4, 8}; the target as its own draft and a Q3_K_M requantised draft with k in {2, 4};
+k in {1, 2, 3, 4, 8} and adaptive, drafting from n-gram counts ("cache") and from the latest
+match ("latest"); the target as its own draft and a Q3_K_M requantised draft with k in {2, 4};
 adaptive k. Prints t/s, acceptance, mean accepted length per step and the ratio to plain.
 """
 
@@ -37,13 +38,14 @@ def main() -> None:
         measure(session, tokens, RunConfig(max_tokens=16))
         plain = measure(session, tokens, RunConfig(max_tokens=N_TOKENS))["tokens_per_second"]
         print(f"{'plain':<34} {plain:8.2f} t/s")
-        for k in (1, 2, 3, 4, 8):
-            s = measure(session, tokens, RunConfig(mode="lookup", max_tokens=N_TOKENS,
-                                                   speculative=SpeculativeParams(k=k, ngram_max=3)))
-            print(row(f"prompt lookup k={k}", s, plain))
-        s = measure(session, tokens, RunConfig(mode="lookup", max_tokens=N_TOKENS,
-                                               speculative=SpeculativeParams(k=2, adaptive="heuristic", k_max=8)))
-        print(row("prompt lookup adaptive (heuristic)", s, plain))
+        for lookup in ("cache", "latest"):
+            for k in (1, 2, 3, 4, 8):
+                s = measure(session, tokens, RunConfig(mode="lookup", max_tokens=N_TOKENS,
+                                                       speculative=SpeculativeParams(k=k, ngram_max=3, lookup=lookup)))
+                print(row(f"lookup {lookup} k={k}", s, plain))
+            s = measure(session, tokens, RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(
+                k=2, adaptive="heuristic", k_max=8, lookup=lookup)))
+            print(row(f"lookup {lookup} adaptive (heuristic)", s, plain))
         for label, path in drafts.items():
             session.load_draft(path)
             for k in (2, 4):

@@ -35,6 +35,17 @@ def test_run_prints_llama_cpp_style_figures():
     assert "encoded" in done.stderr and "decoded   16 tokens" in done.stderr and "n_predict = 16" in done.stderr
 
 
+def test_lookup_policies_both_run_and_say_what_they_drafted():
+    prompt = "one two three four five. one two three four five. one two three"
+    drafted = {}
+    for policy in ("cache", "latest"):
+        out = json.loads(_cli("run", "-m", "default", "--mode", "lookup", "--lookup", policy, "-k", "4", "-p", prompt,
+                              "-n", "24", "-t", str(N_THREADS), "--json").stdout)
+        assert out["config"]["lookup"] == policy
+        drafted[policy] = out["stats"]["n_drafted"]
+    assert drafted["cache"] > 0 and drafted["latest"] > 0
+
+
 def test_models_list_shows_both_models():
     out = json.loads(_cli("models", "list", "--json").stdout)
     by_arch = {row["arch"]: row for row in out if "arch" in row}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
@@ -40,12 +42,12 @@ def smollm(smollm_path, smollm_drafts):
 
 
 @pytest.mark.parametrize("params", K_SETTINGS, ids=K_IDS)
-@pytest.mark.parametrize("draft", ["self", "default-q3_k_m", "default-q2_k", "lookup"])
+@pytest.mark.parametrize("draft", ["self", "default-q3_k_m", "default-q2_k", "lookup", "lookup-latest"])
 def test_greedy_speculation_is_lossless_on_smollm(smollm, smollm_path, draft, params):
     session, probe, tokens, plain, drafts = smollm
-    if draft == "lookup":
+    if draft.startswith("lookup"):
         session.unload_draft()
-        config = spec("lookup", params)
+        config = spec("lookup", dataclasses.replace(params, lookup="latest" if draft == "lookup-latest" else "cache"))
     else:
         session.load_draft(smollm_path if draft == "self" else drafts[draft])
         config = spec("speculative", params)
@@ -57,7 +59,7 @@ def test_greedy_speculation_is_lossless_on_smollm(smollm, smollm_path, draft, pa
     assert s["n_drafted"] > 0
     if draft == "self":
         assert s["n_accept"] == s["n_drafted"], "a model drafting for itself is always right"
-    elif draft != "lookup":
+    elif not draft.startswith("lookup"):
         assert 0 < s["n_accept"] < s["n_drafted"]
 
 
