@@ -103,14 +103,15 @@ class KvMapView(QtWidgets.QWidget):
             self._shape = image.shape
             self.follow = True
             self.plot.setYRange(0, n_seq, padding=0.02)
-            # whole sequence numbers on the sequence axis, however few rows there are
-            self.plot.getAxis("left").setTickSpacing(max(1, n_seq // 8), 1)
+            # row i spans [i, i + 1]: label each row (or every few) at its middle
+            step = max(1, n_seq // 8)
+            self.plot.getAxis("left").setTicks([[(i + 0.5, str(i)) for i in range(0, n_seq, step)], []])
         if self.follow:  # the newest cells, where the step's branches are
             self.plot.setXRange(max(0, used_top - self.FOLLOW_CELLS), used_top + 4, padding=0)
         self.frame.setData([0, used_top, used_top, 0, 0], [0, 0, n_seq, n_seq, 0])
         self.figures.setText(
             f"used cells {snapshot.used} · holes {snapshot.holes} · largest empty run {snapshot.largest_free_run} · "
-            f"{n_seq} sequences × {image.shape[1]} cells"
+            f"{n_seq} sequence{'s' if n_seq != 1 else ''} × {image.shape[1]} cells"
         )
 
     FOLLOW_CELLS = 160

@@ -96,7 +96,7 @@ class NgramCacheDrafter:
         t0 = time.perf_counter()
         self._count(context)
         # the tail of the context the n-grams can reach, extended by each proposal in turn
-        seq = list(context[len(context) - self.ngram_max :])
+        seq = list(context[max(0, len(context) - self.ngram_max) :])
         n_tail = len(seq)
         while len(seq) - n_tail < k:
             token = self._confident_follower(seq)

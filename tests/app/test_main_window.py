@@ -90,9 +90,12 @@ def test_speculative_and_lookup_colour_drafts(window, qtbot, smollm_drafts):
     colours = colours_by_source(window)
     assert colours["accepted_draft"] == {SOURCE_COLOURS["accepted_draft"]}
     assert "rejected" in colours  # ghosts shown where drafts were tried
-    run(window, qtbot, CODE_PROMPT, mode="lookup", k=4, ngram=3, max_tokens=60)
-    assert window.stream.generated_text() == window.last_finished.text
-    assert window.last_finished.stats["n_drafted"] > 0
+    for lookup in ("cache", "latest"):
+        run(window, qtbot, CODE_PROMPT, mode="lookup", lookup=lookup, k=4, ngram=3, max_tokens=60)
+        assert window.controls.lookup.isVisible()
+        assert window.last_finished.stats["n_drafted"] > 0
+        assert window.stream.generated_text() == window.last_finished.text
+    assert window.controls.config().speculative.lookup == "latest"
 
 
 def test_pending_parameters_apply_to_the_next_run_only(window, qtbot):
