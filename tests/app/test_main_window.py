@@ -92,10 +92,12 @@ def test_speculative_and_lookup_colour_drafts(window, qtbot, smollm_drafts):
     assert "rejected" in colours  # ghosts shown where drafts were tried
     for lookup in ("cache", "latest"):
         run(window, qtbot, CODE_PROMPT, mode="lookup", lookup=lookup, k=4, ngram=3, max_tokens=60)
-        assert window.controls.lookup.isVisible()
+        assert not window.controls.lookup.isHidden()  # the policy combo shows in lookup mode only
         assert window.last_finished.stats["n_drafted"] > 0
         assert window.stream.generated_text() == window.last_finished.text
     assert window.controls.config().speculative.lookup == "latest"
+    window.controls.set_values({"mode": "speculative"})
+    assert window.controls.lookup.isHidden()
 
 
 def test_pending_parameters_apply_to_the_next_run_only(window, qtbot):
