@@ -162,8 +162,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self._refresh_pending()
 
     def _refresh_pending(self) -> None:
-        current = self.values()
-        pending = [] if self._applied is None else [k for k in current if current[k] != self._applied.get(k)]
+        pending = self.pending()
         for name, w in self._value_widgets().items():
             if isinstance(w, SliderSpin):
                 w.set_pending(name in pending)

@@ -34,6 +34,16 @@ def model_path(key: str = "default") -> Path:
     return catalog.resolve(key)
 
 
+def bench_prompts(session) -> dict[str, list[int]]:
+    """The two prompts every side-by-side bench runs: raw code completion and one chat turn."""
+    from engine.session import ChatMessage
+
+    return {
+        "code": session.tokenize_prompt(CODE_PROMPT),
+        "chat": session.chat_tokens([ChatMessage("user", CHAT_PROMPT)]),
+    }
+
+
 def measure(session, tokens: list[int], config) -> dict:
     """Run ``config`` on ``tokens`` to the end and return the run's stats."""
     final = None

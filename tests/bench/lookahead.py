@@ -10,10 +10,10 @@ from __future__ import annotations
 import itertools
 import sys
 
-from _common import CHAT_PROMPT, CODE_PROMPT, THREADS, measure, model_path
+from _common import THREADS, bench_prompts, measure, model_path
 
 from engine.config import LookaheadParams, RunConfig
-from engine.session import ChatMessage, Session
+from engine.session import Session
 
 N_TOKENS = int(sys.argv[1]) if len(sys.argv) > 1 else 256
 FIXED = [(15, 5, 15), (4, 3, 4), (2, 3, 1)]
@@ -27,10 +27,7 @@ def row(label: str, stats: dict, plain_tps: float) -> str:
 
 def main() -> None:
     session = Session(model_path("default"), n_ctx=4096, n_threads=THREADS)
-    prompts = {
-        "code": session.tokenize_prompt(CODE_PROMPT),
-        "chat": session.chat_tokens([ChatMessage("user", CHAT_PROMPT)]),
-    }
+    prompts = bench_prompts(session)
     print(f"model {model_path('default').name}, {THREADS} threads, greedy, {N_TOKENS} tokens")
     for name, tokens in prompts.items():
         print(f"\n== {name} prompt ({len(tokens)} tokens)")

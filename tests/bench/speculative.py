@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sys
 
-from _common import CHAT_PROMPT, CODE_PROMPT, THREADS, measure, model_path
+from _common import THREADS, bench_prompts, measure, model_path
 
 from engine import catalog
 from engine.config import RunConfig, SpeculativeParams
-from engine.session import ChatMessage, Session
+from engine.session import Session
 
 N_TOKENS = int(sys.argv[1]) if len(sys.argv) > 1 else 256
 
@@ -28,10 +28,7 @@ def main() -> None:
     target = model_path("default")
     drafts = {"self": target, "Q3_K_M": catalog.make_derived("default-q3_k_m", log=lambda _m: None)}
     session = Session(target, n_ctx=4096, n_threads=THREADS)
-    prompts = {
-        "code": session.tokenize_prompt(CODE_PROMPT),
-        "chat": session.chat_tokens([ChatMessage("user", CHAT_PROMPT)]),
-    }
+    prompts = bench_prompts(session)
     print(f"target {target.name}, {THREADS} threads, greedy, {N_TOKENS} tokens")
     for name, tokens in prompts.items():
         print(f"\n== {name} prompt ({len(tokens)} tokens)")
