@@ -80,12 +80,20 @@ def make_derived(key: str, *, log=print) -> Path:
     return dest
 
 
+def cache_root() -> Path:
+    """Everything the app keeps between sessions that can be made again (``SPECDEC_CACHE``)."""
+    root = os.environ.get("SPECDEC_CACHE")
+    if root:
+        return Path(root).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec-studio"
+
+
 def cache_dir() -> Path:
+    """The model cache (``SPECDEC_MODELS``, else ``models/`` in :func:`cache_root`)."""
     root = os.environ.get("SPECDEC_MODELS")
     if root:
         return Path(root).expanduser()
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "specdec-studio" / "models"
+    return cache_root() / "models"
 
 
 def known_path(key: str) -> Path:

@@ -36,6 +36,10 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-dump", action="store_true", help="print the KV cache cells after each step")
     p.add_argument("--verify-kv", action="store_true",
                    help="check the KV mirror against llama.cpp's own dump before every decode")
+    p.add_argument("--baseline", action="store_true",
+                   help="also run plain decoding on the same prompt and print the measured speed-up")
+    p.add_argument("--no-predict", action="store_true",
+                   help="skip the predicted speed-up (it measures the batch-cost profile once if none is cached)")
     la = p.add_argument_group("lookahead")
     la.add_argument("-W", type=int, default=15, help="Jacobi window")
     la.add_argument("-N", type=int, default=5, help="n-gram size")
@@ -79,8 +83,8 @@ def _config_from(args: argparse.Namespace):
 def cmd_run(args: argparse.Namespace) -> int:
     from engine import catalog
     from engine.events import RunFinished, RunStarted, StepDone
-    from engine.models import file_sha256
     from engine.session import ChatMessage, Session
+    from engine.tuning.profile import model_sha256
 
     if args.file:
         prompt = Path(args.file).read_text(encoding="utf-8")
@@ -125,6 +129,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         stats = final.stats
         if args.verify_kv:
             stats["kv_checks"] = session.memory.verifier.n_checked
+        if final.finish_reason != "cancelled":
+            stats.update(_speedups(session, config, tokens, stats, args))
         if args.json:
             print(json.dumps({
                 "text": final.text,
@@ -132,7 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "finish_reason": final.finish_reason,
                 "model": {
                     "path": str(model_path),
-                    "sha256": file_sha256(model_path)[:16],
+                    "sha256": model_sha256(model_path)[:16],
                     "arch": info.arch,
                     "n_vocab": info.n_vocab,
                     "quant": info.quant,
@@ -144,6 +150,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             _print_stats(config, stats, final.finish_reason)
     return 0
+
+
+def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Namespace) -> dict:
+    """Predicted speed-up (cost model on the batch-cost profile and the run's own counters) and,
+    with ``--baseline``, the speed-up measured against a plain run of the same prompt."""
+    from engine.config import RunConfig
+    from engine.tuning import cost_model, profile
+
+    out: dict = {}
+    if not args.no_predict:
+        if config.mode != "plain" and profile.cached(profile.profile_key(session)) is None:
+            print("measuring the batch-cost profile for this model, context and thread count "
+                  "(once; about 20 s for SmolLM2 on 2 cores)…", file=sys.stderr)
+        curve = profile.load_or_measure(session).curve
+        draft_curve = None
+        if config.mode == "speculative":
+            draft_curve = profile.load_or_measure(session, draft=True).curve
+        out["predicted_speedup"] = cost_model.predict_from_stats(stats, curve, mode=config.mode,
+                                                                 draft_curve=draft_curve)
+    if args.baseline:
+        plain = RunConfig(mode="plain", max_tokens=config.max_tokens, sampling=config.sampling)
+        base = _last_event(session.run(plain, tokens))
+        if base.finish_reason != "cancelled" and base.stats["tokens_per_second"]:
+            out["plain_tokens_per_second"] = base.stats["tokens_per_second"]
+            out["measured_speedup"] = stats["tokens_per_second"] / base.stats["tokens_per_second"]
+    return out
+
+
+def _last_event(events):
+    final = None
+    for event in events:
+        final = event
+    return final
 
 
 def _print_stats(config, stats: dict, finish_reason: str) -> None:
@@ -168,6 +207,12 @@ def _print_stats(config, stats: dict, finish_reason: str) -> None:
     print(f"steps     = {stats['steps']}", file=err)
     print(f"tokens/step = {stats['tokens_per_step']:.3f}", file=err)
     print(f"finish    = {finish_reason}", file=err)
+    if stats.get("predicted_speedup") is not None or "measured_speedup" in stats:
+        predicted = stats.get("predicted_speedup")
+        measured = stats.get("measured_speedup")
+        print(f"speed-up  = predicted {predicted:.2f}x" if predicted is not None else "speed-up  = predicted –",
+              f"· measured {measured:.2f}x (plain {stats['plain_tokens_per_second']:.1f} t/s)"
+              if measured is not None else "· measured – (pass --baseline)", file=err)
     if "kv_checks" in stats:
         print(f"kv mirror = equal to llama.cpp's dump before all {stats['kv_checks']} decodes", file=err)
 
@@ -242,6 +287,125 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from engine import catalog
+    from engine.session import Session
+    from engine.tuning import profile
+
+    draft_path = catalog.resolve(args.model_draft) if args.model_draft else None
+    with Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
+                 n_threads=args.threads, draft_path=draft_path) as session:
+        previous = signal.signal(signal.SIGINT, lambda *_: session.cancel())
+        try:
+            found = [("target", profile.load_or_measure(session, remeasure=args.remeasure))]
+            if draft_path is not None:
+                found.append(("draft", profile.load_or_measure(session, draft=True, remeasure=args.remeasure)))
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    if args.json:
+        print(json.dumps({role: p.to_dict() for role, p in found}, indent=2))
+        return 0
+    for role, p in found:
+        c = p.curve
+        k = p.key
+        print(f"{role}: {p.model_name} · n_ctx {k.n_ctx} · {k.n_threads} threads · KV filled to {k.kv_fill} cells "
+              f"· measured in {p.t_measure_s:.1f} s · build {k.build}")
+        print(f"{'B':>5} {'T(B) ms':>9} {'T(B)/T(1)':>10} {'last-row ms':>12} {'per token':>10}")
+        for b, t_all, t_last in zip(c.sizes, c.t_all_logits, c.t_last_logit):
+            print(f"{b:5d} {1e3 * t_all:9.2f} {c.relative(b):10.2f} {1e3 * t_last:12.2f} {c.relative(b) / b:10.3f}")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from engine import catalog
+    from engine.session import Session
+    from engine.tuning import profile, prompts, sweep
+
+    axes = _sweep_axes(args)
+    if args.file:
+        prompt_set = prompts.load_file(args.file)
+    else:
+        categories = args.categories.split(",") if args.categories else list(sweep.DEFAULT_CATEGORIES)
+        prompt_set = prompts.shipped(categories, args.per_category)
+    spec = sweep.SweepSpec(args.mode, axes, tuple(prompt_set), args.n_predict, args.plain_every, not args.raw)
+    spec.validate()
+    draft_path = catalog.resolve(args.model_draft) if args.model_draft else None
+    if args.mode == "speculative" and draft_path is None:
+        raise SpecDecError("a speculative sweep needs a draft model: pass -md PATH (or -md default)")
+    out_dir = Path(args.output)
+    with Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_threads=args.threads,
+                 draft_path=draft_path) as session:
+        previous = signal.signal(signal.SIGINT, lambda *_: session.cancel())
+        try:
+            curve = profile.load_or_measure(session).curve
+            draft_curve = profile.load_or_measure(session, draft=True).curve if draft_path else None
+            finished = None
+            for event in sweep.run_sweep(session, spec, curve=curve, draft_curve=draft_curve):
+                if isinstance(event, sweep.SweepStarted):
+                    print(f"{len(event.settings)} settings × {len(spec.prompts)} prompts, "
+                          f"{event.n_runs} runs with the plain ones", file=sys.stderr)
+                elif isinstance(event, sweep.SweepProgress) and not args.json:
+                    print(f"\r[{event.done}/{event.total}] {event.label[:50]:50} ETA {event.eta_s:5.0f} s",
+                          end="", file=sys.stderr, flush=True)
+                elif isinstance(event, sweep.SweepCell) and not args.json:
+                    print(f"\r{sweep.setting_label(event.setting):32} measured {event.measured:5.2f}x  "
+                          f"predicted {event.predicted:5.2f}x  tokens/step {event.tokens_per_step:4.2f}"
+                          f"{'' if event.lossless else '  DIVERGED ' + str(event.divergences)}" + " " * 20,
+                          file=sys.stderr)
+                elif isinstance(event, sweep.SweepFinished):
+                    finished = event
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    result = finished.result
+    json_path, csv_path = sweep.write_results(result, out_dir)
+    pngs = _plot_sweep(json_path, out_dir)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        best = sweep.best_cell(result["cells"])
+        state = "stopped early" if finished.cancelled else "done"
+        print(f"\n{state} in {result['t_sweep_s']:.0f} s; wrote {json_path}, {csv_path}"
+              + "".join(f", {p}" for p in pngs), file=sys.stderr)
+        if best is not None:
+            print(f"best: {sweep.setting_label(best['setting'])} measured {best['measured']:.2f}x "
+                  f"(predicted {best['predicted']:.2f}x)")
+    return 0
+
+
+def _sweep_axes(args: argparse.Namespace) -> dict[str, tuple]:
+    from engine.tuning import sweep
+
+    axes = dict(sweep.DEFAULT_AXES[args.mode])
+    given = {"W": args.W, "N": args.N, "G": args.G, "k": args.draft}
+    for name, text in given.items():
+        if text is not None:
+            if name not in sweep.AXES[args.mode]:
+                raise SpecDecError(f"-{name} is not an axis of a {args.mode} sweep")
+            axes[name] = sweep.parse_values(text)
+    for name, text in (("lookup", args.lookup), ("adaptive", args.adaptive)):
+        if text is not None:
+            if name not in sweep.AXES[args.mode]:
+                raise SpecDecError(f"--{name} is not an axis of a {args.mode} sweep")
+            axes[name] = sweep.parse_values(text, str)
+    return axes
+
+
+def _plot_sweep(json_path: Path, out_dir: Path) -> list[Path]:
+    """The heatmaps and k curves, drawn offscreen by the app's plotting module in a child process
+    (the engine never imports Qt); an install without the GUI gets JSON and CSV only."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    done = subprocess.run([sys.executable, "-m", "app.sweep_plots", str(json_path), str(out_dir)],
+                          capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        print(f"specdec: no PNG plots ({(done.stderr.strip().splitlines() or ['the GUI is not installed'])[-1]})",
+              file=sys.stderr)
+        return []
+    return [Path(line) for line in done.stdout.split()]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description="llama.cpp plain, lookahead and speculative decoding")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -257,6 +421,35 @@ def build_parser() -> argparse.ArgumentParser:
     rq.add_argument("src")
     rq.add_argument("dst")
     rq.add_argument("--type", required=True, choices=("Q2_K", "Q3_K_M", "Q4_K_M", "Q8_0"))
+    prof = sub.add_parser("profile", help="measure (or show the cached) time of one decode of B tokens")
+    prof.add_argument("-m", "--model", default="default")
+    prof.add_argument("-md", "--model-draft", default=None, help="profile this draft model too")
+    prof.add_argument("-t", "--threads", type=int, default=None)
+    prof.add_argument("-c", "--ctx-size", type=int, default=4096)
+    prof.add_argument("-b", "--batch-size", type=int, default=512)
+    prof.add_argument("--remeasure", action="store_true", help="measure again even if a profile is cached")
+    prof.add_argument("--json", action="store_true")
+    sw = sub.add_parser("sweep", help="measure a grid of settings against plain decoding")
+    sw.add_argument("-m", "--model", default="default")
+    sw.add_argument("--mode", choices=("lookahead", "lookup", "speculative"), default="lookahead")
+    sw.add_argument("-W", default=None, help="lookahead windows: list or range, e.g. 1,2,4 or 1..4")
+    sw.add_argument("-N", default=None, help="lookahead n-gram sizes")
+    sw.add_argument("-G", default=None, help="lookahead verification n-grams")
+    sw.add_argument("-k", "--draft", default=None, help="draft lengths, e.g. 0..10 (0 = plain)")
+    sw.add_argument("--lookup", default=None, help="prompt lookup policies: cache,latest")
+    sw.add_argument("--adaptive", default=None, help="adaptive k rules: off,tutorial,heuristic")
+    sw.add_argument("-md", "--model-draft", default=None, help="draft model for a speculative sweep")
+    sw.add_argument("-f", "--file", default=None, help="prompt set: a .jsonl file, or a text file with one prompt")
+    sw.add_argument("--categories", default=None,
+                    help="shipped prompt categories, comma-separated (default: code_editing,chat)")
+    sw.add_argument("--per-category", type=int, default=1, help="prompts taken from each shipped category")
+    sw.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
+    sw.add_argument("-n", "--n-predict", type=int, default=48, help="tokens generated per run")
+    sw.add_argument("--plain-every", type=int, default=3, help="settings between two plain runs")
+    sw.add_argument("-t", "--threads", type=int, default=None)
+    sw.add_argument("-c", "--ctx-size", type=int, default=4096)
+    sw.add_argument("-o", "--output", default="sweep-results", help="folder for results.json/.csv and the PNGs")
+    sw.add_argument("--json", action="store_true", help="print the results as JSON")
     probe = sub.add_parser("probe-exactness", help="measure whether batched decoding changes logits")
     probe.add_argument("-m", "--model", default="default")
     probe.add_argument("-t", "--threads", type=int, default=None)
@@ -266,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"run": cmd_run, "models": cmd_models, "probe-exactness": cmd_probe}
+    handlers = {"run": cmd_run, "models": cmd_models, "probe-exactness": cmd_probe, "profile": cmd_profile,
+                "sweep": cmd_sweep}
     try:
         return handlers[args.command](args)
     except SpecDecError as exc:

@@ -39,6 +39,12 @@ class LookaheadParams:
         core = 1 + (self.W - 1) + self.W * (self.N - 2) + self.G * (self.N - 1)
         return core + (self.N - 1 if self.ordered_kv and self.G else 0)
 
+    @property
+    def logit_rows(self) -> int:
+        """Rows of a full step that request logits: the input token, every verification token and
+        the window's newest level (with N = 2 that level is the input token and the first level)."""
+        return 1 + self.G * (self.N - 1) + (self.W - 1 if self.N == 2 else self.W)
+
     def validate(self, n_batch: int | None = None) -> None:
         if self.W < 1:
             raise ConfigError(f"lookahead window W must be >= 1, got {self.W}")
@@ -104,6 +110,15 @@ class RunConfig:
     @property
     def n_sequences(self) -> int:
         return self.lookahead.n_sequences if self.mode == "lookahead" else 1
+
+    def step_shape(self) -> tuple[int, int]:
+        """(tokens, logit rows) of the largest target decode one step of this run makes."""
+        if self.mode == "lookahead":
+            return self.lookahead.batch_size, self.lookahead.logit_rows
+        if self.mode in ("speculative", "lookup"):
+            k = self.speculative.k_max if self.speculative.adaptive != "off" else self.speculative.k
+            return k + 1, k + 1
+        return 1, 1
 
     def as_dict(self) -> dict:
         """Every parameter that matters for this mode, as plain data (for JSON and the app)."""

@@ -11,6 +11,7 @@ is held to exactness only for the batch sizes it really uses (:func:`deviation_f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,24 @@ def probe_exactness(model_path: str | Path, *, n_threads: int | None = None, n_t
         "logit_scale": logit_scale,
         "batch_invariant": worst == 0.0,
     }
+
+
+def plain_top2_margin(session: Session, prompt: Sequence[int], prefix: Sequence[int]) -> float:
+    """Top-2 logit margin of plain decoding after ``prompt + prefix``, on plain's own schedule
+    (the prompt in chunks of n_batch, then one token per decode), so the logits are plain's bit
+    for bit. Where a strategy's greedy output first differs from plain's, a margin below the
+    probe's deviation means batching alone can have flipped the token."""
+    memory, batch = session.memory, session.batch
+    memory.clear()
+    row = memory.decode_tokens(batch, list(prompt), 0)
+    for i, token in enumerate(prefix):
+        batch.clear()
+        row = batch.add(token, len(prompt) + i, (0,), True)
+        memory.decode(batch)
+    logits = logits_row(session.ctx, row, session.vocab.n_tokens)
+    top2 = np.partition(logits, -2)[-2:]
+    memory.clear()
+    return float(top2[1] - top2[0])
 
 
 def deviation_for_batch(result: dict, batch_size: int) -> float:

@@ -233,6 +233,11 @@ class Session:
         self._cancel.set()
 
     @property
+    def cancel_flag(self) -> threading.Event:
+        """The flag :meth:`cancel` sets; long jobs other than runs (profiles, sweeps) watch it."""
+        return self._cancel
+
+    @property
     def has_chat_template(self) -> bool:
         return self.model.info.has_chat_template
 

@@ -21,6 +21,13 @@ class RunCounters:
     tokens_per_step: list[int] = field(default_factory=list)
     accepted_at_position: list[int] = field(default_factory=list)
     drafted_at_position: list[int] = field(default_factory=list)
+    # (tokens, logit rows) of every target decode after the prompt: what a step really cost, for
+    # the cost model (engine.tuning.cost_model) to price against the batch-cost profile
+    decode_shapes: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def record_decode(self, n_tokens: int, n_logits: int) -> None:
+        shape = (n_tokens, n_logits)
+        self.decode_shapes[shape] = self.decode_shapes.get(shape, 0) + 1
 
     def record_step(self, n_tokens: int, n_drafted: int, n_accepted: int, t_decode_s: float) -> None:
         self.steps += 1
@@ -59,6 +66,7 @@ class RunCounters:
             "encode_tokens_per_second": self.n_prompt / self.t_encode_s if self.t_encode_s else 0.0,
             "tokens_per_second": self.n_predict / t_gen if t_gen else 0.0,
             "tokens_per_step_hist": _histogram(self.tokens_per_step),
+            "decode_shapes": [[b, r, n] for (b, r), n in sorted(self.decode_shapes.items())],
             "accept_per_position": [
                 a / d if d else 0.0 for a, d in zip(self.accepted_at_position, self.drafted_at_position)
             ],

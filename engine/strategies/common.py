@@ -97,8 +97,14 @@ class Runtime:
         return logits_row(self.ctx, i, self.vocab.n_tokens)
 
     def decode(self) -> float | None:
-        """Decode ``self.batch``; on a full context or a cancel, record why and return None."""
-        return self._guarded(lambda: self.memory.decode(self.batch))
+        """Decode ``self.batch``; on a full context or a cancel, record why and return None.
+
+        Every decode of a generation step goes through here, so its shape is counted once."""
+        dt = self._guarded(lambda: self.memory.decode(self.batch))
+        if dt is not None:
+            n = self.batch.n_tokens
+            self.counters.record_decode(n, int(np.count_nonzero(self.batch.logits[:n])))
+        return dt
 
     def _guarded(self, call):
         """``call()``, or None with the finish reason recorded if the context filled or the run

@@ -10,25 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from engine.sampling import logits_row
+from engine.probe import plain_top2_margin
 from engine.session import Session
-
-
-def plain_margin_at(session: Session, prompt: Sequence[int], prefix: Sequence[int]) -> float:
-    """Top-2 logit margin of plain decoding after ``prompt + prefix``, on plain's own schedule
-    (prompt in batches of n_batch, then one token per decode) so the logits are plain's, bit for bit."""
-    memory, batch = session.memory, session.batch
-    memory.clear()
-    row = memory.decode_tokens(batch, list(prompt), 0)
-    for i, token in enumerate(prefix):
-        batch.clear()
-        row = batch.add(token, len(prompt) + i, (0,), True)
-        memory.decode(batch)
-    logits = logits_row(session.ctx, row, session.vocab.n_tokens)
-    top2 = np.partition(logits, -2)[-2:]
-    return float(top2[1] - top2[0])
 
 
 def assert_lossless(
@@ -39,7 +22,7 @@ def assert_lossless(
         return
     first = next((i for i, (a, b) in enumerate(zip(plain, other)) if a != b), min(len(plain), len(other)))
     assert deviation > 0, f"{label}: batch-invariant model, yet output differs from plain at token {first}"
-    margin = plain_margin_at(session, prompt, plain[:first])
+    margin = plain_top2_margin(session, prompt, plain[:first])
     assert margin < deviation, (
         f"{label}: differs from plain at token {first} where plain's top-2 margin {margin:.4f} "
         f">= measured batch deviation {deviation:.4f}"

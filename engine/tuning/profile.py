@@ -1,0 +1,241 @@
+"""The batch-cost profile: how long one ``llama_decode`` of B tokens takes on this machine.
+
+Every speed-up prediction prices a step with this curve (:mod:`engine.tuning.cost_model`). It is
+measured on the loaded context itself (same model, context size, threads, batch size and
+llama.cpp build), with the KV cache filled to a realistic depth first, for B on a log-spaced grid
+from 1 to 128 and two logit patterns (every row, last row only). Each point is the median of
+several timed decodes after a warm-up; the cells a decode wrote are removed before the next one,
+and the cache is cleared at the end. On SmolLM2-135M with 2 threads it takes about 15-20 s, so it
+is cached per (model file hash, n_ctx, threads, batch size, build) and reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+import llama_cpp as llama
+
+from engine.batch import Batch
+from engine.errors import SpecDecError
+from engine.memory import Memory
+from engine.tuning.cost_model import CostCurve
+
+PROFILE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128)
+DEFAULT_KV_FILL = 256  # cells already in the cache, like a prompt plus some generated text
+MIN_REPEATS, MAX_REPEATS = 3, 9
+REPEAT_BUDGET_S = 0.15  # per point and logit pattern: small batches get more repeats
+FORMAT_VERSION = 1
+
+
+class ProfileCancelled(SpecDecError):
+    """Stop was pressed while the profile was being measured; nothing was stored."""
+
+
+@dataclass(frozen=True)
+class ProfileKey:
+    """What a batch-cost curve depends on; profiles are cached under this key."""
+
+    model_sha256: str
+    n_ctx: int
+    n_threads: int
+    n_batch: int
+    build: str  # llama-cpp-python version and llama.cpp's system info (CPU features, backends)
+    kv_fill: int
+
+    def filename(self) -> str:
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        return f"{self.model_sha256[:16]}-c{self.n_ctx}-t{self.n_threads}-b{self.n_batch}-{digest}.json"
+
+
+@dataclass(frozen=True)
+class BatchCostProfile:
+    key: ProfileKey
+    model_name: str
+    curve: CostCurve
+    repeats: tuple[int, ...]
+    measured_at: float  # Unix time
+    t_measure_s: float
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT_VERSION,
+            "key": asdict(self.key),
+            "model_name": self.model_name,
+            "sizes": list(self.curve.sizes),
+            "t_all_logits_s": list(self.curve.t_all_logits),
+            "t_last_logit_s": list(self.curve.t_last_logit),
+            "relative_all_logits": [self.curve.relative(b) for b in self.curve.sizes],
+            "repeats": list(self.repeats),
+            "measured_at": self.measured_at,
+            "t_measure_s": self.t_measure_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BatchCostProfile":
+        if data.get("format") != FORMAT_VERSION:
+            raise ValueError("profile of another format")
+        curve = CostCurve(tuple(data["sizes"]), tuple(data["t_all_logits_s"]), tuple(data["t_last_logit_s"]))
+        return cls(ProfileKey(**data["key"]), data["model_name"], curve, tuple(data["repeats"]),
+                   float(data["measured_at"]), float(data["t_measure_s"]))
+
+
+# ------------------------------------------------------------------------- cache
+def profile_dir() -> Path:
+    from engine.catalog import cache_root
+
+    return cache_root() / "profiles"
+
+
+def build_fingerprint() -> str:
+    """The llama.cpp build: llama-cpp-python's version and the CPU features and backends llama.cpp
+    reports (a different wheel, flags or machine gives a different fingerprint)."""
+    info = llama.llama_print_system_info().decode("utf-8", "replace")
+    return f"{llama.__version__}-{hashlib.sha256(info.encode()).hexdigest()[:12]}"
+
+
+def model_sha256(path: str | Path) -> str:
+    """The model file's sha256, hashed once per (path, size, mtime) and remembered on disk."""
+    from engine.catalog import cache_root
+    from engine.models import file_sha256
+
+    path = Path(path).resolve()
+    st = path.stat()
+    index_path = cache_root() / "file-hashes.json"
+    entry = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    try:
+        index = json.loads(index_path.read_text())
+    except (OSError, ValueError):
+        index = {}
+    if entry not in index:
+        index[entry] = file_sha256(path)
+        _write_json(index_path, index)
+    return index[entry]
+
+
+def cached(key: ProfileKey) -> BatchCostProfile | None:
+    path = profile_dir() / key.filename()
+    try:
+        profile = BatchCostProfile.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return profile if profile.key == key else None
+
+
+def store(profile: BatchCostProfile) -> Path:
+    path = profile_dir() / profile.key.filename()
+    _write_json(path, profile.to_dict())
+    return path
+
+
+def _write_json(path: Path, data: object) -> None:
+    """Write atomically: a crash or a second process never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
+# ------------------------------------------------------------------------- measuring
+def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, sizes: Sequence[int] = PROFILE_SIZES,
+                  cancel: threading.Event | None = None,
+                  progress: Callable[[float], None] | None = None) -> tuple[CostCurve, tuple[int, ...]]:
+    """Time one decode of B tokens for every B in ``sizes`` on ``memory``'s context.
+
+    The cache is first filled with ``fill_tokens``; each timed decode appends B tokens after them
+    in sequence 0 and is removed again. Returns the curve and the repeats used per size.
+    """
+    sizes = [b for b in sizes if b <= batch.capacity]
+    fill = len(fill_tokens)
+    memory.clear()
+    memory.decode_tokens(batch, list(fill_tokens), 0)
+    filler = np.asarray(fill_tokens, dtype=np.int32)
+
+    def timed(n: int, all_logits: bool) -> float:
+        if cancel is not None and cancel.is_set():
+            memory.clear()
+            raise ProfileCancelled("the batch-cost profile was stopped before it finished")
+        batch.clear()
+        for i in range(n):
+            batch.add(int(filler[i % fill]), fill + i, (0,), all_logits or i == n - 1)
+        dt = memory.decode(batch)
+        memory.seq_rm(0, fill, -1)
+        return dt
+
+    t_all, t_last, repeats = [], [], []
+    total = float(sum(sizes))
+    done = 0.0
+    try:
+        for n in sizes:
+            point = {}
+            for all_logits in (True, False):
+                first = timed(n, all_logits)  # warm-up: caches, thread pool, graph allocation
+                first = min(first, timed(n, all_logits))
+                count = int(np.clip(REPEAT_BUDGET_S / max(first, 1e-6), MIN_REPEATS, MAX_REPEATS))
+                point[all_logits] = float(np.median([first] + [timed(n, all_logits) for _ in range(count - 1)]))
+            repeats.append(count)
+            t_all.append(point[True])
+            t_last.append(point[False])
+            done += n
+            if progress is not None:
+                progress(done / total)
+    finally:
+        memory.clear()
+    return CostCurve(tuple(sizes), tuple(t_all), tuple(t_last)), tuple(repeats)
+
+
+def fill_tokens_for(vocab, n: int) -> list[int]:
+    """``n`` ordinary tokens to fill the cache with (their values do not change a decode's time)."""
+    from engine.probe import PROBE_TEXT
+
+    base = vocab.tokenize(PROBE_TEXT, add_special=True, parse_special=False)
+    return (base * (n // len(base) + 1))[:n]
+
+
+# ------------------------------------------------------------------------- for a session
+def profile_key(session, *, draft: bool = False) -> ProfileKey:
+    """The key of the target's (or the loaded draft's) profile in ``session``'s current setting."""
+    model = session.draft_model if draft else session.model
+    if model is None:
+        raise SpecDecError("no draft model is loaded")
+    fill = min(DEFAULT_KV_FILL, session.n_ctx - max(PROFILE_SIZES) - 1)
+    return ProfileKey(model_sha256(model.info.path), session.n_ctx, session.n_threads, session.n_batch,
+                      build_fingerprint(), fill)
+
+
+def load_or_measure(session, *, draft: bool = False, remeasure: bool = False,
+                    progress: Callable[[float], None] | None = None) -> BatchCostProfile:
+    """The cached profile for ``session``'s target (or draft), measured now if there is none.
+
+    Runs on the session's thread; Stop (``session.cancel()``) ends a measurement with
+    :class:`ProfileCancelled` and stores nothing.
+    """
+    key = profile_key(session, draft=draft)
+    if not remeasure:
+        found = cached(key)
+        if found is not None:
+            return found
+    if key.kv_fill < 1:
+        raise SpecDecError(f"a context of {session.n_ctx} tokens is too small to profile batches of "
+                           f"up to {max(PROFILE_SIZES)} tokens; raise the context size")
+    if draft:
+        memory, batch, model = session.draft.memory, session.draft.batch, session.draft_model
+    else:
+        memory, batch, model = session.memory, session.batch, session.model
+    cancel = session.cancel_flag
+    cancel.clear()
+    t0 = time.perf_counter()
+    curve, repeats = measure_curve(memory, batch, fill_tokens_for(session.vocab, key.kv_fill),
+                                   cancel=cancel, progress=progress)
+    profile = BatchCostProfile(key, Path(model.info.path).name, curve, repeats, time.time(),
+                               time.perf_counter() - t0)
+    store(profile)
+    return profile

@@ -1,0 +1,1 @@
+"""Data files shipped with SpecDec Studio (prompt sets, screenshots), found with importlib.resources."""
