@@ -55,6 +55,34 @@ class BaselineDone:
 
 
 @dataclass(frozen=True)
+class ProfileStarted:
+    what: str  # "target" or "draft"
+    measuring: bool  # False: read from the cache
+
+
+@dataclass(frozen=True)
+class ProfileProgress:
+    what: str
+    fraction: float
+
+
+@dataclass(frozen=True)
+class ProfileReady:
+    """The batch-cost profiles of the loaded target and draft, as plain dicts (``to_dict``)."""
+
+    target: dict | None
+    draft: dict | None
+    message: str = ""  # why a profile is missing (stopped), shown in the status bar
+
+
+@dataclass(frozen=True)
+class SavedSweeps:
+    """The latest sweep of each mode kept for the loaded model (reopened with it)."""
+
+    results: tuple[dict, ...]
+
+
+@dataclass(frozen=True)
 class RunRequested:
     """Echoed when a run really starts on the engine thread (the window clears pending marks)."""
 
@@ -70,6 +98,7 @@ class _Load:
     n_ctx: int
     n_threads: int | None
     n_gpu_layers: int
+    profile: bool = True  # measure the batch-cost profile after loading if none is cached
 
 
 @dataclass(frozen=True)
@@ -99,6 +128,16 @@ class _Baseline:
 
 
 @dataclass(frozen=True)
+class _Profile:
+    remeasure: bool
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    spec: object  # engine.tuning.sweep.SweepSpec
+
+
+@dataclass(frozen=True)
 class _History:
     action: str  # "clear" or "pop"
 
@@ -120,10 +159,20 @@ class EngineWorker:
         self._session_lock = threading.Lock()
         self._session = None
         self._last_prompt_tokens: list[int] = []
+        self._profiles: dict[str, dict | None] = {"target": None, "draft": None}
+        self._auto_profile = True
 
     # ------------------------------------------------------------------ called from the GUI thread
-    def load_model(self, path: str, n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0) -> None:
-        self._commands.put(_Load(path, n_ctx, n_threads, n_gpu_layers))
+    def load_model(self, path: str, n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
+                   *, profile: bool = True) -> None:
+        """Load a model; with ``profile``, measure its batch-cost profile next if none is cached."""
+        self._commands.put(_Load(path, n_ctx, n_threads, n_gpu_layers, profile))
+
+    def measure_profile(self, remeasure: bool = True) -> None:
+        self._commands.put(_Profile(remeasure))
+
+    def start_sweep(self, spec) -> None:
+        self._commands.put(_Sweep(spec))
 
     def load_draft(self, path: str | None) -> None:
         self._commands.put(_Draft(path))
@@ -190,6 +239,7 @@ class EngineWorker:
 
     def _dispatch(self, command) -> None:
         if isinstance(command, _Load):
+            self._auto_profile = command.profile
             self._load(command.path, command.n_ctx, command.n_threads, command.n_gpu_layers)
         elif isinstance(command, _Fetch):
             from engine import catalog
@@ -203,6 +253,10 @@ class EngineWorker:
             self._run(command)
         elif isinstance(command, _Baseline):
             self._baseline(command)
+        elif isinstance(command, _Profile):
+            self._profile(measure=True, remeasure=command.remeasure)
+        elif isinstance(command, _Sweep):
+            self._sweep(command.spec)
         elif isinstance(command, _History) and self._session is not None:
             if command.action == "clear":
                 self._session.history.clear()
@@ -232,16 +286,23 @@ class EngineWorker:
         candidates = [(str(resolved), None)] + [(str(p), why) for p, why in draft_candidates(session.model, others)]
         self._emit(ModelLoaded(str(resolved), session.model.info.summary(), session.has_chat_template,
                                session.n_ctx, session.n_threads, supports_gpu_offload(), tuple(candidates)))
+        self._profiles = {"target": None, "draft": None}
+        self._emit_saved_sweeps(session)
+        self._profile_after_load()
 
     def _draft(self, path: str | None) -> None:
         session = self._require_session()
         if path is None:
             session.unload_draft()
             self._emit(DraftLoaded(None, None))
+            self._profiles["draft"] = None
+            self._emit(ProfileReady(self._profiles["target"], None))
             return
         self._emit(LoadStarted(path, what="draft"))
         info = session.load_draft(path)
         self._emit(DraftLoaded(path, info.summary()))
+        self._profiles["draft"] = None
+        self._profile_after_load()
 
     def _require_session(self):
         from engine.errors import SpecDecError
@@ -268,6 +329,60 @@ class EngineWorker:
         for event in events:
             self._emit(event)
 
+    def _profile(self, *, measure: bool, remeasure: bool) -> None:
+        """Make the target's (and the draft's) batch-cost profile known to the window: from the
+        cache, or measured now when ``measure`` (Stop ends a measurement; nothing is stored)."""
+        from engine.tuning import profile
+
+        session = self._require_session()
+        roles = ["target"] + (["draft"] if session.draft is not None else [])
+        for role in roles:
+            draft = role == "draft"
+            if not remeasure and self._profiles[role] is not None:
+                continue
+            known = None if remeasure else profile.cached(profile.profile_key(session, draft=draft))
+            if known is None and not measure:
+                continue
+            self._emit(ProfileStarted(role, measuring=known is None))
+            if known is None:
+                known = profile.load_or_measure(
+                    session, draft=draft, remeasure=remeasure,
+                    progress=lambda f, role=role: self._emit(ProfileProgress(role, f)))
+            self._profiles[role] = known.to_dict()
+        self._emit(ProfileReady(self._profiles["target"], self._profiles["draft"]))
+
+    def _profile_after_load(self) -> None:
+        """The profile a new model or draft needs; Stop skips it without failing the load."""
+        from engine.tuning.profile import ProfileCancelled
+
+        try:
+            self._profile(measure=self._auto_profile, remeasure=False)
+        except ProfileCancelled as exc:
+            self._emit(ProfileReady(self._profiles["target"], self._profiles["draft"], str(exc)))
+
+    def _emit_saved_sweeps(self, session) -> None:
+        from engine.tuning import sweep
+        from engine.tuning.profile import model_sha256
+
+        sha = model_sha256(session.model.info.path)
+        found = (sweep.load_saved(sha, mode) for mode in sweep.SWEEP_MODES)
+        self._emit(SavedSweeps(tuple(r for r in found if r is not None)))
+
+    def _sweep(self, spec) -> None:
+        """Measure ``spec``'s settings against plain; the events go to the window as they come and
+        the finished (or stopped) result is kept for this model."""
+        from engine.tuning import sweep
+        from engine.tuning.profile import model_sha256
+
+        session = self._require_session()
+        self._profile(measure=True, remeasure=False)
+        curve = _curve(self._profiles["target"])
+        draft_curve = _curve(self._profiles["draft"]) if spec.mode == "speculative" else None
+        for event in sweep.run_sweep(session, spec, curve=curve, draft_curve=draft_curve):
+            if isinstance(event, sweep.SweepFinished) and event.result["cells"]:
+                sweep.save(event.result, model_sha256(session.model.info.path))
+            self._emit(event)
+
     def _baseline(self, command: _Baseline) -> None:
         """A plain run of the last run's prompt: the speed-up's denominator, measured on demand."""
         from engine.errors import SpecDecError
@@ -282,3 +397,11 @@ class EngineWorker:
                 final = event
         if final is not None:
             self._emit(BaselineDone(command.key, final.stats["tokens_per_second"]))
+
+
+def _curve(profile: dict | None):
+    if profile is None:
+        return None
+    from engine.tuning.profile import BatchCostProfile
+
+    return BatchCostProfile.from_dict(profile).curve

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.engine_worker import (BaselineDone, DraftLoaded, EngineWorker, LoadFailed, LoadStarted, ModelLoaded,
-                               RunRequested)
+                               ProfileProgress, ProfileReady, ProfileStarted, RunRequested, SavedSweeps)
 from app.qt import QtCore, QtGui, QtWidgets, Qt
 from app.theme import THEMES, apply_theme
 from app.widgets.chat import ChatInput
@@ -20,7 +20,9 @@ from app.widgets.controls import ControlsPanel
 from app.widgets.kv_map import KvMapView
 from app.widgets.model_picker import ModelBar
 from app.widgets.stats_panel import StatsPanel
+from app.widgets.sweep_view import ProfilePlot
 from app.widgets.token_stream import SOURCE_COLOURS, SOURCE_LABELS, TokenStream
+from app.widgets.tune_panel import TunePanel
 
 PAINT_INTERVAL_MS = 33  # ~30 Hz: the window never repaints per token
 # The plots and the KV map cost far more to paint than text, and on a 2-core machine every
@@ -59,6 +61,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self.baselines: dict[tuple, float] = {}
         self.last_run_key: tuple | None = None
         self.last_finished = None
+        self.last_run_mode = "plain"
+        self.sweeping = False
+        self.profiling = False  # a batch-cost profile is being measured (Stop skips it)
+        self.profiles: dict[str, dict | None] = {"target": None, "draft": None}
         self._pending_rejected: dict[int, tuple] = {}
         self._latest_snapshot = None
         self._figures_painted_at = 0.0
@@ -125,10 +131,33 @@ class MainWindow(QtWidgets.QMainWindow):
         self.kv_map = KvMapView()
         self.stats = StatsPanel()
         self.stats.baseline_button.clicked.connect(self.measure_baseline)
-        right = QtWidgets.QSplitter(Qt.Vertical)
-        right.addWidget(self._titled("KV cache cells", self.kv_map))
-        right.addWidget(self._titled("Figures", self.stats))
-        right.setSizes([360, 360])
+        live = QtWidgets.QSplitter(Qt.Vertical)
+        live.addWidget(self._titled("KV cache cells", self.kv_map))
+        live.addWidget(self._titled("Figures", self.stats))
+        live.setSizes([360, 360])
+
+        self.tune = TunePanel()
+        self.tune.sweep_requested.connect(self.start_sweep)
+        self.tune.stop_requested.connect(self.stop_run)
+        self.tune.setting_chosen.connect(self.apply_setting)
+        self.profile_plot = ProfilePlot()
+        self.profile_label = QtWidgets.QLabel("No batch-cost profile yet: it is measured once per model, "
+                                              "context size and thread count.")
+        self.profile_label.setWordWrap(True)
+        self.remeasure_button = QtWidgets.QPushButton("Re-measure profile")
+        self.remeasure_button.setToolTip("Time one decode of 1 to 128 tokens again on this machine (about 20 s)")
+        self.remeasure_button.clicked.connect(self.remeasure_profile)
+        profile_page = QtWidgets.QWidget()
+        pl = QtWidgets.QVBoxLayout(profile_page)
+        pl.addWidget(self.profile_plot, 1)
+        pl.addWidget(self.profile_label)
+        pl.addWidget(self.remeasure_button)
+
+        right = QtWidgets.QTabWidget()
+        right.addTab(live, "Live")
+        right.addTab(self.tune, "Tune")
+        right.addTab(profile_page, "Profile")
+        self.right_tabs = right
 
         self.splitter = QtWidgets.QSplitter(Qt.Horizontal)
         self.splitter.addWidget(controls_scroll)
@@ -220,7 +249,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.model_loaded = False
         self._update_buttons()
         self.worker.load_model(path, n_ctx=self.model_bar.ctx.value(), n_threads=self.model_bar.threads.value(),
-                               n_gpu_layers=self.model_bar.gpu_layers.value())
+                               n_gpu_layers=self.model_bar.gpu_layers.value(),
+                               profile=self.settings.value("auto_profile", "true") in (True, "true"))
 
     def fetch_default(self) -> None:
         self.worker.fetch_and_load("default", n_ctx=self.model_bar.ctx.value(),
@@ -305,9 +335,55 @@ class MainWindow(QtWidgets.QMainWindow):
         self._update_buttons()
 
     def stop_run(self) -> None:
-        if self.running:
+        if self.running or self.profiling:
             self.worker.stop()
             self.statusBar().showMessage("Stopping…")
+
+    # ------------------------------------------------------------------ tuning
+    def start_sweep(self, spec) -> None:
+        if self.running or not self.model_loaded:
+            return
+        if spec.mode == "speculative" and not self.draft_path:
+            self.tune.error.setText("A draft-model sweep needs a draft model: choose one in the model bar.")
+            return
+        self.running = self.sweeping = True
+        self.tune.on_requested()
+        self.statusBar().showMessage("Sweeping… (Stop ends it after the current run)")
+        self._update_buttons()
+        self.worker.start_sweep(spec)
+
+    def apply_setting(self, mode: str, setting: dict) -> None:
+        """Put a sweep's setting into the run controls; they mark what changed as pending."""
+        values = {"mode": mode, **{k: v for k, v in setting.items() if k in ("W", "N", "G", "lookup", "adaptive")}}
+        if "k" in setting:
+            if int(setting["k"]) == 0:
+                values = {"mode": "plain"}
+            else:
+                values["k"] = int(setting["k"])
+        self.controls.set_values(values)
+        self.statusBar().showMessage("Run controls set to " + ", ".join(f"{k} {v}" for k, v in values.items())
+                                     + " — applies to the next run")
+
+    def remeasure_profile(self) -> None:
+        if self.running or self.profiling or not self.model_loaded:
+            return
+        self.profiling = True
+        self._update_buttons()
+        self.worker.measure_profile(remeasure=True)
+
+    def predicted_speedup(self, stats: dict, mode: str) -> float | None:
+        """The cost model's speed-up for a finished run, from the profile and the run's counters."""
+        from engine.tuning import cost_model
+        from engine.tuning.profile import BatchCostProfile
+
+        if self.profiles["target"] is None:
+            return None
+        curve = BatchCostProfile.from_dict(self.profiles["target"]).curve
+        draft = self.profiles["draft"]
+        draft_curve = BatchCostProfile.from_dict(draft).curve if draft is not None else None
+        if mode == "speculative" and draft_curve is None:
+            return None
+        return cost_model.predict_from_stats(stats, curve, mode=mode, draft_curve=draft_curve)
 
     def measure_baseline(self) -> None:
         if self.running or self.last_run_key is None or not self.model_loaded:
@@ -378,12 +454,17 @@ class MainWindow(QtWidgets.QMainWindow):
             elif isinstance(event, KvSnapshot):
                 self._latest_snapshot = event
             elif isinstance(event, RunRequested):
+                self.last_run_mode = event.config.mode
                 la = event.config.lookahead
                 self.kv_map.set_roles(la.W if event.config.mode == "lookahead" else 0)
             elif isinstance(event, RunFinished):
                 self._on_finished(event)
             elif isinstance(event, RunFailed):
+                self.tune.on_failed()
+                self.sweeping = self.profiling = False
                 self._on_failed(event.message)
+            elif self._on_tuning_event(event):
+                pass
             elif isinstance(event, BaselineDone):
                 self.running = False
                 self.baselines[event.key] = event.tokens_per_second
@@ -425,7 +506,8 @@ class MainWindow(QtWidgets.QMainWindow):
             turn.stats, turn.finish, turn.text = event.stats, event.finish_reason, event.text
             self._render_turn_end(turn)
         self.stats.refresh()
-        self.stats.finish(event.stats, self.baselines.get(self.last_run_key))
+        self.stats.finish(event.stats, self.baselines.get(self.last_run_key),
+                          self.predicted_speedup(event.stats, self.last_run_mode))
         self.statusBar().showMessage(
             f"Finished: {event.finish_reason} · {event.stats['n_predict']} tokens at "
             f"{event.stats['tokens_per_second']:.1f} tok/s"
@@ -440,6 +522,52 @@ class MainWindow(QtWidgets.QMainWindow):
             if not self.input.text().strip():
                 self.input.set_text(failed.user)
             self._render_all()
+
+    def _on_tuning_event(self, event) -> bool:
+        """Profile and sweep events; False if ``event`` is neither."""
+        from engine.tuning import sweep
+
+        if isinstance(event, ProfileStarted):
+            self.profiling = self.profiling or event.measuring
+            if event.measuring:
+                self.statusBar().showMessage(f"Measuring the {event.what}'s batch-cost profile (once for this "
+                                             "model, context and thread count; Stop skips it)…")
+        elif isinstance(event, ProfileProgress):
+            self.statusBar().showMessage(f"Measuring the {event.what}'s batch-cost profile… "
+                                         f"{100 * event.fraction:.0f}%")
+        elif isinstance(event, ProfileReady):
+            self.profiles = {"target": event.target, "draft": event.draft}
+            self.profile_plot.set_profiles(event.target, event.draft)
+            if event.target is not None:
+                c = event.target
+                self.profile_label.setText(
+                    f"{c['model_name']}: one decode of B tokens costs T(B)/T(1) = "
+                    + ", ".join(f"{r:.1f} (B={b})" for b, r in zip(c["sizes"], c["relative_all_logits"])
+                                if b in (2, 4, 8, 16, 32, 128))
+                    + f". Measured in {c['t_measure_s']:.0f} s; a step wins when it emits more tokens than it costs.")
+            self.profiling = False
+            self.statusBar().showMessage(event.message or "Batch-cost profile ready")
+            if self.last_finished is not None and self.turns and self.turns[-1].stats is not None:
+                self.stats.finish(self.last_finished.stats, self.baselines.get(self.last_run_key),
+                                  self.predicted_speedup(self.last_finished.stats, self.last_run_mode))
+        elif isinstance(event, SavedSweeps):
+            self.tune.set_saved(event.results)
+        elif isinstance(event, sweep.SweepStarted):
+            self.tune.on_started(event)
+        elif isinstance(event, sweep.SweepProgress):
+            self.tune.on_progress(event)
+        elif isinstance(event, sweep.SweepCell):
+            self.tune.on_cell(event)
+        elif isinstance(event, sweep.SweepFinished):
+            self.tune.on_finished(event)
+            self.running = self.sweeping = False
+            best = sweep.best_cell(event.result["cells"])
+            self.statusBar().showMessage(
+                ("Sweep stopped" if event.cancelled else "Sweep done")
+                + (f": best {sweep.setting_label(best['setting'])} at {best['measured']:.2f}× plain" if best else ""))
+        else:
+            return False
+        return True
 
     def _on_model_event(self, event) -> None:
         from engine import catalog
@@ -491,13 +619,15 @@ class MainWindow(QtWidgets.QMainWindow):
         valid = self.controls.error is None
         self.input.run.setEnabled(idle and valid)
         self.run_action.setEnabled(idle and valid)
-        self.input.stop.setEnabled(self.running)
+        self.input.stop.setEnabled(self.running or self.profiling)
         has_answer = bool(self.turns) and self.turns[-1].chat and self.turns[-1].finish is not None
         self.input.regenerate.setEnabled(idle and has_answer)
         self.input.edit_last.setEnabled(idle and bool(self.turns))
         self.input.clear.setEnabled(not self.running and bool(self.turns))
         self.stats.baseline_button.setEnabled(idle and self.last_finished is not None)
         self.model_bar.setEnabled(not self.running)
+        self.tune.set_model_ready(idle)
+        self.remeasure_button.setEnabled(idle and not self.profiling)
 
     # ------------------------------------------------------------------ clipboard
     def copy_text(self) -> None:

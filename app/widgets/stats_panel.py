@@ -9,7 +9,8 @@ from app.qt import QtWidgets, pg
 
 
 class StatsPanel(QtWidgets.QWidget):
-    FIELDS = ["tokens/s", "tokens", "steps", "tokens/step", "accepted / drafted", "acceptance", "k", "speed-up"]
+    FIELDS = ["tokens/s", "tokens", "steps", "tokens/step", "accepted / drafted", "acceptance", "k", "speed-up",
+              "predicted"]
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -23,9 +24,15 @@ class StatsPanel(QtWidgets.QWidget):
             font.setPointSize(font.pointSize() + 3)
             font.setBold(True)
             value.setFont(font)
-            grid.addWidget(label, 2 * (i // 4), i % 4)
-            grid.addWidget(value, 2 * (i // 4) + 1, i % 4)
+            grid.addWidget(label, 2 * (i // 5), i % 5)
+            grid.addWidget(value, 2 * (i // 5) + 1, i % 5)
             self.values[name] = value
+        self.values["speed-up"].setToolTip(
+            "Measured against a plain run of the same prompt once one is measured; until then the "
+            "cost model's prediction (≈) from the batch-cost profile and this run's own acceptance")
+        self.values["predicted"].setToolTip(
+            "The cost model's speed-up for this run: tokens per step over the step's cost, priced with "
+            "the batch-cost profile (Profile tab) for the decodes the run really made")
         self.baseline_button = QtWidgets.QPushButton("Measure plain baseline")
         self.baseline_button.setToolTip("Run the same prompt with plain decoding to measure the speed-up")
         self.accept_plot = pg.PlotWidget(title="accepted tokens per step")
@@ -61,6 +68,7 @@ class StatsPanel(QtWidgets.QWidget):
         self.n_tokens = self.n_drafted = self.n_accepted = 0
         self.elapsed_s = 0.0
         self.k = None
+        self.predicted: float | None = None
         for value in self.values.values():
             value.setText("–")
         self._dirty = True
@@ -96,9 +104,17 @@ class StatsPanel(QtWidgets.QWidget):
         edges = np.arange(counts.size + 1) - 0.5
         self.hist_curve.setData(edges, counts.astype(float))
 
-    def finish(self, stats: dict, baseline_tps: float | None) -> None:
+    def finish(self, stats: dict, baseline_tps: float | None, predicted: float | None) -> None:
         self.values["tokens/s"].setText(f"{stats['tokens_per_second']:.1f}")
+        self.predicted = predicted
+        self.values["predicted"].setText(f"{predicted:.2f}×" if predicted is not None else "–")
         self.set_speedup(stats["tokens_per_second"], baseline_tps)
 
     def set_speedup(self, tps: float, baseline_tps: float | None) -> None:
-        self.values["speed-up"].setText(f"{tps / baseline_tps:.2f}×" if baseline_tps else "–")
+        """Measured speed-up when a plain baseline is known, else the prediction marked with ≈."""
+        if baseline_tps:
+            self.values["speed-up"].setText(f"{tps / baseline_tps:.2f}×")
+        elif self.predicted is not None:
+            self.values["speed-up"].setText(f"≈{self.predicted:.2f}×")
+        else:
+            self.values["speed-up"].setText("–")

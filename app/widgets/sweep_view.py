@@ -93,6 +93,15 @@ class SpeedupHeatmap(pg.PlotWidget):
         self.scene().sigMouseMoved.connect(self._on_move)
         self.scene().sigMouseClicked.connect(self._on_click)
 
+    def clear_result(self) -> None:
+        self.result = None
+        self.image.clear()
+        self.contour.setData(None)
+        for item in self._labels:
+            self.removeItem(item)
+        self._labels = []
+        self.setTitle("no sweep yet: choose axes and prompts, then Run sweep")
+
     def set_result(self, result: dict, n_value: int) -> None:
         self.result, self.n_value = result, n_value
         axes = result["spec"]["axes"]

@@ -30,9 +30,13 @@ from engine.memory import Memory
 from engine.tuning.cost_model import CostCurve
 
 PROFILE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128)
-DEFAULT_KV_FILL = 256  # cells already in the cache, like a prompt plus some generated text
-MIN_REPEATS, MAX_REPEATS = 3, 9
-REPEAT_BUDGET_S = 0.15  # per point and logit pattern: small batches get more repeats
+# Cells already in the cache, like a chat prompt plus some of its answer. Kept under 256 so that
+# batches up to 56 tokens attend one 256-cell block as most runs of the shipped prompts do (past
+# 512 attended cells llama.cpp's CPU attention takes another path for a single-token decode).
+DEFAULT_KV_FILL = 200
+ROUNDS_SMALL, ROUNDS_LARGE = 5, 3  # timed rounds for B <= LARGE_BATCH and above
+LARGE_BATCH = 32
+PLAIN_REPEATS = 3  # B = 1 is timed this many times a round
 FORMAT_VERSION = 1
 
 
@@ -50,6 +54,10 @@ class ProfileKey:
     n_batch: int
     build: str  # llama-cpp-python version and llama.cpp's system info (CPU features, backends)
     kv_fill: int
+    sizes: tuple[int, ...] = PROFILE_SIZES
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sizes", tuple(self.sizes))  # JSON gives a list
 
     def filename(self) -> str:
         digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
@@ -151,7 +159,10 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
     """Time one decode of B tokens for every B in ``sizes`` on ``memory``'s context.
 
     The cache is first filled with ``fill_tokens``; each timed decode appends B tokens after them
-    in sequence 0 and is removed again. Returns the curve and the repeats used per size.
+    in sequence 0 and is removed again. One warm-up round decodes every shape once (llama.cpp
+    builds and allocates a graph per shape), then every size is timed once per round, so a drift of
+    the machine's speed during the measurement hits every size alike; each point is the median
+    over rounds. Returns the curve and the number of timed rounds per size.
     """
     sizes = [b for b in sizes if b <= batch.capacity]
     fill = len(fill_tokens)
@@ -161,7 +172,6 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
 
     def timed(n: int, all_logits: bool) -> float:
         if cancel is not None and cancel.is_set():
-            memory.clear()
             raise ProfileCancelled("the batch-cost profile was stopped before it finished")
         batch.clear()
         for i in range(n):
@@ -170,26 +180,29 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
         memory.seq_rm(0, fill, -1)
         return dt
 
-    t_all, t_last, repeats = [], [], []
-    total = float(sum(sizes))
+    rounds = {b: ROUNDS_SMALL if b <= LARGE_BATCH else ROUNDS_LARGE for b in sizes}
+    samples: dict[tuple[int, bool], list[float]] = {(b, v): [] for b in sizes for v in (True, False)}
+    work = float(sum(b * (r + 1) for b, r in rounds.items()))
     done = 0.0
     try:
-        for n in sizes:
-            point = {}
-            for all_logits in (True, False):
-                first = timed(n, all_logits)  # warm-up: caches, thread pool, graph allocation
-                first = min(first, timed(n, all_logits))
-                count = int(np.clip(REPEAT_BUDGET_S / max(first, 1e-6), MIN_REPEATS, MAX_REPEATS))
-                point[all_logits] = float(np.median([first] + [timed(n, all_logits) for _ in range(count - 1)]))
-            repeats.append(count)
-            t_all.append(point[True])
-            t_last.append(point[False])
-            done += n
-            if progress is not None:
-                progress(done / total)
+        for r in range(max(rounds.values()) + 1):  # round 0 is the warm-up
+            for b in sizes:
+                if r > rounds[b]:
+                    continue
+                for all_logits in (True, False):
+                    # a single-token decode is cheap and the unit of everything: time it more often
+                    for _ in range(PLAIN_REPEATS if b == 1 else 1):
+                        dt = timed(b, all_logits)
+                        if r > 0:
+                            samples[(b, all_logits)].append(dt)
+                done += b
+                if progress is not None:
+                    progress(done / work)
     finally:
         memory.clear()
-    return CostCurve(tuple(sizes), tuple(t_all), tuple(t_last)), tuple(repeats)
+    t_all = tuple(float(np.median(samples[(b, True)])) for b in sizes)
+    t_last = tuple(float(np.median(samples[(b, False)])) for b in sizes)
+    return CostCurve(tuple(sizes), t_all, t_last), tuple(rounds[b] for b in sizes)
 
 
 def fill_tokens_for(vocab, n: int) -> list[int]:
@@ -201,31 +214,32 @@ def fill_tokens_for(vocab, n: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------- for a session
-def profile_key(session, *, draft: bool = False) -> ProfileKey:
+def profile_key(session, *, draft: bool = False, sizes: Sequence[int] = PROFILE_SIZES) -> ProfileKey:
     """The key of the target's (or the loaded draft's) profile in ``session``'s current setting."""
     model = session.draft_model if draft else session.model
     if model is None:
         raise SpecDecError("no draft model is loaded")
-    fill = min(DEFAULT_KV_FILL, session.n_ctx - max(PROFILE_SIZES) - 1)
+    sizes = tuple(b for b in sizes if b <= session.n_batch)
+    fill = min(DEFAULT_KV_FILL, session.n_ctx - max(sizes) - 1)
     return ProfileKey(model_sha256(model.info.path), session.n_ctx, session.n_threads, session.n_batch,
-                      build_fingerprint(), fill)
+                      build_fingerprint(), fill, sizes)
 
 
-def load_or_measure(session, *, draft: bool = False, remeasure: bool = False,
+def load_or_measure(session, *, draft: bool = False, remeasure: bool = False, sizes: Sequence[int] = PROFILE_SIZES,
                     progress: Callable[[float], None] | None = None) -> BatchCostProfile:
     """The cached profile for ``session``'s target (or draft), measured now if there is none.
 
     Runs on the session's thread; Stop (``session.cancel()``) ends a measurement with
     :class:`ProfileCancelled` and stores nothing.
     """
-    key = profile_key(session, draft=draft)
+    key = profile_key(session, draft=draft, sizes=sizes)
     if not remeasure:
         found = cached(key)
         if found is not None:
             return found
     if key.kv_fill < 1:
         raise SpecDecError(f"a context of {session.n_ctx} tokens is too small to profile batches of "
-                           f"up to {max(PROFILE_SIZES)} tokens; raise the context size")
+                           f"up to {max(key.sizes)} tokens; raise the context size")
     if draft:
         memory, batch, model = session.draft.memory, session.draft.batch, session.draft_model
     else:
@@ -233,7 +247,7 @@ def load_or_measure(session, *, draft: bool = False, remeasure: bool = False,
     cancel = session.cancel_flag
     cancel.clear()
     t0 = time.perf_counter()
-    curve, repeats = measure_curve(memory, batch, fill_tokens_for(session.vocab, key.kv_fill),
+    curve, repeats = measure_curve(memory, batch, fill_tokens_for(session.vocab, key.kv_fill), sizes=key.sizes,
                                    cancel=cancel, progress=progress)
     profile = BatchCostProfile(key, Path(model.info.path).name, curve, repeats, time.time(),
                                time.perf_counter() - t0)

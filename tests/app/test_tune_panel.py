@@ -1,0 +1,145 @@
+"""The Tune panel and the predicted speed-up, offscreen, on the real default model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from app.main_window import MainWindow
+from app.qt import QtCore, Qt
+from engine import catalog
+from tests.conftest import CODE_PROMPT
+
+TIMEOUT_MS = 180_000
+
+
+@pytest.fixture(scope="module")
+def module_cache(tmp_path_factory):
+    """Sweeps are kept per model in the cache: a fresh one for this module, so no sweep made
+    elsewhere reopens here; the profile measured by the first window is reused by the others."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECDEC_MODELS", str(catalog.cache_dir()))
+        mp.setenv("SPECDEC_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, module_cache):
+    settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
+    settings.setValue("threads", 2)
+    settings.setValue("n_ctx", 1024)
+    win = MainWindow("default", settings=settings)
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: win.model_loaded and win.profiles["target"] is not None, timeout=TIMEOUT_MS)
+    yield win
+    win.close()
+
+
+def _tiny_sweep(window) -> None:
+    tune = window.tune
+    tune.mode.setCurrentIndex(tune.mode.findData("lookahead"))
+    tune.axis_edits["W"].setText("1,2")
+    tune.axis_edits["N"].setText("2")
+    tune.axis_edits["G"].setText("0,1")
+    for i in range(tune.categories.count()):
+        item = tune.categories.item(i)
+        wanted = item.data(Qt.UserRole) in ("code_editing", "maths")
+        item.setCheckState(Qt.Checked if wanted else Qt.Unchecked)
+    tune.per_category.setValue(1)
+    tune.tokens.setValue(24)
+
+
+def test_tune_panel_sweeps_fills_the_heatmap_and_applies_the_best(window, qtbot):
+    _tiny_sweep(window)
+    filled = []
+    original = window.tune.on_cell
+
+    def record(event):
+        original(event)
+        image = window.tune.heatmap.image.image
+        filled.append(int(np.count_nonzero(image)))
+
+    window.tune.on_cell = record
+    window.tune.request_sweep()
+    assert window.running and window.tune.sweeping
+    assert not window.input.run.isEnabled()  # no run while the sweep measures
+    qtbot.waitUntil(lambda: not window.tune.sweeping, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert not window.running
+    assert window.tune.progress.value() == window.tune.progress.maximum()
+    # the heatmap filled in as cells were measured, and every cell is filled at the end
+    assert filled == sorted(filled) and filled[-1] == 4 and len(filled) == 4
+    image = window.tune.heatmap.image.image
+    assert image.shape == (2, 2) and np.all(image > 0)
+    result = window.tune.results["lookahead"]
+    assert len(result["cells"]) == 4 and all(math.isfinite(c["predicted"]) for c in result["cells"])
+
+    # hovering a cell describes it
+    heatmap = window.tune.heatmap
+    scene_pos = heatmap.plotItem.vb.mapViewToScene(QtCore.QPointF(1, 0))
+    heatmap._on_move(scene_pos)
+    assert "W=2" in window.tune.hover.text() and "measured" in window.tune.hover.text()
+
+    # a click on a cell sets the run controls, marked pending
+    window.controls.mark_applied()
+    view_pos = heatmap.mapFromScene(scene_pos)
+    qtbot.mouseClick(heatmap.viewport(), Qt.LeftButton, pos=view_pos)
+    values = window.controls.values()
+    assert (values["mode"], values["W"], values["N"], values["G"]) == ("lookahead", 2, 2, 0)
+    assert "W" in window.controls.pending() or "mode" in window.controls.pending()
+
+    # Apply best picks the fastest lossless cell
+    best = window.tune.best()
+    window.tune.apply_best.click()
+    values = window.controls.values()
+    assert (values["W"], values["N"], values["G"]) == (best["setting"]["W"], best["setting"]["N"], best["setting"]["G"])
+    assert best["measured"] == max(c["measured"] for c in result["cells"] if c["lossless"] or not any(
+        x["lossless"] for x in result["cells"]))
+
+
+def test_sweep_results_reopen_with_the_model(window, qtbot, tmp_path):
+    _tiny_sweep(window)
+    window.tune.mode.setCurrentIndex(window.tune.mode.findData("lookup"))
+    window.tune.axis_edits["k"].setText("0,2")
+    window.tune.request_sweep()
+    qtbot.waitUntil(lambda: not window.tune.sweeping, timeout=TIMEOUT_MS)
+    window.drain_events()
+    ks = sorted(c["setting"]["k"] for c in window.tune.results["lookup"]["cells"])
+    assert ks == [0, 2]
+    window.tune.results.clear()
+    window.load_model("default")
+    qtbot.waitUntil(lambda: "lookup" in window.tune.results, timeout=TIMEOUT_MS)
+    assert sorted(c["setting"]["k"] for c in window.tune.results["lookup"]["cells"]) == [0, 2]
+    window.tune.apply_best.click()
+    assert window.controls.values()["mode"] in ("lookup", "plain")
+
+
+def test_speedup_is_predicted_until_a_baseline_is_measured(window, qtbot):
+    window.input.chat_mode.setChecked(False)
+    window.controls.set_values({"mode": "lookup", "k": 4, "max_tokens": 48})
+    window.input.set_text(CODE_PROMPT)
+    window.start_run()
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    predicted = window.stats.values["predicted"].text()
+    assert predicted.endswith("×") and float(predicted[:-1]) > 0
+    assert window.stats.values["speed-up"].text() == "≈" + predicted
+    window.measure_baseline()
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    measured = window.stats.values["speed-up"].text()
+    assert not measured.startswith("≈") and float(measured[:-1]) > 0
+    assert window.stats.values["predicted"].text() == predicted
+
+
+def test_profile_tab_plots_the_curve_and_remeasures(window, qtbot):
+    curves = window.profile_plot.plotItem.listDataItems()
+    assert len(curves) >= 3  # reference line, all-logits and last-row curves
+    before = window.profiles["target"]["measured_at"]
+    window.remeasure_profile()
+    assert window.profiling and not window.remeasure_button.isEnabled()
+    qtbot.waitUntil(lambda: not window.profiling, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert window.profiles["target"]["measured_at"] > before
