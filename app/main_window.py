@@ -237,6 +237,8 @@ class MainWindow(QtWidgets.QMainWindow):
         base = self.palette().color(QtGui.QPalette.Base)
         self.kv_map.set_background(base)
         self.stats.set_background(base)
+        self.tune.set_background(base)
+        self.profile_plot.setBackground(base)
         self.settings.setValue("theme", theme)
         self._render_all()
 

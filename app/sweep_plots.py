@@ -41,7 +41,11 @@ def export_plots(result: dict, out_dir: str | Path) -> list[Path]:
 
 
 def _export(exporter_type, plot, path: Path) -> Path:
+    from app.qt import QtWidgets
+
     plot.setBackground("w")
+    plot.show()  # lay the plot out (title, axes) before it is rendered
+    QtWidgets.QApplication.processEvents()
     exporter = exporter_type(plot.plotItem)
     exporter.parameters()["width"] = PNG_SIZE[0]
     exporter.export(str(path))

@@ -51,7 +51,9 @@ def cell_lookup(result: dict) -> dict[tuple, dict]:
 
 
 def describe_cell(cell: dict | None, setting: dict) -> str:
-    label = " ".join(f"{k}={v}" for k, v in setting.items())
+    from engine.tuning.sweep import setting_label
+
+    label = setting_label(setting)
     if cell is None:
         return f"{label}: not measured yet"
     lines = [label, f"measured {cell['measured']:.2f}× plain"]
@@ -176,7 +178,7 @@ class SpeedupCurve(pg.PlotWidget):
         super().__init__(parent)
         self.setMenuEnabled(False)
         self.hideButtons()
-        self.addLegend(offset=(10, 10))
+        self.addLegend(offset=(-10, 10), brush=pg.mkBrush(255, 255, 255, 200), pen=pg.mkPen(200, 200, 200))
         self.setLabel("bottom", "k (tokens drafted per step)")
         self.setLabel("left", "speed-up over plain")
         self.showGrid(x=True, y=True, alpha=0.2)
@@ -191,10 +193,15 @@ class SpeedupCurve(pg.PlotWidget):
         self.plotItem.legend.clear()
         self.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen((20, 20, 20), width=1, style=QtCore.Qt.DashLine)))
         groups: dict[tuple, list[dict]] = {}
+        plain = [c for c in result.get("cells", []) if c["setting"].get("k") == 0]
         for cell in result.get("cells", []):
-            key = tuple((a, v) for a, v in cell["setting"].items() if a != "k")
-            groups.setdefault(key, []).append(cell)
-        self._points = []
+            if cell["setting"].get("k") != 0:
+                key = tuple((a, v) for a, v in cell["setting"].items() if a != "k")
+                groups.setdefault(key, []).append(cell)
+        if not groups and plain:
+            groups[()] = []
+        for cells in groups.values():  # k = 0 is plain decoding, measured once, the start of every line
+            cells.extend(plain)
         for i, (key, cells) in enumerate(sorted(groups.items())):
             cells.sort(key=lambda c: c["setting"]["k"])
             colour = self.PALETTE[i % len(self.PALETTE)]
@@ -207,7 +214,7 @@ class SpeedupCurve(pg.PlotWidget):
             if all(p is not None for p in predicted):
                 self.plot(ks, np.array(predicted), pen=pg.mkPen(colour, width=1.5, style=QtCore.Qt.DashLine),
                           name=f"{name} predicted")
-            self._points.extend((c["setting"]["k"], c["measured"], c) for c in cells)
+        self._points = [(c["setting"]["k"], c["measured"], c) for c in result.get("cells", [])]
         best = result.get("best")
         self.setTitle("measured (solid) and predicted (dashed) speed-up" +
                       (f" · best k = {next(c['setting']['k'] for c in result['cells'] if c['index'] == best)}"
@@ -246,6 +253,9 @@ class ProfilePlot(pg.PlotWidget):
         self.setLabel("bottom", "B (tokens in one decode)")
         self.setLabel("left", "T(B) / T(1)")
         self.showGrid(x=True, y=True, alpha=0.2)
+        # log mode places ticks at log10 of the value; name the powers of two the strategies use
+        self.getAxis("bottom").setTicks([[(math.log10(b), str(b)) for b in (1, 2, 4, 8, 16, 32, 64, 128)]])
+        self.getAxis("left").setTicks([[(math.log10(v), str(v)) for v in (1, 2, 5, 10, 20, 50, 100)]])
 
     def set_profiles(self, target: dict | None, draft: dict | None = None) -> None:
         self.clear()

@@ -10,9 +10,14 @@ kept per model and reopens with it.
 
 from __future__ import annotations
 
-from app.qt import QtCore, QtWidgets, Signal
+from app.qt import QtCore, QtWidgets, Qt, Signal
 from app.widgets.sweep_view import SpeedupCurve, SpeedupHeatmap
 
+SHORT_CATEGORY_LABELS = {
+    "chat": "chat", "code_generation": "code", "code_editing": "code edit", "summarisation": "summary",
+    "translation": "translation", "maths": "maths", "qa_passage": "QA", "rag": "RAG",
+    "extraction": "JSON", "creative": "creative",
+}
 MODES = [("lookahead", "Lookahead (W × N × G)"), ("lookup", "Prompt lookup (k)"), ("speculative", "Draft model (k)")]
 
 
@@ -71,18 +76,19 @@ class TunePanel(QtWidgets.QWidget):
             kl.addWidget(check)
         form.addWidget(self.k_row, 2, 0, 1, 4)
 
-        self.categories = QtWidgets.QListWidget()
-        self.categories.setMaximumHeight(74)
-        self.categories.setFlow(QtWidgets.QListView.LeftToRight)
-        self.categories.setWrapping(True)
-        for key, label in prompts.CATEGORIES.items():
-            item = QtWidgets.QListWidgetItem(label)
-            item.setData(QtCore.Qt.UserRole, key)
-            item.setFlags(item.flags() | QtCore.Qt.ItemIsUserCheckable)
-            item.setCheckState(QtCore.Qt.Checked if key in sweep.DEFAULT_CATEGORIES else QtCore.Qt.Unchecked)
-            self.categories.addItem(item)
-        form.addWidget(QtWidgets.QLabel("Prompts"), 3, 0)
-        form.addWidget(self.categories, 3, 1, 1, 3)
+        self.category_checks: dict[str, QtWidgets.QCheckBox] = {}
+        categories = QtWidgets.QWidget()
+        cl = QtWidgets.QGridLayout(categories)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.setVerticalSpacing(0)
+        for i, (key, label) in enumerate(prompts.CATEGORIES.items()):
+            check = QtWidgets.QCheckBox(SHORT_CATEGORY_LABELS.get(key, key))
+            check.setToolTip(f"{label}: {len(prompts.shipped([key]))} prompts in resources/prompts/{key}.jsonl")
+            check.setChecked(key in sweep.DEFAULT_CATEGORIES)
+            cl.addWidget(check, i // 4, i % 4)
+            self.category_checks[key] = check
+        form.addWidget(QtWidgets.QLabel("Prompts"), 3, 0, Qt.AlignTop)
+        form.addWidget(categories, 3, 1, 1, 3)
         self.per_category = QtWidgets.QSpinBox()
         self.per_category.setRange(1, 7)
         self.per_category.setValue(1)
@@ -108,7 +114,6 @@ class TunePanel(QtWidgets.QWidget):
         controls.addWidget(self.run_button)
         controls.addWidget(self.stop_button)
         controls.addWidget(self.progress, 1)
-        controls.addWidget(self.eta)
         self.error = QtWidgets.QLabel("")
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #c0392b;")
@@ -120,15 +125,16 @@ class TunePanel(QtWidgets.QWidget):
         self.plots = QtWidgets.QStackedWidget()
         self.plots.addWidget(self.heatmap)
         self.plots.addWidget(self.curve)
-        self.hover = QtWidgets.QLabel("Hover a cell for its figures; click it to use that setting.")
+        self.hover = QtWidgets.QLabel("Hover a cell or point for its figures; click it to use that setting.")
         self.hover.setWordWrap(True)
-        self.hover.setMinimumHeight(48)
+        self.hover.setMinimumHeight(4 * self.hover.fontMetrics().lineSpacing())
         self.hover.setAlignment(QtCore.Qt.AlignTop | QtCore.Qt.AlignLeft)
         self.best_label = QtWidgets.QLabel("")
         self.apply_best = QtWidgets.QPushButton("Apply best")
         self.apply_best.setToolTip("Put the fastest lossless setting of this sweep into the run controls")
         view_row = QtWidgets.QHBoxLayout()
-        view_row.addWidget(QtWidgets.QLabel("N"))
+        self.n_label = QtWidgets.QLabel("N")
+        view_row.addWidget(self.n_label)
         view_row.addWidget(self.n_choice)
         view_row.addWidget(self.best_label, 1)
         view_row.addWidget(self.apply_best)
@@ -136,6 +142,7 @@ class TunePanel(QtWidgets.QWidget):
         layout = QtWidgets.QVBoxLayout(self)
         layout.addLayout(form)
         layout.addLayout(controls)
+        layout.addWidget(self.eta)
         layout.addWidget(self.error)
         layout.addLayout(view_row)
         layout.addWidget(self.plots, 1)
@@ -168,14 +175,20 @@ class TunePanel(QtWidgets.QWidget):
                     "adaptive": tuple(k for k, c in self.adaptive_checks.items() if c.isChecked())}
             if mode == "lookup":
                 axes["lookup"] = tuple(k for k, c in self.policy_checks.items() if c.isChecked())
-        categories = [self.categories.item(i).data(QtCore.Qt.UserRole) for i in range(self.categories.count())
-                      if self.categories.item(i).checkState() == QtCore.Qt.Checked]
+        categories = self.checked_categories()
         if not categories:
             raise ConfigError("check at least one prompt category")
         spec = sweep.SweepSpec(mode, axes, tuple(prompts.shipped(categories, self.per_category.value())),
                                self.tokens.value())
         spec.validate()
         return spec
+
+    def checked_categories(self) -> list[str]:
+        return [key for key, check in self.category_checks.items() if check.isChecked()]
+
+    def set_categories(self, keys) -> None:
+        for key, check in self.category_checks.items():
+            check.setChecked(key in keys)
 
     def request_sweep(self) -> None:
         from engine.errors import SpecDecError
@@ -211,8 +224,8 @@ class TunePanel(QtWidgets.QWidget):
 
     def on_progress(self, event) -> None:
         self.progress.setValue(event.done)
-        self.progress.setFormat(f"%v/%m · {event.label}")
-        self.eta.setText(f"ETA {_duration(event.eta_s)}")
+        self.progress.setFormat("%v/%m runs")
+        self.eta.setText(f"ETA {_duration(event.eta_s)} · last: {event.label}")
 
     def on_cell(self, event) -> None:
         from engine.tuning import sweep
@@ -275,7 +288,8 @@ class TunePanel(QtWidgets.QWidget):
         self.wng_row.setVisible(lookahead)
         self.k_row.setVisible(not lookahead)
         self.policy_box.setVisible(self.current_mode() == "lookup")
-        self.n_choice.setEnabled(lookahead)
+        self.n_choice.setVisible(lookahead)
+        self.n_label.setVisible(lookahead)
         self.plots.setCurrentWidget(self.heatmap if lookahead else self.curve)
         self._redraw()
 
@@ -312,6 +326,10 @@ class TunePanel(QtWidgets.QWidget):
             self.heatmap.set_result(result, self.n_choice.currentData())
         else:
             self.curve.set_result(result)
+
+    def set_background(self, colour) -> None:
+        for plot in (self.heatmap, self.curve):
+            plot.setBackground(colour)
 
     def _update_enabled(self) -> None:
         self.run_button.setEnabled(self.model_ready and not self.sweeping)

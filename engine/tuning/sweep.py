@@ -75,9 +75,17 @@ class SweepSpec:
             config_for(self, setting).validate()
 
     def settings(self) -> list[dict]:
-        """Every combination of the axes' values, in axis order (the last axis varies fastest)."""
+        """Every combination of the axes' values, in axis order (the last axis varies fastest).
+        k = 0 is plain decoding whatever the drafter: it is measured once, with the first values
+        of the other axes."""
         names = [a for a in AXES[self.mode] if a in self.axes]
-        return [dict(zip(names, combo)) for combo in itertools.product(*(self.axes[n] for n in names))]
+        out = []
+        for combo in itertools.product(*(self.axes[n] for n in names)):
+            setting = dict(zip(names, combo))
+            if setting.get("k") == 0 and any(setting[n] != self.axes[n][0] for n in names if n != "k"):
+                continue
+            out.append(setting)
+        return out
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "axes": {k: list(v) for k, v in self.axes.items()},
@@ -101,6 +109,8 @@ def config_for(spec: SweepSpec, setting: dict, base: RunConfig | None = None) ->
 
 
 def setting_label(setting: dict) -> str:
+    if setting.get("k") == 0:
+        return "plain (k=0)"
     return " ".join(f"{k}={v}" for k, v in setting.items())
 
 

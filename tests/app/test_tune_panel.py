@@ -43,10 +43,7 @@ def _tiny_sweep(window) -> None:
     tune.axis_edits["W"].setText("1,2")
     tune.axis_edits["N"].setText("2")
     tune.axis_edits["G"].setText("0,1")
-    for i in range(tune.categories.count()):
-        item = tune.categories.item(i)
-        wanted = item.data(Qt.UserRole) in ("code_editing", "maths")
-        item.setCheckState(Qt.Checked if wanted else Qt.Unchecked)
+    tune.set_categories(["code_editing", "maths"])
     tune.per_category.setValue(1)
     tune.tokens.setValue(24)
 
