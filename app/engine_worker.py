@@ -158,6 +158,10 @@ class EngineWorker:
         self._events: collections.deque = collections.deque()
         self._session_lock = threading.Lock()
         self._session = None
+        # One Stop flag for every session this worker makes. Cleared when the window asks for a
+        # job (so a Stop pressed while that job waits in the queue or is being prepared counts),
+        # never by the engine itself.
+        self._cancel = threading.Event()
         self._last_prompt_tokens: list[int] = []
         self._profiles: dict[str, dict | None] = {"target": None, "draft": None}
         self._auto_profile = True
@@ -166,33 +170,37 @@ class EngineWorker:
     def load_model(self, path: str, n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
                    *, profile: bool = True) -> None:
         """Load a model; with ``profile``, measure its batch-cost profile next if none is cached."""
-        self._commands.put(_Load(path, n_ctx, n_threads, n_gpu_layers, profile))
+        self._submit(_Load(path, n_ctx, n_threads, n_gpu_layers, profile))
 
     def measure_profile(self, remeasure: bool = True) -> None:
-        self._commands.put(_Profile(remeasure))
+        self._submit(_Profile(remeasure))
 
     def start_sweep(self, spec) -> None:
-        self._commands.put(_Sweep(spec))
+        self._submit(_Sweep(spec))
+
+    def _submit(self, job: object) -> None:
+        """Queue a job the user asked for; an earlier Stop does not apply to it."""
+        self._cancel.clear()
+        self._commands.put(job)
 
     def load_draft(self, path: str | None) -> None:
-        self._commands.put(_Draft(path))
+        self._submit(_Draft(path))
 
     def fetch_and_load(self, key: str, n_ctx: int = 4096, n_threads: int | None = None) -> None:
-        self._commands.put(_Fetch(key, n_ctx, n_threads))
+        self._submit(_Fetch(key, n_ctx, n_threads))
 
     def start_run(self, config, text: str, *, chat: bool, regenerate: bool = False) -> None:
-        self._commands.put(_Run(config, text, chat, regenerate))
+        self._submit(_Run(config, text, chat, regenerate))
 
     def run_baseline(self, config, key: tuple) -> None:
-        self._commands.put(_Baseline(config, key))
+        self._submit(_Baseline(config, key))
 
     def edit_history(self, action: str) -> None:
         self._commands.put(_History(action))
 
     def stop(self) -> None:
-        with self._session_lock:
-            if self._session is not None:
-                self._session.cancel()
+        """Stop the job running now and any the window queued before this call."""
+        self._cancel.set()
 
     def start(self) -> None:
         # Between two decodes the engine thread needs the GIL for a millisecond or two; with the
@@ -278,7 +286,7 @@ class EngineWorker:
         self._emit(LoadStarted(path))
         resolved = catalog.resolve(path)
         # Load the new model before closing the old one: a bad file leaves the old one usable.
-        session = Session(resolved, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+        session = Session(resolved, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, cancel=self._cancel)
         self._close_session()
         with self._session_lock:
             self._session = session
@@ -319,11 +327,11 @@ class EngineWorker:
                 del session.history[-2:]
             else:
                 user_text = command.text
-            events = session.chat(command.config, user_text)
+            events = session.chat(command.config, user_text, fresh_cancel=False)
         else:
             user_text = command.text
             tokens = session.tokenize_prompt(user_text)
-            events = session.run(command.config, tokens, prompt_text=user_text)
+            events = session.run(command.config, tokens, prompt_text=user_text, fresh_cancel=False)
         self._last_prompt_tokens = list(session.last_prompt_tokens)
         self._emit(RunRequested(command.config, user_text, command.chat))
         for event in events:
@@ -392,11 +400,12 @@ class EngineWorker:
         if not self._last_prompt_tokens:
             raise SpecDecError("run something first; the baseline repeats the last prompt with plain decoding")
         final = None
-        for event in session.run(command.config, self._last_prompt_tokens):
+        for event in session.run(command.config, self._last_prompt_tokens, fresh_cancel=False):
             if isinstance(event, RunFinished):
                 final = event
-        if final is not None:
-            self._emit(BaselineDone(command.key, final.stats["tokens_per_second"]))
+        if final is None or final.finish_reason == "cancelled":
+            raise SpecDecError("stopped: the plain baseline was not measured")
+        self._emit(BaselineDone(command.key, final.stats["tokens_per_second"]))
 
 
 def _curve(profile: dict | None):

@@ -84,6 +84,7 @@ class Session:
         n_gpu_layers: int = 0,
         draft_path: str | Path | None = None,
         verify_kv: bool = False,
+        cancel: threading.Event | None = None,
     ) -> None:
         if n_ctx < 16:
             raise ContextAllocationError(f"context size must be at least 16 tokens, got {n_ctx}")
@@ -94,7 +95,9 @@ class Session:
         self.n_batch = n_batch
         self.n_threads = n_threads or default_threads()
         self.verify_kv = verify_kv
-        self._cancel = threading.Event()
+        # Set by Stop, cleared only when a caller starts a new job (see :meth:`run`): a Stop that
+        # comes while a run is being prepared (a context made, a prompt tokenised) is not lost.
+        self._cancel = cancel if cancel is not None else threading.Event()
         # Held here so ctypes never collects the callback while llama.cpp may call it.
         self._abort_cb = llama.ggml_abort_callback(lambda _data: self._cancel.is_set())
         self._ctx_stack: contextlib.ExitStack | None = None
@@ -268,12 +271,18 @@ class Session:
         return self.vocab.tokenize(self.render_chat(messages), add_special=False, parse_special=True)
 
     # ----------------------------------------------------------------------------- runs
-    def run(self, config: RunConfig, prompt_tokens: Sequence[int], *, prompt_text: str = "") -> Iterator[Event]:
+    def run(self, config: RunConfig, prompt_tokens: Sequence[int], *, prompt_text: str = "",
+            fresh_cancel: bool = True) -> Iterator[Event]:
         """Validate now, then return the generator of the run's events.
 
         Bad input raises here (a :class:`engine.errors.SpecDecError`), before any event; the
-        generator ends with :class:`engine.events.RunFinished`.
+        generator ends with :class:`engine.events.RunFinished`. With ``fresh_cancel`` an earlier
+        Stop is forgotten now; a caller that owns the cancel flag (the app's worker clears it when
+        the user asks for the job, a sweep between its runs) passes False so that a Stop pressed
+        before the run starts ends it at once.
         """
+        if fresh_cancel:
+            self._cancel.clear()
         config.validate(self.n_batch)
         if not prompt_tokens:
             raise PromptError("the prompt is empty; type something for the model to continue")
@@ -294,7 +303,6 @@ class Session:
 
     def _run(self, config: RunConfig, prompt: list[int], prompt_text: str, strategy: Callable) -> Iterator[Event]:
         assert self.memory is not None and self.batch is not None
-        self._cancel.clear()
         self.memory.clear()
         output = Output(self.vocab, config.max_tokens)
         rt = Runtime(
@@ -349,11 +357,11 @@ class Session:
         """Run to the end on a completion prompt and return the final event."""
         return _last(self.run(config, self.tokenize_prompt(prompt), prompt_text=prompt))
 
-    def chat(self, config: RunConfig, user_text: str) -> Iterator[Event]:
+    def chat(self, config: RunConfig, user_text: str, *, fresh_cancel: bool = True) -> Iterator[Event]:
         """One chat turn: the history plus ``user_text``; the answer joins the history when done."""
         messages = [*self.history, ChatMessage("user", user_text)]
         tokens = self.chat_tokens(messages)
-        events = self.run(config, tokens, prompt_text=user_text)
+        events = self.run(config, tokens, prompt_text=user_text, fresh_cancel=fresh_cancel)
 
         def turn() -> Iterator[Event]:
             for event in events:

@@ -244,8 +244,7 @@ def load_or_measure(session, *, draft: bool = False, remeasure: bool = False, si
         memory, batch, model = session.draft.memory, session.draft.batch, session.draft_model
     else:
         memory, batch, model = session.memory, session.batch, session.model
-    cancel = session.cancel_flag
-    cancel.clear()
+    cancel = session.cancel_flag  # a Stop set before the measurement starts ends it at once
     t0 = time.perf_counter()
     curve, repeats = measure_curve(memory, batch, fill_tokens_for(session.vocab, key.kv_fill), sizes=key.sizes,
                                    cancel=cancel, progress=progress)

@@ -174,8 +174,9 @@ def prompt_tokens(session, prompt: Prompt, chat: bool) -> list[int]:
 def run_sweep(session, spec: SweepSpec, *, curve: CostCurve | None = None, draft_curve: CostCurve | None = None,
               base: RunConfig | None = None) -> Iterator[object]:
     """Measure every setting of ``spec`` on ``session``; yield sweep events, ending with
-    :class:`SweepFinished`. Stop (``session.cancel()``) ends it after the current run with the
-    cells measured so far."""
+    :class:`SweepFinished`. Stop (``session.cancel()``) ends it within the current run, with the
+    cells measured so far; a Stop already set when the sweep starts ends it at once (the caller
+    clears the flag when it starts a job)."""
     spec.validate()
     if spec.mode == "speculative" and session.draft is None:
         raise ConfigError("a speculative sweep needs a draft model; load one first")
@@ -193,7 +194,6 @@ def run_sweep(session, spec: SweepSpec, *, curve: CostCurve | None = None, draft
     t0 = time.perf_counter()
     done = 0
     cancel = session.cancel_flag
-    cancel.clear()
     yield SweepStarted(spec.to_dict(), tuple(settings), total)
 
     def one_run(config: RunConfig, label: str):
@@ -203,7 +203,7 @@ def run_sweep(session, spec: SweepSpec, *, curve: CostCurve | None = None, draft
             if cancel.is_set():
                 raise _Cancelled
             final = None
-            for event in session.run(config, prompt):
+            for event in session.run(config, prompt, fresh_cancel=False):
                 final = event
             if not isinstance(final, RunFinished) or final.finish_reason == "cancelled":
                 raise _Cancelled

@@ -140,3 +140,16 @@ def test_profile_tab_plots_the_curve_and_remeasures(window, qtbot):
     qtbot.waitUntil(lambda: not window.profiling, timeout=TIMEOUT_MS)
     window.drain_events()
     assert window.profiles["target"]["measured_at"] > before
+
+
+def test_stop_ends_a_sweep_and_keeps_what_was_measured(window, qtbot):
+    _tiny_sweep(window)
+    window.tune.axis_edits["W"].setText("1,2,3,4")
+    window.tune.request_sweep()
+    qtbot.waitUntil(lambda: window.tune.progress.value() >= 2, timeout=TIMEOUT_MS)
+    window.tune.stop_button.click()
+    qtbot.waitUntil(lambda: not window.tune.sweeping, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert window.tune.eta.text().startswith("stopped"), window.tune.eta.text()
+    assert not window.running and window.input.run.isEnabled()
+    assert len(window.tune.results["lookahead"]["cells"]) < 8
