@@ -144,6 +144,7 @@ class _History:
 
 _QUIT = object()
 GIL_SWITCH_INTERVAL_S = 0.0005
+SHUTDOWN_WAIT_S = 3.0
 
 
 class EngineWorker:
@@ -208,10 +209,15 @@ class EngineWorker:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self._thread.start()
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout_s: float = SHUTDOWN_WAIT_S) -> bool:
+        """Stop, let the engine thread close its session, and wait at most ``timeout_s``.
+
+        A download or a model load cannot be interrupted; the window closes anyway and the
+        thread (a daemon) ends with the process. Returns whether the thread ended in time."""
         self.stop()
         self._commands.put(_QUIT)
-        self._thread.join()
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
 
     def drain(self) -> list:
         out = []

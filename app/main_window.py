@@ -60,6 +60,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.turns: list[Turn] = []
         self.baselines: dict[tuple, float] = {}
         self.last_run_key: tuple | None = None
+        self.last_run_config = None  # the config the last run used: its baseline repeats it
         self.last_finished = None
         self.last_run_mode = "plain"
         self.sweeping = False
@@ -278,6 +279,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _launch(self, turn: Turn, config, text: str, *, regenerate: bool = False) -> None:
         self.turns.append(turn)
         self.last_run_key = self.run_key(turn.user, config)
+        self.last_run_config = config
         self._begin_run()
         self._render_all()
         self.worker.start_run(config, text, chat=turn.chat, regenerate=regenerate)
@@ -392,7 +394,9 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         from engine.config import RunConfig
 
-        config = self.controls.config()
+        # the baseline of the last run: its token budget and sampling, whatever the controls say now,
+        # so that it is stored under the key of the run it measures
+        config = self.last_run_config
         self.running = True
         self._update_buttons()
         self.statusBar().showMessage("Measuring the plain baseline…")
@@ -443,7 +447,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     # ------------------------------------------------------------------ events
     def drain_events(self) -> None:
-        from engine.events import KvSnapshot, RejectedDraft, RunFailed, RunFinished, StepDone
+        from engine.events import KvSnapshot, RejectedDraft, RunFailed, RunFinished, RunWarning, StepDone
 
         events = self.worker.drain()
         if not events:
@@ -461,6 +465,9 @@ class MainWindow(QtWidgets.QMainWindow):
                 self.kv_map.set_roles(la.W if event.config.mode == "lookahead" else 0)
             elif isinstance(event, RunFinished):
                 self._on_finished(event)
+            elif isinstance(event, RunWarning):
+                self.kv_map.figures.setText("KV map stopped for this run: " + event.message)
+                self.statusBar().showMessage("Warning: " + event.message)
             elif isinstance(event, RunFailed):
                 self.tune.on_failed()
                 self.sweeping = self.profiling = False
@@ -588,6 +595,9 @@ class MainWindow(QtWidgets.QMainWindow):
             self.settings.setValue("last_model", event.path)
             self.model_bar.set_models([str(p) for p in catalog.cached_models()], recent, event.path)
             self.model_bar.set_draft_candidates(list(event.draft_candidates), None)
+            last_draft = str(self.settings.value("last_draft", "") or "")
+            if last_draft and (last_draft, None) in event.draft_candidates:
+                self.choose_draft(last_draft)  # a restored speculative mode can run at once
             self.model_bar.set_gpu_available(event.gpu_offload)
             info = event.info
             self.setWindowTitle(f"SpecDec Studio — {Path(event.path).name}")

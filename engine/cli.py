@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from engine.errors import SpecDecError
 
 CYAN, GREEN, RESET = "\033[0;96m", "\033[0;92m", "\033[0m"
+
+
+@contextlib.contextmanager
+def _ctrl_c_stops():
+    """A Stop flag that Ctrl+C sets from the moment the command starts, model loading included:
+    a run, profile or sweep then ends cleanly at its next check instead of with a traceback."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -82,7 +96,7 @@ def _config_from(args: argparse.Namespace):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from engine import catalog
-    from engine.events import RunFinished, RunStarted, StepDone
+    from engine.events import RunFinished, RunStarted, RunWarning, StepDone
     from engine.session import ChatMessage, Session
     from engine.tuning.profile import model_sha256
 
@@ -98,32 +112,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config.mode == "speculative" and not args.model_draft:
         raise SpecDecError("--mode speculative needs a draft model: pass -md PATH (or -md default)")
     draft_path = catalog.resolve(args.model_draft) if args.model_draft and config.mode == "speculative" else None
-    with Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size, n_threads=args.threads,
-                 n_gpu_layers=args.gpu_layers, draft_path=draft_path, verify_kv=args.verify_kv) as session:
-        if args.chat:
+    with _ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
+                                          n_threads=args.threads, n_gpu_layers=args.gpu_layers,
+                                          draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
+        if args.chat and session.has_chat_template:
             tokens = session.chat_tokens([ChatMessage("user", prompt)])
         else:
+            if args.chat:
+                print(f"specdec: {Path(model_path).name} has no chat template; running the prompt as plain "
+                      "completion", file=sys.stderr)
             tokens = session.tokenize_prompt(prompt)
-        events = session.run(config, tokens, prompt_text=prompt)
-        previous = signal.signal(signal.SIGINT, lambda *_: session.cancel())
         final: RunFinished | None = None
-        try:
-            for event in events:
-                if isinstance(event, RunStarted) and not args.json and config.mode == "lookahead":
-                    la = config.lookahead
-                    print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=sys.stderr)
-                elif isinstance(event, StepDone) and not args.json:
-                    for tok in event.tokens:
-                        colour = {"accepted_ngram": CYAN, "accepted_draft": GREEN}.get(tok.source)
-                        sys.stdout.write(f"{colour}{tok.text}{RESET}" if colour and args.color else tok.text)
-                    sys.stdout.flush()
-                    if args.kv_dump:
-                        view = session.memory.mirror.base.render_view(config.n_sequences)
-                        print(f"\n--- after step {event.step}\n{view}", file=sys.stderr)
-                elif isinstance(event, RunFinished):
-                    final = event
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        for event in session.run(config, tokens, prompt_text=prompt, fresh_cancel=False):
+            if isinstance(event, RunStarted) and not args.json and config.mode == "lookahead":
+                la = config.lookahead
+                print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=sys.stderr)
+            elif isinstance(event, StepDone) and not args.json:
+                for tok in event.tokens:
+                    colour = {"accepted_ngram": CYAN, "accepted_draft": GREEN}.get(tok.source)
+                    sys.stdout.write(f"{colour}{tok.text}{RESET}" if colour and args.color else tok.text)
+                sys.stdout.flush()
+                if args.kv_dump:
+                    view = session.memory.mirror.base.render_view(config.n_sequences)
+                    print(f"\n--- after step {event.step}\n{view}", file=sys.stderr)
+            elif isinstance(event, RunWarning):
+                print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
+            elif isinstance(event, RunFinished):
+                final = event
         assert final is not None
         info = session.model.info
         stats = final.stats
@@ -144,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "quant": info.quant,
                 },
                 "config": {**config.as_dict(), "n_ctx": args.ctx_size, "n_batch": args.batch_size,
-                           "n_threads": session.n_threads, "chat": args.chat},
+                           "n_threads": session.n_threads, "chat": args.chat and session.has_chat_template},
                 "stats": stats,
             }, indent=2))
         else:
@@ -158,20 +173,24 @@ def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Na
     from engine.config import RunConfig
     from engine.tuning import cost_model, profile
 
+    from engine.tuning.profile import ProfileCancelled
+
     out: dict = {}
-    if not args.no_predict:
+    if not args.no_predict and not session.cancel_flag.is_set():
         if config.mode != "plain" and profile.cached(profile.profile_key(session)) is None:
             print("measuring the batch-cost profile for this model, context and thread count "
                   "(once; about 20 s for SmolLM2 on 2 cores)…", file=sys.stderr)
-        curve = profile.load_or_measure(session).curve
-        draft_curve = None
-        if config.mode == "speculative":
-            draft_curve = profile.load_or_measure(session, draft=True).curve
-        out["predicted_speedup"] = cost_model.predict_from_stats(stats, curve, mode=config.mode,
-                                                                 draft_curve=draft_curve)
-    if args.baseline:
+        try:
+            curve = profile.load_or_measure(session).curve
+            draft_curve = profile.load_or_measure(session, draft=True).curve if config.mode == "speculative" else None
+        except ProfileCancelled:
+            print("specdec: profile stopped; no predicted speed-up", file=sys.stderr)
+        else:
+            out["predicted_speedup"] = cost_model.predict_from_stats(stats, curve, mode=config.mode,
+                                                                     draft_curve=draft_curve)
+    if args.baseline and not session.cancel_flag.is_set():
         plain = RunConfig(mode="plain", max_tokens=config.max_tokens, sampling=config.sampling)
-        base = _last_event(session.run(plain, tokens))
+        base = _last_event(session.run(plain, tokens, fresh_cancel=False))
         if base.finish_reason != "cancelled" and base.stats["tokens_per_second"]:
             out["plain_tokens_per_second"] = base.stats["tokens_per_second"]
             out["measured_speedup"] = stats["tokens_per_second"] / base.stats["tokens_per_second"]
@@ -293,15 +312,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from engine.tuning import profile
 
     draft_path = catalog.resolve(args.model_draft) if args.model_draft else None
-    with Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
-                 n_threads=args.threads, draft_path=draft_path) as session:
-        previous = signal.signal(signal.SIGINT, lambda *_: session.cancel())
-        try:
-            found = [("target", profile.load_or_measure(session, remeasure=args.remeasure))]
-            if draft_path is not None:
-                found.append(("draft", profile.load_or_measure(session, draft=True, remeasure=args.remeasure)))
-        finally:
-            signal.signal(signal.SIGINT, previous)
+    with _ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
+                                          n_threads=args.threads, draft_path=draft_path, cancel=stop) as session:
+        found = [("target", profile.load_or_measure(session, remeasure=args.remeasure))]
+        if draft_path is not None:
+            found.append(("draft", profile.load_or_measure(session, draft=True, remeasure=args.remeasure)))
     if args.json:
         print(json.dumps({role: p.to_dict() for role, p in found}, indent=2))
         return 0
@@ -333,29 +348,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.mode == "speculative" and draft_path is None:
         raise SpecDecError("a speculative sweep needs a draft model: pass -md PATH (or -md default)")
     out_dir = Path(args.output)
-    with Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_threads=args.threads,
-                 draft_path=draft_path) as session:
-        previous = signal.signal(signal.SIGINT, lambda *_: session.cancel())
-        try:
-            curve = profile.load_or_measure(session).curve
-            draft_curve = profile.load_or_measure(session, draft=True).curve if draft_path else None
-            finished = None
-            for event in sweep.run_sweep(session, spec, curve=curve, draft_curve=draft_curve):
-                if isinstance(event, sweep.SweepStarted):
-                    print(f"{len(event.settings)} settings × {len(spec.prompts)} prompts, "
-                          f"{event.n_runs} runs with the plain ones", file=sys.stderr)
-                elif isinstance(event, sweep.SweepProgress) and not args.json:
-                    print(f"\r[{event.done}/{event.total}] {event.label[:50]:50} ETA {event.eta_s:5.0f} s",
-                          end="", file=sys.stderr, flush=True)
-                elif isinstance(event, sweep.SweepCell) and not args.json:
-                    print(f"\r{sweep.setting_label(event.setting):32} measured {event.measured:5.2f}x  "
-                          f"predicted {event.predicted:5.2f}x  tokens/step {event.tokens_per_step:4.2f}"
-                          f"{'' if event.lossless else '  DIVERGED ' + str(event.divergences)}" + " " * 20,
-                          file=sys.stderr)
-                elif isinstance(event, sweep.SweepFinished):
-                    finished = event
-        finally:
-            signal.signal(signal.SIGINT, previous)
+    with _ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_threads=args.threads,
+                                          draft_path=draft_path, cancel=stop) as session:
+        curve = profile.load_or_measure(session).curve
+        draft_curve = profile.load_or_measure(session, draft=True).curve if draft_path else None
+        finished = None
+        for event in sweep.run_sweep(session, spec, curve=curve, draft_curve=draft_curve):
+            if isinstance(event, sweep.SweepStarted):
+                print(f"{len(event.settings)} settings × {len(spec.prompts)} prompts, "
+                      f"{event.n_runs} runs with the plain ones", file=sys.stderr)
+            elif isinstance(event, sweep.SweepProgress) and not args.json:
+                print(f"\r[{event.done}/{event.total}] {event.label[:50]:50} ETA {event.eta_s:5.0f} s",
+                      end="", file=sys.stderr, flush=True)
+            elif isinstance(event, sweep.SweepCell) and not args.json:
+                print(f"\r{sweep.setting_label(event.setting):32} measured {event.measured:5.2f}x  "
+                      f"predicted {event.predicted:5.2f}x  tokens/step {event.tokens_per_step:4.2f}"
+                      f"{'' if event.lossless else '  DIVERGED ' + str(event.divergences)}" + " " * 20,
+                      file=sys.stderr)
+            elif isinstance(event, sweep.SweepFinished):
+                finished = event
     result = finished.result
     json_path, csv_path = sweep.write_results(result, out_dir)
     pngs = _plot_sweep(json_path, out_dir)
@@ -367,8 +378,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"\n{state} in {result['t_sweep_s']:.0f} s; wrote {json_path}, {csv_path}"
               + "".join(f", {p}" for p in pngs), file=sys.stderr)
         if best is not None:
-            print(f"best: {sweep.setting_label(best['setting'])} measured {best['measured']:.2f}x "
-                  f"(predicted {best['predicted']:.2f}x)")
+            predicted = f" (predicted {best['predicted']:.2f}x)" if best["predicted"] is not None else ""
+            print(f"best: {sweep.setting_label(best['setting'])} measured {best['measured']:.2f}x{predicted}")
     return 0
 
 

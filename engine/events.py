@@ -73,4 +73,12 @@ class RunFailed:
     message: str
 
 
-Event = Union[RunStarted, StepDone, RejectedDraft, KvSnapshot, RunFinished, RunFailed]
+@dataclass(frozen=True)
+class RunWarning:
+    """Something went wrong beside the decoding (the KV map's mirror was switched off); the run
+    goes on and its output is unaffected."""
+
+    message: str
+
+
+Event = Union[RunStarted, StepDone, RejectedDraft, KvSnapshot, RunFinished, RunFailed, RunWarning]

@@ -57,6 +57,22 @@ class Memory:
         self.verifier = verifier
         self.observers: list[MemoryObserver] = [mirror] if mirror is not None else []
         self.t_decode_s = 0.0  # time inside llama_decode, summed over the context's life
+        # Observers are visual aids: one that fails is switched off with its reason kept here
+        # (the session reports it), and decoding goes on.
+        self.observer_failures: list[str] = []
+
+    @property
+    def mirror_ok(self) -> bool:
+        """False once the cell mirror disagreed with llama.cpp and was switched off."""
+        return self.mirror is not None and self.mirror in self.observers
+
+    def _notify(self, method: str, *args) -> None:
+        for obs in tuple(self.observers):
+            try:
+                getattr(obs, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - a mirror bug must never end a run
+                self.observers.remove(obs)
+                self.observer_failures.append(f"{type(obs).__name__}: {exc}")
 
     def decode(self, batch: Batch) -> float:
         """Decode ``batch``; return the seconds llama.cpp took.
@@ -79,8 +95,7 @@ class Memory:
         if expected is not None:
             self.verifier.after_decode(expected)
         if rc == 0:
-            for obs in self.observers:
-                obs.on_decode(batch)
+            self._notify("on_decode", batch)
             return dt
         if rc == 1:
             raise NoKvSlot()
@@ -104,29 +119,26 @@ class Memory:
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         ok = bool(llama.llama_memory_seq_rm(self.mem, seq_id, p0, p1))
         if ok:
-            for obs in self.observers:
-                obs.on_seq_rm(seq_id, p0, p1)
+            self._notify("on_seq_rm", seq_id, p0, p1)
         return ok
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         llama.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
-        for obs in self.observers:
-            obs.on_seq_cp(src, dst, p0, p1)
+        self._notify("on_seq_cp", src, dst, p0, p1)
 
     def seq_keep(self, seq_id: int) -> None:
         llama.llama_memory_seq_keep(self.mem, seq_id)
-        for obs in self.observers:
-            obs.on_seq_keep(seq_id)
+        self._notify("on_seq_keep", seq_id)
 
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
         llama.llama_memory_seq_add(self.mem, seq_id, p0, p1, delta)
-        for obs in self.observers:
-            obs.on_seq_add(seq_id, p0, p1, delta)
+        self._notify("on_seq_add", seq_id, p0, p1, delta)
 
     def clear(self) -> None:
         llama.llama_memory_clear(self.mem, True)
-        for obs in self.observers:
-            obs.on_clear()
+        if self.mirror is not None and self.mirror not in self.observers:
+            self.observers.insert(0, self.mirror)  # an empty cache is known exactly: follow again
+        self._notify("on_clear")
 
     def pos_min(self, seq_id: int) -> int:
         return llama.llama_memory_seq_pos_min(self.mem, seq_id)

@@ -23,7 +23,7 @@ from engine import native
 from engine.batch import Batch
 from engine.config import RunConfig
 from engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
-from engine.events import Event, KvSnapshot, RunFinished, RunStarted, StepDone
+from engine.events import Event, KvSnapshot, RunFinished, RunStarted, RunWarning, StepDone
 from engine.kv_cells import KvMirror
 from engine.kv_debug import DEBUG_ENV, DEBUG_LEVEL, KvVerifier
 from engine.memory import Memory
@@ -111,10 +111,14 @@ class Session:
         self._draft_stack: contextlib.ExitStack | None = None
         self.draft_model: LoadedModel | None = None
         self.draft: DraftRuntime | None = None
-        self._check_context_fits(n_ctx, self.model.info)
-        self._make_context(1)
-        if draft_path is not None:
-            self.load_draft(draft_path)
+        try:
+            self._check_context_fits(n_ctx, self.model.info)
+            self._make_context(1)
+            if draft_path is not None:
+                self.load_draft(draft_path)
+        except BaseException:
+            self.close()  # nobody else holds the model yet: free it (and its GPU layers) now
+            raise
 
     # ----------------------------------------------------------------------------- context
     def _check_context_fits(self, n_ctx: int, info: ModelInfo) -> None:
@@ -174,14 +178,20 @@ class Session:
         return Memory(ctx, mirror, verifier, abort_callback=self._abort_cb)
 
     def _make_context(self, n_seq_max: int) -> None:
-        """(Re)create the target context with room for ``n_seq_max`` sequences."""
-        self._close_context()
+        """(Re)create the target context with room for ``n_seq_max`` sequences.
+
+        The new context is made before the old one is freed: if it cannot be made, the session
+        keeps the context it had and stays usable."""
         ctx, stack = self._new_context(self.model, n_seq_max)
-        self.batch = Batch(self.n_batch, n_seq_max)
-        stack.callback(self.batch.close)
-        self._ctx_stack = stack
-        self.ctx = ctx
-        self.memory = self._new_memory(ctx, self.model, n_seq_max, stack)
+        try:
+            batch = Batch(self.n_batch, n_seq_max)
+            stack.callback(batch.close)
+            memory = self._new_memory(ctx, self.model, n_seq_max, stack)
+        except BaseException:
+            stack.close()
+            raise
+        self._close_context()
+        self._ctx_stack, self.ctx, self.batch, self.memory = stack, ctx, batch, memory
         self.n_seq_max = n_seq_max
 
     # ----------------------------------------------------------------------------- draft model
@@ -322,15 +332,23 @@ class Session:
         yield RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
         last_snapshot = 0.0
         step = 0
+        failures = self.memory.observer_failures
+        n_failures = len(failures)
         for event in strategy(rt, prompt):
             yield event
+            if len(failures) > n_failures:
+                yield RunWarning(f"the KV map stopped following the cache ({failures[-1]}); "
+                                 "decoding goes on unaffected")
+                n_failures = len(failures)
             if isinstance(event, StepDone):
                 step = event.step
+            if isinstance(event, StepDone) and self.memory.mirror_ok:
                 now = time.perf_counter()
                 if now - last_snapshot >= SNAPSHOT_INTERVAL_S:
                     yield self.kv_snapshot(step, config.n_sequences)
                     last_snapshot = now
-        yield self.kv_snapshot(step, config.n_sequences)
+        if self.memory.mirror_ok:
+            yield self.kv_snapshot(step, config.n_sequences)
         output.finish("length")  # a strategy that returns without a reason ran out of tokens
         yield RunFinished(output.text(), tuple(output.ids), output.finish_reason or "length", rt.counters.as_dict())
 
@@ -344,7 +362,7 @@ class Session:
         pos_min, pos_max = cache.seq_ranges()
         return KvSnapshot(
             step=step,
-            seq_of_cell=np.ascontiguousarray(cache.seqs[:, :n_seq].T),  # always a new array
+            seq_of_cell=cache.seqs[:, :n_seq].T.copy(),  # a new array even when it is one column
             pos_of_cell=cache.pos.copy(),
             used=cache.used,
             holes=holes,

@@ -100,15 +100,15 @@ class Runtime:
         """Decode ``self.batch``; on a full context or a cancel, record why and return None.
 
         Every decode of a generation step goes through here, so its shape is counted once."""
-        dt = self._guarded(lambda: self.memory.decode(self.batch))
+        dt = self.guarded(lambda: self.memory.decode(self.batch))
         if dt is not None:
             n = self.batch.n_tokens
             self.counters.record_decode(n, int(np.count_nonzero(self.batch.logits[:n])))
         return dt
 
-    def _guarded(self, call):
-        """``call()``, or None with the finish reason recorded if the context filled or the run
-        was cancelled meanwhile."""
+    def guarded(self, call):
+        """``call()``, or None with the finish reason recorded if a decode inside it found the
+        context full or was stopped (the target's, or a draft model's)."""
         try:
             return call()
         except NoKvSlot:
@@ -137,7 +137,7 @@ def decode_prompt(rt: Runtime, tokens: Sequence[int], seq_id: int = 0) -> int | 
     interrupts every full-size chunk.
     """
     t0 = time.perf_counter()
-    row = rt._guarded(lambda: rt.memory.decode_tokens(rt.batch, list(tokens), 0, seq_id))
+    row = rt.guarded(lambda: rt.memory.decode_tokens(rt.batch, list(tokens), 0, seq_id))
     if row is None:
         return None
     rt.counters.n_prompt = len(tokens)

@@ -38,29 +38,48 @@ WINDOW_INIT_BASE = 100
 class NgramPool:
     """For each first token, a ring buffer of at most G continuations of N - 1 tokens.
 
-    ``tokens[t, g]`` is the g-th stored continuation of first token ``t``; ``count[t]`` how many are
-    valid and ``head[t]`` where the next one goes. A continuation already stored is not added again.
+    Sparse: only first tokens that were ever seen get a buffer (a run meets a few hundred of a
+    vocabulary of 49k-262k), so the pool costs G × (N - 1) × 4 bytes per distinct first token
+    instead of the whole vocabulary's worth. A continuation already stored is not added again.
     """
 
-    def __init__(self, n_vocab: int, N: int, G: int) -> None:
-        self.G = G
-        self.tokens = np.zeros((n_vocab, max(G, 1), N - 1), dtype=np.int32)
-        self.count = np.zeros(n_vocab, dtype=np.int32)
-        self.head = np.zeros(n_vocab, dtype=np.int32)
+    def __init__(self, N: int, G: int) -> None:
+        self.N, self.G = N, G
+        self._rows: dict[int, np.ndarray] = {}  # first token -> (G, N - 1) continuations
+        self._count: dict[int, int] = {}
+        self._head: dict[int, int] = {}
         self.n_total = 0
+
+    def count(self, first: int) -> int:
+        return self._count.get(first, 0)
+
+    def continuations(self, first: int) -> np.ndarray:
+        """A copy of the stored continuations of ``first``, oldest slot first: (count, N - 1)."""
+        rows = self._rows.get(first)
+        if rows is None:
+            return np.zeros((0, self.N - 1), dtype=np.int32)
+        return rows[: self._count[first]].copy()
 
     def add(self, first: int, continuation: np.ndarray) -> bool:
         if self.G == 0:
             return False
-        n = self.count[first]
-        if n and (self.tokens[first, :n] == continuation).all(axis=1).any():
+        rows = self._rows.get(first)
+        if rows is None:
+            rows = self._rows[first] = np.zeros((self.G, self.N - 1), dtype=np.int32)
+            self._count[first] = self._head[first] = 0
+        n = self._count[first]
+        if n and (rows[:n] == continuation).all(axis=1).any():
             return False
-        h = self.head[first]
-        self.tokens[first, h] = continuation
-        self.count[first] = min(self.G, n + 1)
-        self.head[first] = (h + 1) % self.G
+        h = self._head[first]
+        rows[h] = continuation
+        self._count[first] = min(self.G, n + 1)
+        self._head[first] = (h + 1) % self.G
         self.n_total += 1
         return True
+
+    @property
+    def nbytes(self) -> int:
+        return sum(rows.nbytes for rows in self._rows.values())
 
     def seed(self, tokens: Sequence[int], N: int) -> int:
         """Add every n-gram of ``tokens``; return how many were new."""
@@ -84,7 +103,7 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     for s in range(1, n_seq):
         memory.seq_cp(0, s, -1, -1)
 
-    pool = NgramPool(n_vocab, N, G)
+    pool = NgramPool(N, G)
     if params.seed_pool_from_prompt:
         pool.seed(prompt, N)
 
@@ -120,9 +139,9 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             batch.add(t, p, all_seqs, False)
         redecode = []
         input_row = batch.add(token, n_past, all_seqs, True)
-        g_cur = int(pool.count[token]) if fits else 0
         # a copy: the window update below may overwrite these pool slots mid-verification
-        candidates = pool.tokens[token, :g_cur].copy()  # (g_cur, N-1)
+        candidates = pool.continuations(token) if fits else np.zeros((0, N - 1), dtype=np.int32)
+        g_cur = len(candidates)  # (g_cur, N-1)
         # batch row of candidate g's j-th token; queued before the window for less fragmentation
         cand_rows = np.zeros((g_cur, N - 1), dtype=np.int64)
         for j in range(N - 1):

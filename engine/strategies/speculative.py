@@ -24,8 +24,11 @@ class DraftModelDrafter:
     batch. Drafting stops early when the draft's top probability falls below ``p_min``.
     """
 
-    def __init__(self, draft: DraftRuntime, sampler: Sampler, p_min: float, n_vocab_target: int) -> None:
+    def __init__(self, draft: DraftRuntime, sampler: Sampler, p_min: float, n_vocab_target: int,
+                 is_eog=lambda _token: False, cancel=None) -> None:
         self.draft = draft
+        self.is_eog = is_eog
+        self.cancel = cancel  # checked between the draft's single-token decodes
         params = sampler.params
         # Its own random stream: drafting never shifts the draws of the target's sampler.
         self.sampler = Sampler(dataclasses.replace(params, seed=None if params.seed is None else params.seed + 1))
@@ -85,8 +88,11 @@ class DraftModelDrafter:
         row = self._sync(context)
         tokens: list[int] = []
         dists: list[np.ndarray] = []
+        # A draft may have a few more tokens than the target (the vocabulary check allows padding):
+        # it proposes only ids the target has.
+        n_shared = min(d.n_vocab, self.n_vocab_target)
         for i in range(k):
-            logits = logits_row(d.ctx, row, d.n_vocab)
+            logits = logits_row(d.ctx, row, d.n_vocab)[:n_shared]
             if self.sampler.greedy:
                 token = int(np.argmax(logits))
                 if self.p_min > 0.0:
@@ -100,8 +106,10 @@ class DraftModelDrafter:
                 token = self.sampler.draw(q)
                 dists.append(self._target_sized(q))
             tokens.append(token)
-            if i == k - 1:
-                break  # the last proposal needs no draft decode
+            if i == k - 1 or self.is_eog(token):
+                break  # the last proposal needs no draft decode; nothing follows an end of generation
+            if self.cancel is not None and self.cancel.is_set():
+                break
             d.batch.clear()
             row = d.batch.add(token, len(self.cached), (0,), True)
             d.memory.decode(d.batch)
@@ -111,5 +119,6 @@ class DraftModelDrafter:
 
 def run_speculative(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     assert rt.draft is not None, "the session checks that a draft model is loaded"
-    drafter = DraftModelDrafter(rt.draft, rt.sampler, rt.config.speculative.p_min, rt.vocab.n_tokens)
+    drafter = DraftModelDrafter(rt.draft, rt.sampler, rt.config.speculative.p_min, rt.vocab.n_tokens,
+                                rt.vocab.is_eog, rt.cancel)
     yield from run_draft_verify(rt, prompt, drafter)

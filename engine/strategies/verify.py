@@ -79,7 +79,8 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
     row = decode_prompt(rt, prompt)
     if row is None:
         return
-    drafter.begin(prompt)
+    if rt.guarded(lambda: drafter.begin(prompt) or True) is None:  # a draft model decodes the prompt too
+        return
     context = list(prompt)
     n_past = len(prompt)  # tokens in the target's KV cache
     token = sampler.sample(rt.logits(row))
@@ -96,9 +97,11 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         # ---- draft: at most k, and no more than the context or the token budget can take ------
         room = min(rt.n_ctx - n_past - 1, rt.n_batch - 1, rt.config.max_tokens - len(out.ids) - 1)
         k = max(0, min(k_control.k, room))
-        draft = drafter.propose(context, k) if k > 0 else Draft([], None, 0.0)
+        draft = rt.guarded(lambda: drafter.propose(context, k)) if k > 0 else Draft([], None, 0.0)
+        if draft is None:  # the draft model's decode was stopped (or its cache filled)
+            break
         counters.t_draft_s += draft.t_draft_s
-        proposals = draft.tokens[:k]
+        proposals = _through_end_of_generation(draft.tokens[:k], rt.vocab.is_eog)
 
         # ---- verify: the input token and every proposal in one target batch --------------------
         batch.clear()
@@ -150,3 +153,12 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         if out.done:
             break
     counters.t_generate_s = time.perf_counter() - t_start
+
+
+def _through_end_of_generation(tokens: list[int], is_eog) -> list[int]:
+    """The proposals up to and including the first end-of-generation token: nothing after it can
+    be emitted, so verifying it would only count as rejected."""
+    for i, token in enumerate(tokens):
+        if is_eog(token):
+            return tokens[: i + 1]
+    return tokens

@@ -201,3 +201,40 @@ def test_settings_persist(qtbot, tmp_path, smollm_drafts):
     assert again.settings.value("last_model") == str(catalog.known_path("default"))
     again.set_theme("system")
     again.close()
+
+
+def test_the_last_draft_model_is_restored(qtbot, tmp_path, smollm_drafts):
+    settings = QtCore.QSettings(str(tmp_path / "draft.ini"), QtCore.QSettings.IniFormat)
+    settings.setValue("threads", 2)
+    settings.setValue("params", {"mode": "speculative"})
+    settings.setValue("last_draft", str(smollm_drafts["default-q3_k_m"]))
+    win = MainWindow("default", settings=settings)
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: win.draft_path is not None, timeout=TIMEOUT_MS)
+    assert win.draft_path == str(smollm_drafts["default-q3_k_m"])
+    assert win.controls.error is None  # a restored speculative mode can run at once
+    win.close()
+
+
+def test_the_baseline_repeats_the_last_run_and_a_stopped_one_is_not_kept(window, qtbot):
+    window.input.chat_mode.setChecked(False)
+    run(window, qtbot, "The capital of France is", mode="lookup", k=3, max_tokens=24)
+    window.controls.set_values({"max_tokens": 200})  # pending: must not change the baseline
+    emitted = []
+    original_emit = window.worker._emit
+    window.worker._emit = lambda event: (emitted.append(event), original_emit(event))
+    window.measure_baseline()
+    window.stop_run()
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert window.baselines == {}
+    assert "baseline was not measured" in window.error_label.text()
+    window.measure_baseline()
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert list(window.baselines) == [window.last_run_key]
+    from app.engine_worker import BaselineDone
+
+    done = [e for e in emitted if isinstance(e, BaselineDone)]
+    assert len(done) == 1 and done[0].key == window.last_run_key
+    assert not window.stats.values["speed-up"].text().startswith("≈")

@@ -1,0 +1,251 @@
+"""Failures the engine recovers from: set-up errors, Stop in every phase, a broken KV mirror,
+drafting past the end, a draft with extra vocabulary, the n-gram pool's size, the CLI's --chat."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import catalog
+from engine.config import LookaheadParams, RunConfig, SpeculativeParams
+from engine.errors import ContextAllocationError, ModelFileError
+from engine.events import KvSnapshot, RunFinished, RunWarning, StepDone
+from engine.kv_cells import KvMirror
+from engine.models import LoadedModel
+from engine.session import ChatMessage, Session
+from engine.strategies import speculative
+from engine.strategies.lookahead import NgramPool
+from tests.conftest import CODE_PROMPT, N_THREADS
+
+
+def _finish(events) -> tuple[RunFinished, list]:
+    seen = list(events)
+    assert isinstance(seen[-1], RunFinished)
+    return seen[-1], seen
+
+
+# ------------------------------------------------------------------ set-up failures
+def test_a_failed_set_up_frees_the_model(smollm_path, tmp_path, monkeypatch):
+    closed = []
+    original = LoadedModel.close
+
+    def close(self):
+        closed.append(self.info.path if self.ptr else None)
+        original(self)
+
+    monkeypatch.setattr(LoadedModel, "close", close)
+    broken = tmp_path / "draft.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(ModelFileError):
+        Session(smollm_path, n_ctx=512, n_threads=N_THREADS, draft_path=broken)
+    assert str(smollm_path) in closed  # the target was freed, not leaked
+
+
+def test_a_context_that_cannot_be_made_leaves_the_old_one_usable(smollm_path, monkeypatch):
+    with Session(smollm_path, n_ctx=512, n_threads=N_THREADS) as session:
+        def refuse(model, n_seq_max):
+            raise ContextAllocationError("llama.cpp could not create a context of 512 tokens (test)")
+
+        monkeypatch.setattr(session, "_new_context", refuse)
+        with pytest.raises(ContextAllocationError):
+            session.run(RunConfig(mode="lookahead", max_tokens=8, lookahead=LookaheadParams(4, 3, 4)),
+                        session.tokenize_prompt("Hello"))
+        final = session.complete(RunConfig(max_tokens=8), "Hello")
+        assert final.finish_reason == "length" and len(final.token_ids) == 8
+
+
+# ------------------------------------------------------------------ Stop in every phase
+@pytest.fixture(scope="module")
+def self_draft(smollm_path):
+    with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS, draft_path=smollm_path) as session:
+        yield session
+
+
+def test_stop_during_the_draft_models_prompt(self_draft, monkeypatch):
+    original = speculative.DraftModelDrafter.begin
+
+    def begin(drafter, prompt):
+        self_draft.cancel()  # the draft's prompt decode (>= 32 tokens) sees the abort callback
+        original(drafter, prompt)
+
+    monkeypatch.setattr(speculative.DraftModelDrafter, "begin", begin)
+    final, _ = _finish(self_draft.run(RunConfig(mode="speculative", max_tokens=32),
+                                      self_draft.tokenize_prompt(CODE_PROMPT)))
+    assert final.finish_reason == "cancelled"
+
+
+def test_stop_during_a_draft_proposal(self_draft, monkeypatch):
+    original = speculative.DraftModelDrafter.propose
+    calls = []
+
+    def propose(drafter, context, k):
+        calls.append(k)
+        if len(calls) == 3:
+            self_draft.cancel()
+        return original(drafter, context, k)
+
+    monkeypatch.setattr(speculative.DraftModelDrafter, "propose", propose)
+    final, seen = _finish(self_draft.run(RunConfig(mode="speculative", max_tokens=200),
+                                         self_draft.tokenize_prompt(CODE_PROMPT)))
+    assert final.finish_reason == "cancelled"
+    assert len(calls) == 3  # no proposal after the Stop
+    steps = [e for e in seen if isinstance(e, StepDone)]
+    assert len(steps) <= 4
+
+
+def test_stop_during_a_long_lookahead_decode(smollm_session, monkeypatch):
+    memory = smollm_session.memory
+    original = type(memory).decode
+    big = []
+
+    def decode(self, batch):
+        if batch.n_tokens >= 32 and not big:
+            big.append(batch.n_tokens)
+            smollm_session.cancel()  # llama.cpp's abort callback ends this decode
+        return original(self, batch)
+
+    monkeypatch.setattr(type(memory), "decode", decode)
+    config = RunConfig(mode="lookahead", max_tokens=200, lookahead=LookaheadParams(8, 4, 8))
+    final, _ = _finish(smollm_session.run(config, smollm_session.tokenize_prompt(CODE_PROMPT)))
+    assert big and final.finish_reason == "cancelled"
+    assert smollm_session.complete(RunConfig(max_tokens=4), "Hello").finish_reason == "length"
+
+
+def test_a_stop_before_the_run_starts_is_kept(smollm_session):
+    smollm_session.cancel()
+    events = smollm_session.run(RunConfig(mode="lookahead", max_tokens=64, lookahead=LookaheadParams(3, 3, 3)),
+                                smollm_session.tokenize_prompt("Hello there"), fresh_cancel=False)
+    final, seen = _finish(events)
+    assert final.finish_reason == "cancelled"
+    assert sum(len(e.tokens) for e in seen if isinstance(e, StepDone)) <= 1
+
+
+# ------------------------------------------------------------------ the KV mirror is a visual aid
+def test_a_broken_mirror_is_switched_off_and_decoding_goes_on(smollm_session, monkeypatch):
+    config = RunConfig(mode="lookahead", max_tokens=48, lookahead=LookaheadParams(3, 3, 3))
+    tokens = smollm_session.tokenize_prompt(CODE_PROMPT)
+    expected = smollm_session.complete(config, CODE_PROMPT).token_ids
+    original = KvMirror.on_decode
+    calls = []
+
+    def on_decode(self, batch):
+        calls.append(1)
+        if len(calls) == 6:
+            raise RuntimeError("KV mirror found no slot for a batch llama.cpp accepted")
+        original(self, batch)
+
+    monkeypatch.setattr(KvMirror, "on_decode", on_decode)
+    final, seen = _finish(smollm_session.run(config, tokens))
+    assert final.token_ids == expected and final.finish_reason == "length"
+    warnings = [e for e in seen if isinstance(e, RunWarning)]
+    assert len(warnings) == 1 and "KV map" in warnings[0].message
+    assert not smollm_session.memory.mirror_ok
+    # the next run starts from an empty cache, which the mirror knows exactly: it follows again
+    monkeypatch.setattr(KvMirror, "on_decode", original)
+    _finish(smollm_session.run(RunConfig(max_tokens=4), tokens))
+    assert smollm_session.memory.mirror_ok
+
+
+def test_a_one_sequence_snapshot_never_shares_memory_with_the_mirror(smollm_path):
+    with Session(smollm_path, n_ctx=256, n_threads=N_THREADS) as session:  # one sequence only
+        _, seen = _finish(session.run(RunConfig(max_tokens=6), session.tokenize_prompt("Hello")))
+        mirror = session.memory.mirror
+    snapshot = [e for e in seen if isinstance(e, KvSnapshot)][-1]
+    for cells in (mirror.base, mirror.after_last_decode):
+        assert not np.shares_memory(snapshot.seq_of_cell, cells.seqs)
+        assert not np.shares_memory(snapshot.pos_of_cell, cells.pos)
+
+
+# ------------------------------------------------------------------ drafting
+def test_no_drafting_past_the_end_of_generation(self_draft):
+    """A self-draft agrees with the target on every token, the end of the turn included."""
+    tokens = self_draft.chat_tokens([ChatMessage("user", "Name one colour.")])
+    final, _ = _finish(self_draft.run(RunConfig(mode="speculative", max_tokens=64,
+                                                speculative=SpeculativeParams(k=4)), tokens))
+    assert final.finish_reason == "stop"
+    assert final.stats["n_drafted"] > 0 and final.stats["accept_rate"] == 1.0
+
+
+def test_a_draft_with_extra_tokens_proposes_only_ids_the_target_has(monkeypatch):
+    n_target, n_draft = 100, 110
+
+    class Memory:
+        def decode(self, batch):
+            return 0.0
+
+    class Batch:
+        def clear(self):
+            pass
+
+        def add(self, *args):
+            return 0
+
+    class Draft:
+        ctx, n_vocab, memory, batch = None, n_draft, Memory(), Batch()
+
+    def logits(_ctx, _row, n):
+        out = np.zeros(n, dtype=np.float32)
+        out[105] = 9.0  # the draft's favourite is an id the target does not have
+        out[7] = 5.0
+        return out
+
+    monkeypatch.setattr(speculative, "logits_row", logits)
+    from engine.sampling import Sampler, SamplingParams
+
+    for params in (SamplingParams(), SamplingParams(temperature=1.0, seed=3)):
+        drafter = speculative.DraftModelDrafter(Draft(), Sampler(params), 0.0, n_target)
+        monkeypatch.setattr(drafter, "_sync", lambda context: 0)
+        draft = drafter.propose([1, 2, 3], 4)
+        assert draft.tokens and max(draft.tokens) < n_target
+        if draft.dists is not None:
+            assert all(q.shape == (n_target,) for q in draft.dists)
+
+
+# ------------------------------------------------------------------ lookahead's n-gram pool
+def test_the_ngram_pool_is_sparse():
+    pool = NgramPool(N=5, G=15)
+    assert pool.nbytes == 0
+    rng = np.random.default_rng(0)
+    text = rng.integers(0, 262_144, size=600)
+    pool.seed(text.tolist(), 5)
+    # a few hundred first tokens, not the vocabulary: 600 × 15 × 4 × 4 bytes at most
+    assert pool.nbytes <= 600 * 15 * 4 * 4
+    assert pool.count(int(text[0])) >= 1 and pool.count(-5) == 0
+    assert pool.continuations(-5).shape == (0, 4)
+
+
+def test_the_ngram_pool_keeps_g_distinct_continuations_in_a_ring():
+    pool = NgramPool(N=3, G=2)
+    assert pool.add(1, np.array([2, 3]))
+    assert not pool.add(1, np.array([2, 3]))  # already there
+    assert pool.add(1, np.array([4, 5]))
+    assert pool.add(1, np.array([6, 7]))  # replaces the oldest
+    assert sorted(map(tuple, pool.continuations(1).tolist())) == [(4, 5), (6, 7)]
+    copy = pool.continuations(1)
+    copy[:] = 0
+    assert pool.continuations(1).any()  # callers get a copy
+
+
+# ------------------------------------------------------------------ the CLI
+def test_chat_on_a_model_without_a_template_runs_as_completion(capsys):
+    from engine.cli import main
+
+    rc = main(["run", "-m", "gemma", "--chat", "-p", "Once upon a time", "-n", "4", "-t", str(N_THREADS),
+               "-c", "256", "--no-predict", "--json"])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert "no chat template" in captured.err and '"chat": false' in captured.out
+
+
+def test_json_does_not_hash_the_model_on_every_run(capsys, monkeypatch, tmp_path):
+    import engine.models
+    from engine.cli import main
+
+    monkeypatch.setenv("SPECDEC_MODELS", str(catalog.cache_dir()))
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    hashed = []
+    original = engine.models.file_sha256
+    monkeypatch.setattr(engine.models, "file_sha256", lambda path: hashed.append(path) or original(path))
+    for _ in range(2):
+        assert main(["run", "-p", "Hi", "-n", "2", "-t", str(N_THREADS), "-c", "256", "--no-predict", "--json"]) == 0
+    assert len(hashed) == 1
