@@ -15,6 +15,8 @@ import threading
 import traceback
 from dataclasses import dataclass
 
+from engine.config import DEFAULT_N_CTX
+
 
 # ------------------------------------------------------------------ what the worker reports
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class ModelLoaded:
     gpu_offload: bool
     # (path, None if it can draft for this target, else why not)
     draft_candidates: tuple[tuple[str, str | None], ...] = ()
+    template_problem: str | None = None  # why the model's chat template was refused
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,14 @@ class ProfileReady:
     target: dict | None
     draft: dict | None
     message: str = ""  # why a profile is missing (stopped), shown in the status bar
+
+
+@dataclass(frozen=True)
+class ExactnessReady:
+    """The exactness probe of the loaded model and what it means for the user."""
+
+    result: dict
+    note: str
 
 
 @dataclass(frozen=True)
@@ -133,6 +144,11 @@ class _Profile:
 
 
 @dataclass(frozen=True)
+class _Probe:
+    pass
+
+
+@dataclass(frozen=True)
 class _Sweep:
     spec: object  # engine.tuning.sweep.SweepSpec
 
@@ -168,7 +184,7 @@ class EngineWorker:
         self._auto_profile = True
 
     # ------------------------------------------------------------------ called from the GUI thread
-    def load_model(self, path: str, n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
+    def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None, n_gpu_layers: int = 0,
                    *, profile: bool = True) -> None:
         """Load a model; with ``profile``, measure its batch-cost profile next if none is cached."""
         self._submit(_Load(path, n_ctx, n_threads, n_gpu_layers, profile))
@@ -179,6 +195,9 @@ class EngineWorker:
     def start_sweep(self, spec) -> None:
         self._submit(_Sweep(spec))
 
+    def probe_exactness(self) -> None:
+        self._submit(_Probe())
+
     def _submit(self, job: object) -> None:
         """Queue a job the user asked for; an earlier Stop does not apply to it."""
         self._cancel.clear()
@@ -187,7 +206,7 @@ class EngineWorker:
     def load_draft(self, path: str | None) -> None:
         self._submit(_Draft(path))
 
-    def fetch_and_load(self, key: str, n_ctx: int = 4096, n_threads: int | None = None) -> None:
+    def fetch_and_load(self, key: str, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None) -> None:
         self._submit(_Fetch(key, n_ctx, n_threads))
 
     def start_run(self, config, text: str, *, chat: bool, regenerate: bool = False) -> None:
@@ -271,6 +290,8 @@ class EngineWorker:
             self._profile(measure=True, remeasure=command.remeasure)
         elif isinstance(command, _Sweep):
             self._sweep(command.spec)
+        elif isinstance(command, _Probe):
+            self._exactness(measure=True)
         elif isinstance(command, _History) and self._session is not None:
             if command.action == "clear":
                 self._session.history.clear()
@@ -299,9 +320,11 @@ class EngineWorker:
         others = [p for p in catalog.cached_models() if p != resolved]
         candidates = [(str(resolved), None)] + [(str(p), why) for p, why in draft_candidates(session.model, others)]
         self._emit(ModelLoaded(str(resolved), session.model.info.summary(), session.has_chat_template,
-                               session.n_ctx, session.n_threads, supports_gpu_offload(), tuple(candidates)))
+                               session.n_ctx, session.n_threads, supports_gpu_offload(), tuple(candidates),
+                               session.template_problem))
         self._profiles = {"target": None, "draft": None}
         self._emit_saved_sweeps(session)
+        self._exactness(measure=False)
         self._profile_after_load()
 
     def _draft(self, path: str | None) -> None:
@@ -373,6 +396,14 @@ class EngineWorker:
             self._profile(measure=self._auto_profile, remeasure=False)
         except ProfileCancelled as exc:
             self._emit(ProfileReady(self._profiles["target"], self._profiles["draft"], str(exc)))
+
+    def _exactness(self, *, measure: bool) -> None:
+        from engine.probe import cached_probe, exactness_note, load_or_probe
+
+        session = self._require_session()
+        result = load_or_probe(session) if measure else cached_probe(session)
+        if result is not None:
+            self._emit(ExactnessReady(result, exactness_note(result)))
 
     def _emit_saved_sweeps(self, session) -> None:
         from engine.tuning import sweep

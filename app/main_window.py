@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.engine_worker import (BaselineDone, DraftLoaded, EngineWorker, LoadFailed, LoadStarted, ModelLoaded,
-                               ProfileProgress, ProfileReady, ProfileStarted, RunRequested, SavedSweeps)
+from app.engine_worker import (BaselineDone, DraftLoaded, EngineWorker, ExactnessReady, LoadFailed, LoadStarted,
+                               ModelLoaded, ProfileProgress, ProfileReady, ProfileStarted, RunRequested, SavedSweeps)
 from app.qt import QtCore, QtGui, QtWidgets, Qt
 from app.theme import THEMES, apply_theme
 from app.widgets.chat import ChatInput
@@ -23,6 +23,7 @@ from app.widgets.stats_panel import StatsPanel
 from app.widgets.sweep_view import ProfilePlot
 from app.widgets.token_stream import SOURCE_COLOURS, SOURCE_LABELS, TokenStream
 from app.widgets.tune_panel import TunePanel
+from engine.config import DEFAULT_N_CTX
 
 PAINT_INTERVAL_MS = 33  # ~30 Hz: the window never repaints per token
 # The plots and the KV map cost far more to paint than text, and on a 2-core machine every
@@ -65,6 +66,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.last_run_mode = "plain"
         self.sweeping = False
         self.profiling = False  # a batch-cost profile is being measured (Stop skips it)
+        self.checking_exactness = False
         self.profiles: dict[str, dict | None] = {"target": None, "draft": None}
         self._pending_rejected: dict[int, tuple] = {}
         self._latest_snapshot = None
@@ -148,11 +150,19 @@ class MainWindow(QtWidgets.QMainWindow):
         self.remeasure_button = QtWidgets.QPushButton("Re-measure profile")
         self.remeasure_button.setToolTip("Time one decode of 1 to 128 tokens again on this machine (about 20 s)")
         self.remeasure_button.clicked.connect(self.remeasure_profile)
+        self.exactness_label = QtWidgets.QLabel("Exactness: not checked on this machine yet.")
+        self.exactness_label.setWordWrap(True)
+        self.exactness_button = QtWidgets.QPushButton("Check exactness")
+        self.exactness_button.setToolTip("Decode a text alone and in batches, in a short and a long context "
+                                         "(past 512 cells), and compare the logits (about 10 s)")
+        self.exactness_button.clicked.connect(self.check_exactness)
         profile_page = QtWidgets.QWidget()
         pl = QtWidgets.QVBoxLayout(profile_page)
         pl.addWidget(self.profile_plot, 1)
         pl.addWidget(self.profile_label)
         pl.addWidget(self.remeasure_button)
+        pl.addWidget(self.exactness_label)
+        pl.addWidget(self.exactness_button)
 
         right = QtWidgets.QTabWidget()
         right.addTab(live, "Live")
@@ -212,7 +222,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if isinstance(params, dict):
             self.controls.set_values(params)
         self.model_bar.threads.setValue(int(self.settings.value("threads", _default_threads())))
-        self.model_bar.ctx.setValue(int(self.settings.value("n_ctx", 4096)))
+        self.model_bar.ctx.setValue(int(self.settings.value("n_ctx", DEFAULT_N_CTX)))
         self.input.chat_mode.setChecked(self.settings.value("chat", "true") in (True, "true"))
         self.set_theme(str(self.settings.value("theme", "system")))
 
@@ -375,6 +385,14 @@ class MainWindow(QtWidgets.QMainWindow):
         self._update_buttons()
         self.worker.measure_profile(remeasure=True)
 
+    def check_exactness(self) -> None:
+        if self.running or not self.model_loaded:
+            return
+        self.running = self.checking_exactness = True
+        self._update_buttons()
+        self.statusBar().showMessage("Checking whether batching changes this model's logits…")
+        self.worker.probe_exactness()
+
     def predicted_speedup(self, stats: dict, mode: str) -> float | None:
         """The cost model's speed-up for a finished run, from the profile and the run's counters."""
         from engine.tuning import cost_model
@@ -470,7 +488,7 @@ class MainWindow(QtWidgets.QMainWindow):
                 self.statusBar().showMessage("Warning: " + event.message)
             elif isinstance(event, RunFailed):
                 self.tune.on_failed()
-                self.sweeping = self.profiling = False
+                self.sweeping = self.profiling = self.checking_exactness = False
                 self._on_failed(event.message)
             elif self._on_tuning_event(event):
                 pass
@@ -561,6 +579,16 @@ class MainWindow(QtWidgets.QMainWindow):
                                   self.predicted_speedup(self.last_finished.stats, self.last_run_mode))
         elif isinstance(event, SavedSweeps):
             self.tune.set_saved(event.results)
+        elif isinstance(event, ExactnessReady):
+            self.exactness_label.setText("Exactness: " + event.note)
+            self.exactness_label.setToolTip(
+                "Largest logit difference, batched against one token at a time: "
+                + ", ".join(f"B={b}: {v:.3f}" for b, v in event.result["max_abs_diff_by_batch"].items())
+                + f"; past {event.result['long_context']['n_cells']} cells: "
+                + ", ".join(f"B={b}: {v:.3f}" for b, v in event.result["long_context"]["max_abs_diff_by_batch"].items()))
+            if self.checking_exactness:
+                self.running = self.checking_exactness = False
+                self.statusBar().showMessage("Exactness checked")
         elif isinstance(event, sweep.SweepStarted):
             self.tune.on_started(event)
         elif isinstance(event, sweep.SweepProgress):
@@ -605,6 +633,8 @@ class MainWindow(QtWidgets.QMainWindow):
             if not event.has_chat_template:
                 self.input.chat_mode.setChecked(False)
             notice = "" if event.has_chat_template else " — no chat template: completion mode"
+            if event.template_problem:
+                notice = " — " + event.template_problem
             self.statusBar().showMessage(
                 f"Loaded {info['arch']} · {info['n_params'] / 1e6:.0f}M params · {info['quant']} · "
                 f"vocab {info['n_vocab']} · context {event.n_ctx} · {event.n_threads} threads{notice}"
@@ -640,6 +670,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.model_bar.setEnabled(not self.running)
         self.tune.set_model_ready(idle)
         self.remeasure_button.setEnabled(idle and not self.profiling)
+        self.exactness_button.setEnabled(idle)
 
     # ------------------------------------------------------------------ clipboard
     def copy_text(self) -> None:

@@ -27,17 +27,23 @@ def _ctrl_c_stops():
         signal.signal(signal.SIGINT, previous)
 
 
+def _add_context_args(p: argparse.ArgumentParser) -> None:
+    from engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX
+
+    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-c", "--ctx-size", type=int, default=DEFAULT_N_CTX)
+    p.add_argument("-b", "--batch-size", type=int, default=DEFAULT_N_BATCH)
+
+
 def _add_run_args(p: argparse.ArgumentParser) -> None:
-    from engine.config import MODES
+    from engine.config import DEFAULT_K, DEFAULT_MAX_TOKENS_CLI, LOOKAHEAD_CLI_DEFAULTS, MODES
 
     p.add_argument("-m", "--model", default="default", help="default, gemma, or a path to a .gguf file")
     p.add_argument("--mode", choices=MODES, default="plain")
     p.add_argument("-p", "--prompt", help="prompt text (or use -f)")
     p.add_argument("-f", "--file", help="read the prompt from this file")
-    p.add_argument("-n", "--n-predict", type=int, default=128, help="maximum tokens to generate")
-    p.add_argument("-t", "--threads", type=int, default=None)
-    p.add_argument("-c", "--ctx-size", type=int, default=4096)
-    p.add_argument("-b", "--batch-size", type=int, default=512)
+    p.add_argument("-n", "--n-predict", type=int, default=DEFAULT_MAX_TOKENS_CLI, help="maximum tokens to generate")
+    _add_context_args(p)
     p.add_argument("-ngl", "--gpu-layers", type=int, default=0)
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy")
     p.add_argument("--top-k", type=int, default=0)
@@ -55,16 +61,17 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-predict", action="store_true",
                    help="skip the predicted speed-up (it measures the batch-cost profile once if none is cached)")
     la = p.add_argument_group("lookahead")
-    la.add_argument("-W", type=int, default=15, help="Jacobi window")
-    la.add_argument("-N", type=int, default=5, help="n-gram size")
-    la.add_argument("-G", type=int, default=15, help="verification n-grams per step")
+    w, n, g = LOOKAHEAD_CLI_DEFAULTS
+    la.add_argument("-W", type=int, default=w, help="Jacobi window")
+    la.add_argument("-N", type=int, default=n, help="n-gram size")
+    la.add_argument("-G", type=int, default=g, help="verification n-grams per step")
     la.add_argument("--no-prompt-pool", action="store_true", help="do not seed the n-gram pool from the prompt")
     la.add_argument("--window-from-prompt", action="store_true", help="initialise the window with prompt tokens")
     la.add_argument("--reference-kv", action="store_true",
                     help="keep matched n-gram cells in place as llama-lookahead does (fragments the cache)")
     sp = p.add_argument_group("speculative / lookup")
     sp.add_argument("-md", "--model-draft", default=None, help="draft model (default, gemma or a path)")
-    sp.add_argument("-k", "--draft", type=int, default=4, help="tokens drafted per step")
+    sp.add_argument("-k", "--draft", type=int, default=DEFAULT_K, help="tokens drafted per step")
     sp.add_argument("--adaptive", choices=("off", "tutorial", "heuristic"), default="off")
     sp.add_argument("--k-min", type=int, default=1)
     sp.add_argument("--k-max", type=int, default=16)
@@ -293,7 +300,7 @@ def _list_models(as_json: bool) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from engine import catalog
-    from engine.probe import probe_exactness
+    from engine.probe import exactness_note, probe_exactness
 
     result = probe_exactness(catalog.resolve(args.model), n_threads=args.threads)
     if args.json:
@@ -301,8 +308,13 @@ def cmd_probe(args: argparse.Namespace) -> int:
     else:
         for size, dev in result["max_abs_diff_by_batch"].items():
             print(f"batch {size:>3}: max |logit difference| = {dev:.6f}")
+        long = result["long_context"]
+        for size, dev in long["max_abs_diff_by_batch"].items():
+            print(f"batch {size:>3} after {long['n_cells']} cells: max |logit difference| = {dev:.6f}")
         verdict = "batch-invariant" if result["batch_invariant"] else "NOT batch-invariant"
-        print(f"{Path(result['model']).name}: {verdict} (max deviation {result['max_abs_diff']:.6f})")
+        print(f"{Path(result['model']).name}: {verdict} with {result['n_threads']} threads "
+              f"(max deviation {result['max_abs_diff']:.6f}, past {long['n_cells']} cells {long['max_abs_diff']:.6f})")
+        print(exactness_note(result))
     return 0
 
 
@@ -348,8 +360,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.mode == "speculative" and draft_path is None:
         raise SpecDecError("a speculative sweep needs a draft model: pass -md PATH (or -md default)")
     out_dir = Path(args.output)
-    with _ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_threads=args.threads,
-                                          draft_path=draft_path, cancel=stop) as session:
+    with _ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
+                                          n_threads=args.threads, draft_path=draft_path, cancel=stop) as session:
         curve = profile.load_or_measure(session).curve
         draft_curve = profile.load_or_measure(session, draft=True).curve if draft_path else None
         finished = None
@@ -435,9 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof = sub.add_parser("profile", help="measure (or show the cached) time of one decode of B tokens")
     prof.add_argument("-m", "--model", default="default")
     prof.add_argument("-md", "--model-draft", default=None, help="profile this draft model too")
-    prof.add_argument("-t", "--threads", type=int, default=None)
-    prof.add_argument("-c", "--ctx-size", type=int, default=4096)
-    prof.add_argument("-b", "--batch-size", type=int, default=512)
+    _add_context_args(prof)
     prof.add_argument("--remeasure", action="store_true", help="measure again even if a profile is cached")
     prof.add_argument("--json", action="store_true")
     sw = sub.add_parser("sweep", help="measure a grid of settings against plain decoding")
@@ -457,8 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
     sw.add_argument("-n", "--n-predict", type=int, default=48, help="tokens generated per run")
     sw.add_argument("--plain-every", type=int, default=3, help="settings between two plain runs")
-    sw.add_argument("-t", "--threads", type=int, default=None)
-    sw.add_argument("-c", "--ctx-size", type=int, default=4096)
+    _add_context_args(sw)
     sw.add_argument("-o", "--output", default="sweep-results", help="folder for results.json/.csv and the PNGs")
     sw.add_argument("--json", action="store_true", help="print the results as JSON")
     probe = sub.add_parser("probe-exactness", help="measure whether batched decoding changes logits")

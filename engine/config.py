@@ -11,7 +11,21 @@ from engine.sampling import SamplingParams
 
 Mode = Literal["plain", "lookahead", "speculative", "lookup"]
 MODES: tuple[str, ...] = ("plain", "lookahead", "speculative", "lookup")
+# What each mode is called where a person reads it (the app's mode list).
+MODE_LABELS: dict[str, str] = {
+    "plain": "Plain",
+    "lookahead": "Lookahead",
+    "speculative": "Speculative (draft model)",
+    "lookup": "Prompt lookup",
+}
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
+
+# Every default the CLI, the app's controls and its engine worker share, written once.
+DEFAULT_N_CTX = 4096  # KV cells of a context
+DEFAULT_N_BATCH = 512  # tokens one llama_decode takes (and one ubatch)
+DEFAULT_MAX_TOKENS_CLI = 128  # `specdec run -n`
+DEFAULT_MAX_TOKENS_APP = 256  # the app's "max" control: a chat answer is usually longer
+DEFAULT_K = 4  # draft tokens per step
 
 
 @dataclass(frozen=True)
@@ -60,9 +74,16 @@ class LookaheadParams:
             )
 
 
+# The CLI keeps llama-lookahead's defaults (15, 5, 15) so that its figures compare with llama.cpp's
+# example; the app starts from a setting that can win on a CPU (one decode of 121 tokens costs
+# ~44 single-token decodes on 2 cores, so 15/5/15 runs at ~0.07x plain there).
+LOOKAHEAD_CLI_DEFAULTS = (15, 5, 15)  # W, N, G
+LOOKAHEAD_APP_DEFAULTS = (4, 3, 4)
+
+
 @dataclass(frozen=True)
 class SpeculativeParams:
-    k: int = 4
+    k: int = DEFAULT_K
     adaptive: Literal["off", "tutorial", "heuristic"] = "off"
     k_min: int = 1
     k_max: int = 16

@@ -69,21 +69,37 @@ class ModelInfo:
 
 
 def check_gguf_file(path: Path) -> None:
-    """Raise :class:`ModelFileError` unless ``path`` is a readable file that starts like a GGUF."""
+    """Raise :class:`ModelFileError` unless ``path`` is a readable GGUF whose header, metadata and
+    tensor table pass the pre-flight check (:mod:`engine.gguf_check`); llama.cpp never sees a file
+    that fails. A file that passed is remembered by (path, size, mtime) for the process."""
+    from engine.gguf_check import check_file
+
     if not path.exists():
         raise ModelFileError(f"{path}: no such file; check the path or run `specdec models fetch`")
     if not path.is_file():
         raise ModelFileError(f"{path}: is not a file; pick a .gguf model file")
     try:
-        with path.open("rb") as f:
-            header = f.read(24)
+        st = path.stat()
     except OSError as exc:
         raise ModelFileError(f"{path.name}: cannot be read ({exc.strerror})") from exc
-    if len(header) < 24 or header[:4] != GGUF_MAGIC:
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key in _checked_files:
+        return
+    try:
+        with path.open("rb") as f:
+            header = f.read(8)
+    except OSError as exc:
+        raise ModelFileError(f"{path.name}: cannot be read ({exc.strerror})") from exc
+    if len(header) < 8 or header[:4] != GGUF_MAGIC:
         raise ModelFileError(f"{path.name}: is not a GGUF model file (it does not start with 'GGUF')")
     (version,) = struct.unpack_from("<I", header, 4)
     if version not in (2, 3):
         raise ModelFileError(f"{path.name}: GGUF version {version} is not supported (expected 2 or 3)")
+    check_file(path)
+    _checked_files.add(key)
+
+
+_checked_files: set[tuple[str, int, int]] = set()
 
 
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:

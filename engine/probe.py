@@ -7,6 +7,12 @@ batches of 2 to 128, and reports the largest absolute logit difference per batch
 (0 = invariant). Measured on SmolLM2-135M Q4_1 with flash attention: exact up to 48 tokens a batch,
 off by up to ~1.45 from 64 on (llama.cpp switches matrix kernels for large batches), so a strategy
 is held to exactness only for the batch sizes it really uses (:func:`deviation_for_batch`).
+
+Long contexts are probed separately: once a single-token decode attends 512 cells or more,
+llama.cpp's CPU flash attention splits the KV among threads and adds the partial sums in another
+order than a multi-token batch does, so with more than one thread even small batches differ
+there. The long part fills the cache past that point on plain's schedule and compares the next
+tokens decoded one at a time with the same tokens in batches.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ PROBE_TEXT = (
     "the equivalence of mass and energy. def add(a, b):\n    return a + b\n"
 )
 BATCH_SIZES = (2, 4, 8, 16, 32, 64, 128)
+# llama.cpp's CPU flash attention takes its split-KV path for one query row from this many cells
+SPLIT_KV_CELLS = 512
+LONG_CONTEXT_CELLS = 600  # the long probe's prefix
+LONG_BATCH_SIZES = (2, 4, 8, 16, 32)
 
 
 def _logits_in_chunks(session: Session, tokens: list[int], chunk: int) -> np.ndarray:
@@ -43,24 +53,55 @@ def _logits_in_chunks(session: Session, tokens: list[int], chunk: int) -> np.nda
     return np.stack(rows)
 
 
-def probe_exactness(model_path: str | Path, *, n_threads: int | None = None, n_tokens: int = 160) -> dict:
-    with Session(model_path, n_ctx=n_tokens + 16, n_threads=n_threads) as session:
-        tokens = session.vocab.tokenize(PROBE_TEXT, add_special=True, parse_special=False)
-        tokens = (tokens * (n_tokens // len(tokens) + 1))[:n_tokens]
+def _logits_after_prefix(session: Session, prefix: list[int], tokens: list[int], chunk: int) -> np.ndarray:
+    """Logits of ``tokens`` decoded after ``prefix`` (the prefix on plain's schedule), ``chunk``
+    tokens a decode; the prefix's cells are kept between calls."""
+    memory, batch = session.memory, session.batch
+    memory.seq_rm(0, len(prefix), -1)
+    rows = []
+    for start in range(0, len(tokens), chunk):
+        part = tokens[start : start + chunk]
+        batch.clear()
+        for i, t in enumerate(part):
+            batch.add(t, len(prefix) + start + i, (0,), True)
+        memory.decode(batch)
+        rows.extend(logits_row(session.ctx, i, session.vocab.n_tokens).copy() for i in range(len(part)))
+    return np.stack(rows)
+
+
+def probe_exactness(model_path: str | Path, *, n_threads: int | None = None, n_tokens: int = 160,
+                    long_context: int = LONG_CONTEXT_CELLS) -> dict:
+    n_long = max(LONG_BATCH_SIZES)
+    with Session(model_path, n_ctx=max(n_tokens, long_context + n_long) + 16, n_threads=n_threads) as session:
+        base = session.vocab.tokenize(PROBE_TEXT, add_special=True, parse_special=False)
+        text = base * ((long_context + n_long) // len(base) + 1)
+        tokens = text[:n_tokens]
         reference = _logits_in_chunks(session, tokens, 1)
         by_batch = {}
         for size in BATCH_SIZES:
             batched = _logits_in_chunks(session, tokens, size)
             by_batch[size] = float(np.max(np.abs(batched - reference)))
         logit_scale = float(np.max(np.abs(reference)))
+        # past SPLIT_KV_CELLS: the same prefix, then the next tokens alone and in batches
+        prefix, after = text[:long_context], text[long_context : long_context + n_long]
+        session.memory.clear()
+        session.memory.decode_tokens(session.batch, prefix, 0)
+        long_reference = _logits_after_prefix(session, prefix, after, 1)
+        long_by_batch = {size: float(np.max(np.abs(_logits_after_prefix(session, prefix, after, size) - long_reference)))
+                         for size in LONG_BATCH_SIZES}
+        session.memory.clear()
     worst = max(by_batch.values())
+    long_worst = max(long_by_batch.values())
     return {
         "model": str(model_path),
+        "n_threads": session.n_threads,
         "n_tokens": n_tokens,
         "max_abs_diff_by_batch": by_batch,
         "max_abs_diff": worst,
         "logit_scale": logit_scale,
-        "batch_invariant": worst == 0.0,
+        "long_context": {"n_cells": long_context, "max_abs_diff_by_batch": long_by_batch,
+                         "max_abs_diff": long_worst},
+        "batch_invariant": worst == 0.0 and long_worst == 0.0,
     }
 
 
@@ -82,8 +123,70 @@ def plain_top2_margin(session: Session, prompt: Sequence[int], prefix: Sequence[
     return float(top2[1] - top2[0])
 
 
-def deviation_for_batch(result: dict, batch_size: int) -> float:
-    """The largest deviation a strategy whose batches hold up to ``batch_size`` tokens can meet."""
-    by_batch = {int(k): v for k, v in result["max_abs_diff_by_batch"].items()}
-    cover = min((s for s in by_batch if s >= batch_size), default=max(by_batch))
-    return max(v for s, v in by_batch.items() if s <= cover)
+def deviation_for_batch(result: dict, batch_size: int, n_cells: int = 0) -> float:
+    """The largest deviation a strategy whose batches hold up to ``batch_size`` tokens can meet,
+    in a context that reaches ``n_cells`` cells (prompt plus generated tokens)."""
+    def covering(table: dict) -> float:
+        by_batch = {int(k): v for k, v in table.items()}
+        cover = min((s for s in by_batch if s >= batch_size), default=max(by_batch))
+        return max(v for s, v in by_batch.items() if s <= cover)
+
+    deviation = covering(result["max_abs_diff_by_batch"])
+    if n_cells >= SPLIT_KV_CELLS:
+        deviation = max(deviation, covering(result["long_context"]["max_abs_diff_by_batch"]))
+    return deviation
+
+
+def exactness_note(result: dict) -> str:
+    """What a user can expect of this model on this build, in one or two sentences."""
+    short = result["max_abs_diff_by_batch"]
+    exact_up_to = max((int(b) for b, v in short.items() if v == 0.0 and all(
+        w == 0.0 for c, w in short.items() if int(c) <= int(b))), default=1)
+    long = result["long_context"]
+    if result["batch_invariant"]:
+        return ("Exact: batched and single-token decodes give bit-identical logits here, so every strategy "
+                "reproduces plain greedy output token for token.")
+    parts = []
+    if exact_up_to > 1:
+        parts.append(f"batches of up to {exact_up_to} tokens give plain's logits bit for bit in short contexts")
+    else:
+        parts.append(f"batched logits differ from plain's by up to {result['max_abs_diff']:.2f} even in short contexts")
+    if long["max_abs_diff"] > 0:
+        parts.append(f"past {SPLIT_KV_CELLS} cells with {result.get('n_threads', 'several')} threads they differ by up "
+                     f"to {long['max_abs_diff']:.3f} (llama.cpp's attention adds in another order), so a near-tie "
+                     "can flip; one thread avoids it")
+    return ("Lossless up to near-ties: " + "; ".join(parts) + ". Greedy output equals plain's except where "
+            "plain's top two tokens are closer than that.")
+
+
+def _cache_path(session: Session) -> Path:
+    from engine.catalog import cache_root
+    from engine.tuning.profile import build_fingerprint, model_sha256
+
+    sha = model_sha256(session.model.info.path)
+    return cache_root() / "exactness" / f"{sha[:16]}-t{session.n_threads}-{build_fingerprint()}.json"
+
+
+def cached_probe(session: Session) -> dict | None:
+    """The probe result kept for this session's model, thread count and build, if any."""
+    import json
+
+    try:
+        return json.loads(_cache_path(session).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load_or_probe(session: Session) -> dict:
+    """The exactness probe for ``session``'s model and thread count: cached, or measured now
+    (about 10 s for SmolLM2 on 2 cores; it opens its own context on the same thread)."""
+    import json
+
+    found = cached_probe(session)
+    if found is not None:
+        return found
+    result = probe_exactness(session.model.info.path, n_threads=session.n_threads)
+    path = _cache_path(session)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result))
+    return result

@@ -14,14 +14,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 import llama_cpp as llama
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from engine import native
 from engine.batch import Batch
-from engine.config import RunConfig
+from engine.chat_template import ChatTemplate, TemplateRefused
+from engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConfig
 from engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
 from engine.events import Event, KvSnapshot, RunFinished, RunStarted, RunWarning, StepDone
 from engine.kv_cells import KvMirror
@@ -33,8 +32,6 @@ from engine.stats import RunCounters
 from engine.strategies.common import DraftRuntime, Output, Runtime
 from engine.tokens import Vocab
 
-DEFAULT_N_CTX = 4096
-DEFAULT_N_BATCH = 512
 SNAPSHOT_INTERVAL_S = 0.05  # KV snapshots at most every 50 ms, and always at the end of a run
 # A context's compute buffers and allocator slack on top of the KV cache, in bytes per cell.
 _OVERHEAD_FACTOR = 1.25
@@ -107,11 +104,13 @@ class Session:
         self.n_seq_max = 0
         self.history: list[ChatMessage] = []
         self.last_prompt_tokens: list[int] = []
-        self._formatter: Jinja2ChatFormatter | None = None
+        self.template: ChatTemplate | None = None
+        self.template_problem: str | None = None  # why the model's own template was refused
         self._draft_stack: contextlib.ExitStack | None = None
         self.draft_model: LoadedModel | None = None
         self.draft: DraftRuntime | None = None
         try:
+            self._load_template()
             self._check_context_fits(n_ctx, self.model.info)
             self._make_context(1)
             if draft_path is not None:
@@ -252,7 +251,19 @@ class Session:
 
     @property
     def has_chat_template(self) -> bool:
-        return self.model.info.has_chat_template
+        """True if the model has a chat template and it passed the sandbox's checks."""
+        return self.template is not None
+
+    def _load_template(self) -> None:
+        info = self.model.info
+        if not info.chat_template:
+            return
+        try:
+            self.template = ChatTemplate(info.chat_template, name=Path(info.path).name,
+                                         bos_token=self.model.token_text(info.bos).decode("utf-8", "replace"),
+                                         eos_token=self.model.token_text(info.eos).decode("utf-8", "replace"))
+        except TemplateRefused as exc:
+            self.template_problem = f"{exc}; the model opens in completion mode"
 
     # ----------------------------------------------------------------------------- prompts
     def tokenize_prompt(self, prompt: str) -> list[int]:
@@ -262,17 +273,10 @@ class Session:
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         """The model's own chat template applied to ``messages``, ending with the assistant's turn."""
-        if not self.has_chat_template:
-            raise PromptError(f"{Path(self.model.info.path).name} has no chat template; use completion mode")
-        if self._formatter is None:
-            info = self.model.info
-            self._formatter = Jinja2ChatFormatter(
-                template=info.chat_template or "",
-                eos_token=self.model.token_text(info.eos).decode("utf-8", "replace"),
-                bos_token=self.model.token_text(info.bos).decode("utf-8", "replace"),
-            )
-        rendered = self._formatter(messages=[{"role": m.role, "content": m.content} for m in messages])
-        return rendered.prompt
+        if self.template is None:
+            why = self.template_problem or f"{Path(self.model.info.path).name} has no chat template"
+            raise PromptError(f"{why}; use completion mode")
+        return self.template.render([(m.role, m.content) for m in messages])
 
     def chat_tokens(self, messages: Sequence[ChatMessage]) -> list[int]:
         if not messages or not messages[-1].content.strip():

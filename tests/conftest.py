@@ -65,3 +65,18 @@ def smollm_drafts(smollm_path) -> dict[str, Path]:
             catalog.make_derived(key, log=lambda _m: None)
         out[key] = path
     return out
+
+
+@pytest.fixture(scope="session")
+def exactness_probe():
+    """The exactness probe of a model, measured once per test session (it decodes ~1,400 tokens)."""
+    from engine.probe import probe_exactness
+
+    results: dict = {}
+
+    def probe(path: Path) -> dict:
+        if path not in results:
+            results[path] = probe_exactness(path, n_threads=N_THREADS)
+        return results[path]
+
+    return probe

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from app.qt import QtWidgets, Signal
 from app.widgets.slider_spin import SliderSpin
+from engine.config import (DEFAULT_K, DEFAULT_MAX_TOKENS_APP, DEFAULT_N_BATCH, LOOKAHEAD_APP_DEFAULTS, MODE_LABELS,
+                           MODES)
 
-MODES = [("plain", "Plain"), ("lookahead", "Lookahead"), ("speculative", "Speculative (draft model)"),
-         ("lookup", "Prompt lookup")]
 
 
 class ControlsPanel(QtWidgets.QWidget):
     changed = Signal()
 
-    def __init__(self, n_batch: int = 512, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, n_batch: int = DEFAULT_N_BATCH, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.n_batch = n_batch
         self.draft_loaded = False
@@ -26,8 +26,8 @@ class ControlsPanel(QtWidgets.QWidget):
         layout = QtWidgets.QVBoxLayout(self)
 
         self.mode = QtWidgets.QComboBox()
-        for key, label in MODES:
-            self.mode.addItem(label, key)
+        for key in MODES:
+            self.mode.addItem(MODE_LABELS[key], key)
         mode_row = QtWidgets.QHBoxLayout()
         self.mode_label = QtWidgets.QLabel("Mode")
         mode_row.addWidget(self.mode_label)
@@ -36,9 +36,10 @@ class ControlsPanel(QtWidgets.QWidget):
 
         self.lookahead_box = QtWidgets.QGroupBox("Lookahead")
         la = QtWidgets.QVBoxLayout(self.lookahead_box)
-        self.W = SliderSpin("W", 1, 64, 4, tooltip="Jacobi window: lookahead branches decoded each step")
-        self.N = SliderSpin("N", 2, 10, 3, tooltip="n-gram size: levels of the window and length of pooled n-grams")
-        self.G = SliderSpin("G", 0, 64, 4, tooltip="verification n-grams per step (0 = Jacobi only)")
+        w, n, g = LOOKAHEAD_APP_DEFAULTS
+        self.W = SliderSpin("W", 1, 64, w, tooltip="Jacobi window: lookahead branches decoded each step")
+        self.N = SliderSpin("N", 2, 10, n, tooltip="n-gram size: levels of the window and length of pooled n-grams")
+        self.G = SliderSpin("G", 0, 64, g, tooltip="verification n-grams per step (0 = Jacobi only)")
         self.seed_pool = QtWidgets.QCheckBox("Seed n-gram pool from the prompt")
         self.seed_pool.setChecked(True)
         self.ordered_kv = QtWidgets.QCheckBox("Keep KV cells in position order (exact)")
@@ -52,7 +53,7 @@ class ControlsPanel(QtWidgets.QWidget):
 
         self.spec_box = QtWidgets.QGroupBox("Speculative")
         sp = QtWidgets.QVBoxLayout(self.spec_box)
-        self.k = SliderSpin("k", 1, 32, 4, tooltip="tokens drafted per step")
+        self.k = SliderSpin("k", 1, 32, DEFAULT_K, tooltip="tokens drafted per step")
         self.adaptive = QtWidgets.QComboBox()
         for key, label in (("off", "fixed k"), ("tutorial", "adaptive: last-10 acceptance"),
                            ("heuristic", "adaptive: transformers heuristic")):
@@ -77,7 +78,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self.temperature = SliderSpin("temp", 0.0, 2.0, 0.0, step=0.05, decimals=2, tooltip="0 = greedy")
         self.top_p = SliderSpin("top-p", 0.05, 1.0, 1.0, step=0.05, decimals=2)
         self.seed = SliderSpin("seed", -1, 100000, -1, tooltip="-1 = a new random seed each run")
-        self.max_tokens = SliderSpin("max", 1, 4096, 256, tooltip="maximum tokens to generate")
+        self.max_tokens = SliderSpin("max", 1, 4096, DEFAULT_MAX_TOKENS_APP, tooltip="maximum tokens to generate")
         for w in (self.temperature, self.top_p, self.seed, self.max_tokens):
             sa.addWidget(w)
         layout.addWidget(sampling)

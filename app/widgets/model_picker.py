@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.qt import QtCore, QtWidgets, Signal
+from engine.config import DEFAULT_N_CTX
 
 OPEN_FILE = "__open__"
 NO_DRAFT = ""
@@ -27,7 +28,7 @@ class ModelBar(QtWidgets.QWidget):
         self.ctx = QtWidgets.QSpinBox()
         self.ctx.setRange(256, 131072)
         self.ctx.setSingleStep(1024)
-        self.ctx.setValue(4096)
+        self.ctx.setValue(DEFAULT_N_CTX)
         self.gpu_layers = QtWidgets.QSpinBox()
         self.gpu_layers.setRange(0, 999)
         self.gpu_label = QtWidgets.QLabel("GPU layers")

@@ -3,8 +3,8 @@
 Every speed-up prediction prices a step with this curve (:mod:`engine.tuning.cost_model`). It is
 measured on the loaded context itself (same model, context size, threads, batch size and
 llama.cpp build), with the KV cache filled to a realistic depth first, for B on a log-spaced grid
-from 1 to 128 and two logit patterns (every row, last row only). Each point is the median of
-several timed decodes after a warm-up; the cells a decode wrote are removed before the next one,
+from 1 to 128 and two logit patterns (every row, last row only). Each point is the lower quartile
+of several timed decodes after a warm-up; the cells a decode wrote are removed before the next one,
 and the cache is cleared at the end. On SmolLM2-135M with 2 threads it takes about 15-20 s, so it
 is cached per (model file hash, n_ctx, threads, batch size, build) and reused.
 """
@@ -37,6 +37,7 @@ DEFAULT_KV_FILL = 200
 ROUNDS_SMALL, ROUNDS_LARGE = 5, 3  # timed rounds for B <= LARGE_BATCH and above
 LARGE_BATCH = 32
 PLAIN_REPEATS = 3  # B = 1 is timed this many times a round
+LOW_QUANTILE = 25  # percent: the point of a size's samples the curve takes
 FORMAT_VERSION = 1
 
 
@@ -161,8 +162,8 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
     The cache is first filled with ``fill_tokens``; each timed decode appends B tokens after them
     in sequence 0 and is removed again. One warm-up round decodes every shape once (llama.cpp
     builds and allocates a graph per shape), then every size is timed once per round, so a drift of
-    the machine's speed during the measurement hits every size alike; each point is the median
-    over rounds. Returns the curve and the number of timed rounds per size.
+    the machine's speed during the measurement hits every size alike; each point is the lower
+    quartile of its rounds. Returns the curve and the number of timed rounds per size.
     """
     sizes = [b for b in sizes if b <= batch.capacity]
     fill = len(fill_tokens)
@@ -200,8 +201,10 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
                     progress(done / work)
     finally:
         memory.clear()
-    t_all = tuple(float(np.median(samples[(b, True)])) for b in sizes)
-    t_last = tuple(float(np.median(samples[(b, False)])) for b in sizes)
+    # The lower quartile, not the mean: anything else on the machine only ever adds time to a
+    # decode, so the low end of the samples is the decode's own cost.
+    t_all = tuple(float(np.percentile(samples[(b, True)], LOW_QUANTILE)) for b in sizes)
+    t_last = tuple(float(np.percentile(samples[(b, False)], LOW_QUANTILE)) for b in sizes)
     return CostCurve(tuple(sizes), t_all, t_last), tuple(rounds[b] for b in sizes)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from engine.config import LookaheadParams, RunConfig, SpeculativeParams
+from engine.config import RunConfig
 from engine.errors import ConfigError, SpecDecError
 from engine.events import RunFinished
 from engine.sampling import SamplingParams

@@ -153,3 +153,13 @@ def test_stop_ends_a_sweep_and_keeps_what_was_measured(window, qtbot):
     assert window.tune.eta.text().startswith("stopped"), window.tune.eta.text()
     assert not window.running and window.input.run.isEnabled()
     assert len(window.tune.results["lookahead"]["cells"]) < 8
+
+
+def test_exactness_is_checked_and_explained(window, qtbot):
+    window.check_exactness()
+    assert window.running
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    text = window.exactness_label.text()
+    assert text.startswith("Exactness: ") and ("Exact:" in text or "near-tie" in text)
+    assert "past" in window.exactness_label.toolTip()

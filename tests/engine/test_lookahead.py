@@ -7,7 +7,7 @@ import pytest
 from engine.config import LookaheadParams, RunConfig
 from engine.errors import ConfigError
 from engine.events import StepDone
-from engine.probe import deviation_for_batch, probe_exactness
+from engine.probe import deviation_for_batch
 from engine.sampling import SamplingParams
 from engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
@@ -19,11 +19,11 @@ PROMPTS = {"code": CODE_PROMPT, "prose": PROSE_PROMPT}
 
 
 @pytest.fixture(scope="module", params=["default", "gemma"])
-def model(request):
+def model(request, exactness_probe):
     from engine import catalog
 
     path = catalog.known_path(request.param)
-    probe = probe_exactness(path, n_threads=N_THREADS)
+    probe = exactness_probe(path)
     with Session(path, n_ctx=2048, n_threads=N_THREADS) as session:
         plain = {}
         for name, text in PROMPTS.items():

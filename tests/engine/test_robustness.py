@@ -249,3 +249,43 @@ def test_json_does_not_hash_the_model_on_every_run(capsys, monkeypatch, tmp_path
     for _ in range(2):
         assert main(["run", "-p", "Hi", "-n", "2", "-t", str(N_THREADS), "-c", "256", "--no-predict", "--json"]) == 0
     assert len(hashed) == 1
+
+
+# ------------------------------------------------------------------ chat templates
+@pytest.mark.parametrize("source, why", [
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "ran for more than"),
+    ("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "writes more than"),
+    ("{{ messages.__class__.__mro__[1].__subclasses__() }}", "failed"),
+    ("{% for m in messages %}", "does not compile"),
+    ("{{ raise_exception('no') }}", "failed"),
+])
+def test_a_hostile_chat_template_is_refused(source, why):
+    from engine.chat_template import ChatTemplate, TemplateRefused
+
+    with pytest.raises(TemplateRefused, match=why):
+        ChatTemplate(source, bos_token="<s>", eos_token="</s>", name="evil.gguf")
+
+
+def test_a_model_with_a_refused_template_opens_in_completion_mode(smollm_path, monkeypatch):
+    import dataclasses
+
+    from engine.errors import PromptError
+
+    original = LoadedModel._read_info
+
+    def evil_info(self, vocab_only):
+        info = original(self, vocab_only)
+        return dataclasses.replace(info, chat_template="{% for i in range(10**5) %}{% for j in range(10**5) %}"
+                                                       "{% endfor %}{% endfor %}")
+
+    monkeypatch.setattr(LoadedModel, "_read_info", evil_info)
+    with Session(smollm_path, n_ctx=256, n_threads=N_THREADS) as session:
+        assert not session.has_chat_template and "ran for more than" in session.template_problem
+        with pytest.raises(PromptError, match="completion mode"):
+            session.chat_tokens([ChatMessage("user", "hi")])
+        assert session.complete(RunConfig(max_tokens=4), "Once upon a time").finish_reason == "length"
+
+
+def test_the_real_template_renders_as_before(smollm_session):
+    text = smollm_session.render_chat([ChatMessage("user", "Hello")])
+    assert text.startswith("<|im_start|>") and text.endswith("<|im_start|>assistant\n")

@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 from engine.config import RunConfig, SpeculativeParams
 from engine.errors import ConfigError, VocabMismatchError
 from engine.events import RejectedDraft, RunFinished, StepDone
-from engine.probe import deviation_for_batch, probe_exactness
+from engine.probe import deviation_for_batch
 from engine.sampling import Sampler, SamplingParams
 from engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
@@ -33,8 +33,8 @@ def spec(mode: str, params: SpeculativeParams, n: int = N_TOKENS, sampling: Samp
 
 
 @pytest.fixture(scope="module")
-def smollm(smollm_path, smollm_drafts):
-    probe = probe_exactness(smollm_path, n_threads=N_THREADS)
+def smollm(smollm_path, smollm_drafts, exactness_probe):
+    probe = exactness_probe(smollm_path)
     with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS) as session:
         tokens = session.tokenize_prompt(CODE_PROMPT)
         plain = session.complete(RunConfig(max_tokens=N_TOKENS), CODE_PROMPT).token_ids
@@ -64,8 +64,8 @@ def test_greedy_speculation_is_lossless_on_smollm(smollm, smollm_path, draft, pa
 
 
 @pytest.mark.parametrize("mode", ["speculative", "lookup"])
-def test_greedy_speculation_is_lossless_on_gemma(gemma_path, mode):
-    probe = probe_exactness(gemma_path, n_threads=N_THREADS)
+def test_greedy_speculation_is_lossless_on_gemma(gemma_path, mode, exactness_probe):
+    probe = exactness_probe(gemma_path)
     with Session(gemma_path, n_ctx=2048, n_threads=N_THREADS,
                  draft_path=gemma_path if mode == "speculative" else None) as session:
         tokens = session.tokenize_prompt(CODE_PROMPT)

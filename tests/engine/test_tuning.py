@@ -29,9 +29,13 @@ def test_profile_is_monotone_cached_and_reused(smollm_session, tmp_cache, monkey
     curve = first.curve
     assert curve.sizes == profile.PROFILE_SIZES
     assert first.key.n_threads == smollm_session.n_threads and first.key.n_ctx == smollm_session.n_ctx
-    # monotone within noise: a larger batch never costs clearly less, and the curve rises overall
-    for (b1, t1), (b2, t2) in zip(zip(curve.sizes, curve.t_all_logits), zip(curve.sizes[1:], curve.t_all_logits[1:])):
-        assert t2 >= 0.8 * t1, f"T({b2}) = {t2:.4f} s is well below T({b1}) = {t1:.4f} s"
+    # monotone within noise: neighbours may swap by a little (kernels differ between sizes), but a
+    # batch four times larger always costs more, and the curve rises overall
+    points = dict(zip(curve.sizes, curve.t_all_logits))
+    for b1, t1 in points.items():
+        for b2, t2 in points.items():
+            if b2 >= 4 * b1:
+                assert t2 > t1, f"T({b2}) = {t2:.4f} s is not above T({b1}) = {t1:.4f} s"
     assert curve.relative(128) > 8 * curve.relative(2)
     assert all(last <= 1.25 * every for last, every in zip(curve.t_last_logit, curve.t_all_logits))
     # the KV cache is left empty

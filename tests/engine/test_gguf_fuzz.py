@@ -1,0 +1,154 @@
+"""Fuzzing the GGUF pre-flight check with mutations of the two real model files.
+
+Mutations aim at the header, the metadata and the tensor table: bit flips anywhere before the
+tensor data, truncations, huge values written over length and count fields, and wrong tensor
+offsets, types and shapes. The check must answer with a GgufProblem or pass, never raise anything
+else and never hang; and every mutated file it passes must load in llama.cpp, in a child process,
+without a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.gguf_check import GgufProblem, check_buffer, check_file
+
+# 2,000 cases in all; Gemma's check walks 262,144 vocabulary entries (0.15 s), SmolLM2's 49,152
+CASES = {"default": 1500, "gemma": 500}
+LOADED_PER_MODEL = 40  # passing files loaded in llama.cpp in the regular run (all of them with -m slow)
+
+
+class Mutated:
+    """The original file's head with patches applied and an optional cut."""
+
+    def __init__(self, head: bytes, patches: dict[int, bytes], size: int) -> None:
+        self.patches, self.size = patches, size
+        buf = bytearray(head[:size])
+        for at, patch in patches.items():
+            buf[at : at + len(patch)] = patch
+        self.buf = bytes(buf[: len(head)])
+
+    def write(self, source: Path, dest: Path) -> None:
+        shutil.copyfile(source, dest)
+        with dest.open("r+b") as f:
+            for at, patch in self.patches.items():
+                if at < self.size:
+                    f.seek(at)
+                    f.write(patch[: self.size - at])
+            f.truncate(self.size)
+
+
+@pytest.fixture(scope="module", params=["default", "gemma"])
+def model(request):
+    from engine import catalog
+
+    path = catalog.known_path(request.param)
+    layout = check_file(path)
+    with path.open("rb") as f:
+        head = f.read(layout.data_start + 4096)  # the data is never read by the check, only its range
+    return request.param, path, layout, head, path.stat().st_size
+
+
+HUGE = [2**64 - 1, 2**63, 2**63 - 1, 2**32, 2**32 - 1, 2**31, 10**12]
+WIDTH = {"value_type": 4, "n_dims": 4, "tensor_type": 4}  # every other field is 8 bytes
+
+
+def mutation(layout, head: bytes, size: int):
+    """A strategy for one mutation of the file: (patches by byte offset, new size)."""
+    def write(f, value):
+        kind, at = f
+        width = WIDTH.get(kind, 8)
+        return {at: (value % (1 << (8 * width))).to_bytes(width, "little")}, size
+
+    def shift(f, delta):
+        old = int.from_bytes(head[f[1] : f[1] + 8], "little")
+        return write(f, old + delta)
+
+    fields = st.sampled_from(layout.fields)
+    offsets = st.sampled_from([f for f in layout.fields if f[0] == "tensor_offset"])
+    flip = st.tuples(st.integers(0, layout.data_start - 1), st.integers(0, 7)).map(
+        lambda t: ({t[0]: bytes([head[t[0]] ^ (1 << t[1])])}, size))
+    cut = st.integers(0, layout.data_start + 64).map(lambda n: ({}, n))
+    huge = st.tuples(fields, st.sampled_from(HUGE)).map(lambda t: write(*t))
+    small = st.tuples(fields, st.integers(0, 300)).map(lambda t: write(*t))
+    shifted = st.tuples(offsets, st.integers(-4096, 4096)).map(lambda t: shift(*t))
+    return st.one_of(flip, cut, huge, small, shifted)
+
+
+def test_fuzzed_headers_get_a_clear_answer_and_passing_files_load(model, tmp_path_factory, request):
+    key, path, layout, head, size = model
+    passed: list[tuple[dict[int, bytes], int]] = []
+    counts = {"cases": 0, "rejected": 0}
+
+    @settings(max_examples=CASES[key], deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(spec=mutation(layout, head, size))
+    def check_one(spec):
+        patches, new_size = spec
+        m = Mutated(head, patches, new_size)
+        t0 = time.perf_counter()
+        try:
+            check_buffer(m.buf, new_size)
+        except GgufProblem as exc:
+            assert str(exc)  # a sentence, never empty
+            counts["rejected"] += 1
+        else:
+            passed.append((patches, new_size))
+        finally:
+            counts["cases"] += 1
+        assert time.perf_counter() - t0 < 10, "the check must never hang"
+
+    check_one()
+    assert counts["cases"] >= CASES[key]
+    print(f"\n{key}: {counts['cases']} cases, {counts['rejected']} rejected, {len(passed)} passed")
+
+    # every passing mutation loads in llama.cpp in a child process (a crash there would be a crash
+    # of the app); a regular run loads a spread of them, `-m slow` all
+    slow = request.config.getoption("-m") == "slow"
+    chosen = passed if slow else passed[:: max(1, len(passed) // LOADED_PER_MODEL)][:LOADED_PER_MODEL]
+    folder = tmp_path_factory.mktemp(f"fuzz-{key}")
+    for start in range(0, len(chosen), 10):
+        files = []
+        for i, (patches, new_size) in enumerate(chosen[start : start + 10]):
+            dest = folder / f"case{start + i}.gguf"
+            Mutated(head, patches, new_size).write(path, dest)
+            files.append(str(dest))
+        done = subprocess.run([sys.executable, "-c", LOADER, json.dumps(files)], capture_output=True, text=True,
+                              timeout=600, env={**os.environ, "SPECDEC_LLAMA_LOG": "0"})
+        assert done.returncode == 0, f"llama.cpp crashed on a file the check passed: {done.stderr[-2000:]}"
+        for f in files:
+            os.unlink(f)
+
+
+# Loads each file with the engine (pre-flight check, then llama.cpp) and reports; a native crash
+# ends the process with a signal, which the test sees as a non-zero return code.
+LOADER = """
+import json, sys
+from engine.errors import ModelFileError
+from engine.models import LoadedModel
+for path in json.loads(sys.argv[1]):
+    try:
+        with LoadedModel(path) as model:
+            pass
+    except ModelFileError:
+        pass
+"""
+
+
+def test_the_check_answers_for_every_truncation_of_the_header(smollm_path):
+    head = smollm_path.read_bytes()[:4096]
+    for n in range(0, 4096, 7):
+        with pytest.raises(GgufProblem):
+            check_buffer(head, n)
+    assert struct.unpack("<I", head[4:8])[0] == 3

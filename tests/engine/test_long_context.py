@@ -1,0 +1,54 @@
+"""Lossless past 512 cells, where llama.cpp's CPU attention stops being batch-invariant with more
+than one thread: every strategy equals plain greedy output, or parts from it only where plain's
+top-2 margin is below the deviation the exactness probe measured for long contexts."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import LookaheadParams, RunConfig, SpeculativeParams
+from engine.probe import SPLIT_KV_CELLS, deviation_for_batch, exactness_note
+from engine.session import ChatMessage, Session
+from engine.tuning import prompts
+from tests.conftest import N_THREADS
+from tests.engine.lossless import assert_lossless
+
+N_TOKENS = 48
+
+
+@pytest.fixture(scope="module")
+def long_chat(smollm_path, exactness_probe):
+    probe = exactness_probe(smollm_path)
+    passages = "\n\n".join(p.text for p in prompts.shipped(["summarisation"], 4))
+    with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS, draft_path=smollm_path) as session:
+        tokens = session.chat_tokens([ChatMessage("user", passages + "\n\nSummarise all of the above.")])
+        assert len(tokens) > SPLIT_KV_CELLS
+        plain = session.run(RunConfig(max_tokens=N_TOKENS), tokens)
+        plain_ids = [e for e in plain][-1].token_ids
+        yield session, probe, tokens, plain_ids
+
+
+@pytest.mark.parametrize("config", [
+    RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4)),
+    RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=3, lookup="latest")),
+    RunConfig(mode="speculative", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4)),
+    RunConfig(mode="lookahead", max_tokens=N_TOKENS, lookahead=LookaheadParams(3, 3, 3)),
+], ids=["lookup-cache", "lookup-latest", "self-draft", "lookahead-3-3-3"])
+def test_strategies_stay_lossless_past_512_cells(long_chat, config):
+    session, probe, tokens, plain_ids = long_chat
+    result = [e for e in session.run(config, tokens)][-1]
+    batch = config.step_shape()[0]
+    deviation = deviation_for_batch(probe, batch, n_cells=len(tokens) + N_TOKENS)
+    if N_THREADS == 1:
+        assert probe["long_context"]["max_abs_diff"] == 0.0  # measured: one thread keeps the order
+    assert_lossless(session, tokens, plain_ids, result.token_ids, deviation, f"{config.mode} past 512 cells")
+
+
+def test_the_probe_covers_long_contexts_and_says_what_to_expect(long_chat):
+    _, probe, _, _ = long_chat
+    long = probe["long_context"]
+    assert long["n_cells"] > SPLIT_KV_CELLS and set(long["max_abs_diff_by_batch"]) >= {2, 32}
+    note = exactness_note(probe)
+    if long["max_abs_diff"] > 0:
+        assert f"past {SPLIT_KV_CELLS} cells" in note and "near-tie" in note
+    assert deviation_for_batch(probe, 4, n_cells=100) <= deviation_for_batch(probe, 4, n_cells=700)
