@@ -18,6 +18,7 @@ GGUF_MAGIC = b"GGUF"
 # (padding), and token texts are compared from this id on (the first ids are often special).
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_ID = 5
+F16_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class ModelInfo:
     n_head: int
     n_head_kv: int
     n_swa: int
+    head_dim_k: int  # per-head key and value sizes (GGUF's attention.key_length / value_length)
+    head_dim_v: int
     chat_template: str | None
     bos: int
     eos: int
@@ -49,9 +52,9 @@ class ModelInfo:
         return bool(self.chat_template)
 
     def kv_bytes_per_cell(self) -> int:
-        """Bytes one KV cell takes in an f16 cache (K and V, all layers)."""
-        head_dim = self.n_embd // max(self.n_head, 1)
-        return self.n_layer * 2 * head_dim * self.n_head_kv * 2
+        """Bytes one KV cell takes in llama.cpp's default f16 cache: K and V of every layer, with the
+        model's real head sizes (Gemma-3's heads are 256 wide, not n_embd / n_head = 160)."""
+        return self.n_layer * self.n_head_kv * (self.head_dim_k + self.head_dim_v) * F16_BYTES
 
     def summary(self) -> dict[str, object]:
         return {
@@ -110,6 +113,11 @@ def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+def _meta_int(model: llama.llama_model_p, key: str, default: int) -> int:
+    text = _meta_str(model, key)
+    return int(text) if text.isdigit() else default
+
+
 def _meta_str(model: llama.llama_model_p, key: str) -> str:
     buf = ctypes.create_string_buffer(256)
     n = llama.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
@@ -144,10 +152,13 @@ class LoadedModel:
         hp = (lambda f: 0) if vocab_only else (lambda f: f(m))
         template = llama.llama_model_chat_template(m, None)
         ftype_name = llama.llama_ftype_name(llama.llama_model_ftype(m))
+        arch = _meta_str(m, "general.architecture")
+        n_embd, n_head = hp(llama.llama_model_n_embd), hp(llama.llama_model_n_head)
+        default_head = n_embd // n_head if n_head else 0
         return ModelInfo(
             path=str(self.path),
             name=_meta_str(m, "general.name") or self.path.stem,
-            arch=_meta_str(m, "general.architecture"),
+            arch=arch,
             n_params=int(hp(llama.llama_model_n_params)),
             quant=(ftype_name or b"?").decode(),
             size_bytes=self.path.stat().st_size,
@@ -155,10 +166,12 @@ class LoadedModel:
             vocab_type=llama.llama_vocab_type(v),
             n_ctx_train=hp(llama.llama_model_n_ctx_train),
             n_layer=hp(llama.llama_model_n_layer),
-            n_embd=hp(llama.llama_model_n_embd),
-            n_head=hp(llama.llama_model_n_head),
+            n_embd=n_embd,
+            n_head=n_head,
             n_head_kv=hp(llama.llama_model_n_head_kv),
             n_swa=hp(llama.llama_model_n_swa),
+            head_dim_k=_meta_int(m, f"{arch}.attention.key_length", default_head),
+            head_dim_v=_meta_int(m, f"{arch}.attention.value_length", default_head),
             chat_template=template.decode("utf-8", errors="replace") if template else None,
             bos=llama.llama_vocab_bos(v),
             eos=llama.llama_vocab_eos(v),

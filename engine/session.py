@@ -33,12 +33,23 @@ from engine.strategies.common import DraftRuntime, Output, Runtime
 from engine.tokens import Vocab
 
 SNAPSHOT_INTERVAL_S = 0.05  # KV snapshots at most every 50 ms, and always at the end of a run
-# A context's compute buffers and allocator slack on top of the KV cache, in bytes per cell.
-_OVERHEAD_FACTOR = 1.25
+LOGIT_BYTES = 4  # llama.cpp's compute buffer holds a ubatch's logits: n_ubatch x n_vocab floats
 
 
 def default_threads() -> int:
     return max(1, min(8, os.cpu_count() or 1))
+
+
+def _compute_buffer_sink(into: list[int]):
+    """A llama.cpp log sink that collects the compute buffer sizes a new context reports."""
+    def sink(_level: int, line: str) -> None:
+        if "compute buffer size =" in line:
+            try:
+                into.append(int(float(line.split("=")[1].split()[0]) * 2**20))
+            except (IndexError, ValueError):
+                pass
+
+    return sink
 
 
 def _available_memory_bytes() -> int | None:
@@ -104,6 +115,7 @@ class Session:
         self.n_seq_max = 0
         self.history: list[ChatMessage] = []
         self.last_prompt_tokens: list[int] = []
+        self._compute_bytes: dict[str, int] = {}  # model path -> compute buffers llama.cpp reported
         self.template: ChatTemplate | None = None
         self.template_problem: str | None = None  # why the model's own template was refused
         self._draft_stack: contextlib.ExitStack | None = None
@@ -111,8 +123,7 @@ class Session:
         self.draft: DraftRuntime | None = None
         try:
             self._load_template()
-            self._check_context_fits(n_ctx, self.model.info)
-            self._make_context(1)
+            self._make_context(1)  # checks the memory budget first
             if draft_path is not None:
                 self.load_draft(draft_path)
         except BaseException:
@@ -120,13 +131,23 @@ class Session:
             raise
 
     # ----------------------------------------------------------------------------- context
+    def context_budget(self, n_ctx: int, info: ModelInfo) -> dict[str, int]:
+        """Bytes a context of ``n_ctx`` cells will take: the KV cache (real head sizes, f16) and the
+        compute buffers, as llama.cpp reported them for this model's last context, else estimated
+        from their largest part (a ubatch of logits)."""
+        compute = self._compute_bytes.get(info.path, self.n_batch * info.n_vocab * LOGIT_BYTES)
+        return {"kv": n_ctx * info.kv_bytes_per_cell(), "compute": compute}
+
     def _check_context_fits(self, n_ctx: int, info: ModelInfo) -> None:
-        need = int(n_ctx * info.kv_bytes_per_cell() * _OVERHEAD_FACTOR)
+        parts = self.context_budget(n_ctx, info)
+        need = sum(parts.values())
         avail = _available_memory_bytes()
         if avail is not None and need > avail:
+            gib = 2**30
             raise ContextAllocationError(
-                f"a context of {n_ctx} tokens needs about {need / 2**30:.1f} GiB for its KV cache "
-                f"but only {avail / 2**30:.1f} GiB of memory is free; choose a smaller context size"
+                f"a context of {n_ctx} tokens needs about {need / gib:.1f} GiB (KV cache {parts['kv'] / gib:.1f} GiB, "
+                f"compute buffers {parts['compute'] / gib:.1f} GiB) but only {avail / gib:.1f} GiB of memory is free; "
+                "lower the context size (the KV cache) or the batch size (the compute buffers)"
             )
 
     def _new_context(self, model: LoadedModel, n_seq_max: int) -> tuple[llama.llama_context_p, contextlib.ExitStack]:
@@ -146,14 +167,21 @@ class Session:
         params.kv_unified = True
         params.no_perf = True
         params.swa_full = True  # the SWA cache as large as the main one: the mirror assumes it
+        self._check_context_fits(self.n_ctx, model.info)
         native.take_recent_problems()
         # llama.cpp reads its KV debug level from the environment when it builds the cache
         previous = os.environ.get(DEBUG_ENV)
         if self.verify_kv:
             os.environ[DEBUG_ENV] = DEBUG_LEVEL
+        reported: list[int] = []
+        sink = _compute_buffer_sink(reported)
+        native.add_log_sink(sink)
         try:
             ctx = llama.llama_init_from_model(model.ptr, params)
         finally:
+            native.remove_log_sink(sink)
+            if reported:
+                self._compute_bytes[model.info.path] = sum(reported)
             if self.verify_kv:
                 if previous is None:
                     os.environ.pop(DEBUG_ENV, None)
@@ -162,7 +190,7 @@ class Session:
         if not ctx:
             why = "; ".join(native.take_recent_problems()[-2:]) or "allocation failed"
             raise ContextAllocationError(
-                f"llama.cpp could not create a context of {self.n_ctx} tokens ({why}); choose a smaller context size"
+                f"llama.cpp could not create a context of {self.n_ctx} tokens ({why}); lower the context size"
             )
         stack = contextlib.ExitStack()
         stack.callback(llama.llama_free, ctx)
@@ -199,7 +227,6 @@ class Session:
         draft = LoadedModel(path)
         try:
             check_draft_vocab(self.model, draft)
-            self._check_context_fits(self.n_ctx, draft.info)
             ctx, stack = self._new_context(draft, 1)
         except BaseException:
             draft.close()

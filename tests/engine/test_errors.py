@@ -50,7 +50,7 @@ def test_prompt_longer_than_context(smollm_path):
 
 
 def test_context_larger_than_memory(smollm_path):
-    with pytest.raises(ContextAllocationError, match="choose a smaller context size"):
+    with pytest.raises(ContextAllocationError, match="lower the context size"):
         Session(smollm_path, n_ctx=50_000_000, n_threads=N_THREADS)
 
 
@@ -71,7 +71,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         (["run", "-m", "/does/not/exist.gguf", "-p", "hi"], "no such file"),
         (["run", "-m", "default", "-p", ""], "prompt is empty"),
         (["run", "-m", "default", "-p", "hi " * 100, "-c", "32"], "context holds only 32"),
-        (["run", "-m", "default", "-p", "hi", "-c", "50000000"], "choose a smaller context size"),
+        (["run", "-m", "default", "-p", "hi", "-c", "50000000"], "lower the context size"),
         (["run", "-m", "default", "-p", "hi", "--mode", "turbo"], "invalid choice"),
     ],
 )

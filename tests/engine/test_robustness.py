@@ -289,3 +289,34 @@ def test_a_model_with_a_refused_template_opens_in_completion_mode(smollm_path, m
 def test_the_real_template_renders_as_before(smollm_session):
     text = smollm_session.render_chat([ChatMessage("user", "Hello")])
     assert text.startswith("<|im_start|>") and text.endswith("<|im_start|>assistant\n")
+
+
+# ------------------------------------------------------------------ memory budget
+@pytest.mark.parametrize("key", ["default", "gemma"])
+def test_the_budget_counts_what_llama_cpp_allocates(key):
+    """The KV estimate equals llama.cpp's own KV buffers (Gemma-3's 256-wide heads included) and
+    the compute buffers are the ones llama.cpp reported."""
+    from engine import native
+
+    lines: list[str] = []
+    sink = lambda _level, line: lines.append(line)  # noqa: E731
+    native.add_log_sink(sink)
+    try:
+        session = Session(catalog.known_path(key), n_ctx=1024, n_threads=N_THREADS)
+    finally:
+        native.remove_log_sink(sink)
+    with session:
+        kv_reported = sum(float(line.split("=")[1].split()[0]) for line in lines if "KV buffer size =" in line)
+        compute_reported = sum(float(line.split("=")[1].split()[0]) for line in lines
+                               if "compute buffer size =" in line)
+        budget = session.context_budget(1024, session.model.info)
+        assert budget["kv"] / 2**20 == pytest.approx(kv_reported, rel=0.01)
+        assert budget["compute"] / 2**20 == pytest.approx(compute_reported, rel=0.01)
+
+
+def test_a_context_that_does_not_fit_names_what_to_lower(smollm_path, monkeypatch):
+    import engine.session
+
+    monkeypatch.setattr(engine.session, "_available_memory_bytes", lambda: 150 << 20)
+    with pytest.raises(ContextAllocationError, match="KV cache .* compute buffers .* lower the context size"):
+        Session(smollm_path, n_ctx=8192, n_threads=N_THREADS)
