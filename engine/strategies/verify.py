@@ -79,7 +79,8 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
     row = decode_prompt(rt, prompt)
     if row is None:
         return
-    if rt.guarded(lambda: drafter.begin(prompt) or True) is None:  # a draft model decodes the prompt too
+    rt.guarded(lambda: drafter.begin(prompt))  # a draft model decodes the prompt too
+    if rt.output.done:  # stopped (or the draft's cache filled) meanwhile
         return
     context = list(prompt)
     n_past = len(prompt)  # tokens in the target's KV cache

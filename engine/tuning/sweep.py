@@ -182,6 +182,8 @@ def run_sweep(session, spec: SweepSpec, *, curve: CostCurve | None = None, draft
         raise ConfigError("a speculative sweep needs a draft model; load one first")
     settings = spec.settings()
     configs = [config_for(spec, s, base) for s in settings]
+    for config in configs:  # a setting the batch cannot hold is refused now, not mid-sweep
+        config.validate(session.n_batch)
     tokens = [prompt_tokens(session, p, spec.chat) for p in spec.prompts]
     for p, t in zip(spec.prompts, tokens):
         if len(t) + spec.max_tokens + 1 > session.n_ctx:
