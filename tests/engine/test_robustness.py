@@ -320,3 +320,20 @@ def test_a_context_that_does_not_fit_names_what_to_lower(smollm_path, monkeypatc
     monkeypatch.setattr(engine.session, "_available_memory_bytes", lambda: 150 << 20)
     with pytest.raises(ContextAllocationError, match="KV cache .* compute buffers .* lower the context size"):
         Session(smollm_path, n_ctx=8192, n_threads=N_THREADS)
+
+
+@pytest.mark.parametrize("mode_args", [["--mode", "speculative", "-md", "default"], ["--mode", "lookahead"]],
+                         ids=["draft-model", "lookahead"])
+def test_ctrl_c_ends_a_cli_run_cleanly(mode_args):
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "run", "-p", CODE_PROMPT, "-n", "4000", "-c", "8192",
+                             "-t", str(N_THREADS), "--no-predict", *mode_args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.read(40)  # it is generating
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err and "finish    = cancelled" in err
