@@ -152,3 +152,15 @@ def test_the_check_answers_for_every_truncation_of_the_header(smollm_path):
         with pytest.raises(GgufProblem):
             check_buffer(head, n)
     assert struct.unpack("<I", head[4:8])[0] == 3
+
+
+@pytest.mark.slow
+def test_coverage_guided_fuzzing_with_atheris():
+    """libFuzzer-driven mutations (tests/fuzz/gguf_atheris.py): an exception other than
+    GgufProblem, or a hang, makes atheris exit non-zero."""
+    pytest.importorskip("atheris")
+    script = Path(__file__).resolve().parents[1] / "fuzz" / "gguf_atheris.py"
+    done = subprocess.run([sys.executable, str(script), "-atheris_runs=2000"], capture_output=True, text=True,
+                          timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Done 2000" in done.stderr
