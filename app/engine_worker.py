@@ -173,8 +173,7 @@ class EngineWorker:
         self._thread = threading.Thread(target=self.run, name="specdec-engine", daemon=True)
         self._commands: queue.Queue = queue.Queue()
         self._events: collections.deque = collections.deque()
-        self._session_lock = threading.Lock()
-        self._session = None
+        self._session = None  # touched by the engine thread only; Stop goes through self._cancel
         # One Stop flag for every session this worker makes. Cleared when the window asks for a
         # job (so a Stop pressed while that job waits in the queue or is being prepared counts),
         # never by the engine itself.
@@ -299,8 +298,7 @@ class EngineWorker:
                 del self._session.history[-2:]
 
     def _close_session(self) -> None:
-        with self._session_lock:
-            session, self._session = self._session, None
+        session, self._session = self._session, None
         if session is not None:
             session.close()
 
@@ -315,8 +313,7 @@ class EngineWorker:
         # Load the new model before closing the old one: a bad file leaves the old one usable.
         session = Session(resolved, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, cancel=self._cancel)
         self._close_session()
-        with self._session_lock:
-            self._session = session
+        self._session = session
         others = [p for p in catalog.cached_models() if p != resolved]
         candidates = [(str(resolved), None)] + [(str(p), why) for p, why in draft_candidates(session.model, others)]
         self._emit(ModelLoaded(str(resolved), session.model.info.summary(), session.has_chat_template,

@@ -88,21 +88,19 @@ class _Reader:
         self.pos += n
         return data
 
-    def u32(self, what: str, kind: str | None = None) -> int:
+    def _int(self, fmt: struct.Struct, what: str, kind: str | None) -> int:
         if kind:
             self.layout.fields.append((kind, self.pos))
-        self._need(4, what)
-        value = _U32.unpack_from(self.buf, self.pos)[0]
-        self.pos += 4
+        self._need(fmt.size, what)
+        value = fmt.unpack_from(self.buf, self.pos)[0]
+        self.pos += fmt.size
         return value
 
+    def u32(self, what: str, kind: str | None = None) -> int:
+        return self._int(_U32, what, kind)
+
     def u64(self, what: str, kind: str | None = None) -> int:
-        if kind:
-            self.layout.fields.append((kind, self.pos))
-        self._need(8, what)
-        value = _U64.unpack_from(self.buf, self.pos)[0]
-        self.pos += 8
-        return value
+        return self._int(_U64, what, kind)
 
     def string(self, what: str, kind: str | None = "string_length", limit: int | None = None) -> bytes:
         n = self.u64(what, kind)
