@@ -12,6 +12,7 @@ import collections
 import queue
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 
@@ -130,6 +131,7 @@ class _Run:
     text: str
     chat: bool
     regenerate: bool = False
+    edit_index: int | None = None  # chat: replace this user message with ``text`` and answer it
 
 
 @dataclass(frozen=True)
@@ -154,12 +156,24 @@ class _Sweep:
 
 
 @dataclass(frozen=True)
-class _History:
-    action: str  # "clear" or "pop"
+class _Conversation:
+    action: str  # "new", "open", "rename", "delete", "list", "system", "start"
+    conv_id: str = ""
+    text: str = ""  # a title, a system message or a search query
+
+
+@dataclass(frozen=True)
+class ConversationList:
+    """The saved conversations (a search's matches when ``query``), newest first."""
+
+    items: tuple  # engine.conversation_store.ConversationSummary
+    current: str
+    query: str = ""
 
 
 _QUIT = object()
 GIL_SWITCH_INTERVAL_S = 0.0005
+SNAPSHOT_INTERVAL_S = 0.05  # KV-map pictures during a run at most every 50 ms (and one at its end)
 SHUTDOWN_WAIT_S = 3.0
 
 
@@ -179,6 +193,10 @@ class EngineWorker:
         # never by the engine itself.
         self._cancel = threading.Event()
         self._last_prompt_tokens: list[int] = []
+        # The conversation lives here, on the engine thread; the window is sent views of it.
+        self._conversation = None  # engine.conversation.Conversation
+        self._chat = None  # engine.chat.Chat binding it to the current session
+        self._store = None  # engine.conversation_store.ConversationStore
         self._profiles: dict[str, dict | None] = {"target": None, "draft": None}
         self._auto_profile = True
 
@@ -208,14 +226,17 @@ class EngineWorker:
     def fetch_and_load(self, key: str, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None) -> None:
         self._submit(_Fetch(key, n_ctx, n_threads))
 
-    def start_run(self, config, text: str, *, chat: bool, regenerate: bool = False) -> None:
-        self._submit(_Run(config, text, chat, regenerate))
+    def start_run(self, config, text: str, *, chat: bool, regenerate: bool = False,
+                  edit_index: int | None = None) -> None:
+        self._submit(_Run(config, text, chat, regenerate, edit_index))
 
     def run_baseline(self, config, key: tuple) -> None:
         self._submit(_Baseline(config, key))
 
-    def edit_history(self, action: str) -> None:
-        self._commands.put(_History(action))
+    def conversation(self, action: str, conv_id: str = "", text: str = "") -> None:
+        """Act on conversations: "start" (open the last one), "new", "open", "rename", "delete",
+        "list" (search with ``text``) or "system" (set the system message to ``text``)."""
+        self._commands.put(_Conversation(action, conv_id, text))
 
     def stop(self) -> None:
         """Stop the job running now and any the window queued before this call."""
@@ -291,11 +312,8 @@ class EngineWorker:
             self._sweep(command.spec)
         elif isinstance(command, _Probe):
             self._exactness(measure=True)
-        elif isinstance(command, _History) and self._session is not None:
-            if command.action == "clear":
-                self._session.history.clear()
-            elif command.action == "pop":
-                del self._session.history[-2:]
+        elif isinstance(command, _Conversation):
+            self._conversation_command(command)
 
     def _close_session(self) -> None:
         session, self._session = self._session, None
@@ -319,10 +337,19 @@ class EngineWorker:
         self._emit(ModelLoaded(str(resolved), session.model.info.summary(), session.has_chat_template,
                                session.n_ctx, session.n_threads, supports_gpu_offload(), tuple(candidates),
                                session.template_problem))
+        self._rebind_conversation(session)
         self._profiles = {"target": None, "draft": None}
         self._emit_saved_sweeps(session)
         self._exactness(measure=False)
         self._profile_after_load()
+
+    def _rebind_conversation(self, session) -> None:
+        """A new model keeps the conversation: its ids are re-encoded for the model now, and the
+        window says so."""
+        self._chat = None
+        if self._conversation is None or not self._conversation.messages or not session.has_chat_template:
+            return
+        self._require_chat()
 
     def _draft(self, path: str | None) -> None:
         session = self._require_session()
@@ -346,22 +373,116 @@ class EngineWorker:
         return self._session
 
     def _run(self, command: _Run) -> None:
+        from engine.events import RunFinished, StepDone
+
         session = self._require_session()
         if command.chat:
-            if command.regenerate and len(session.history) >= 2:
-                user_text = session.history[-2].content
-                del session.history[-2:]
+            chat = self._require_chat()
+            if command.regenerate:
+                events = chat.regenerate(command.config, fresh_cancel=False)
+            elif command.edit_index is not None:
+                events = chat.edit(command.edit_index, command.text, command.config, fresh_cancel=False)
             else:
-                user_text = command.text
-            events = session.chat(command.config, user_text, fresh_cancel=False)
+                events = chat.send(command.config, command.text, fresh_cancel=False)
+            user_text = chat.conversation.messages[-1].content
         else:
             user_text = command.text
             tokens = session.tokenize_prompt(user_text)
-            events = session.run(command.config, tokens, prompt_text=user_text, fresh_cancel=False)
+            events = session.run(command.config, tokens, prompt_text=user_text, fresh_cancel=False,
+                                 reuse_prefix=True)
         self._last_prompt_tokens = list(session.last_prompt_tokens)
         self._emit(RunRequested(command.config, user_text, command.chat))
-        for event in events:
-            self._emit(event)
+        finished = False
+        snapshot_at = 0.0
+        try:
+            for event in events:
+                finished = finished or isinstance(event, RunFinished)
+                self._emit(event)
+                # The KV map's pictures, at the rate the window can use (the engine sends only the last)
+                if isinstance(event, StepDone) and time.perf_counter() - snapshot_at >= SNAPSHOT_INTERVAL_S \
+                        and session.memory.mirror_ok:
+                    self._emit(session.kv_snapshot(event.step, command.config.n_sequences))
+                    snapshot_at = time.perf_counter()
+        finally:
+            if command.chat:  # a failed turn keeps what it wrote (marked interrupted): show it
+                self._conversation_store().set_last_opened(self._conversation.id)
+                if finished:
+                    self._emit_conversation_list()
+                else:
+                    self._show_conversation()
+
+    # ------------------------------------------------------------------ conversations
+    def _conversation_store(self):
+        if self._store is None:
+            from engine.conversation_store import ConversationStore
+
+            self._store = ConversationStore()
+        return self._store
+
+    def _require_chat(self):
+        """The chat binding of the current conversation to the current model (re-encoded for it
+        if another model wrote its ids; the window is told)."""
+        from engine.chat import Chat, ConversationChanged
+        from engine.conversation import Conversation
+
+        session = self._require_session()
+        if self._chat is None or self._chat.session is not session:
+            if self._conversation is None:
+                self._conversation = Conversation()
+            self._chat = Chat(session, self._conversation, store=self._conversation_store(),
+                              model_key=session.model.info.path)
+            if self._chat.note:
+                self._emit(ConversationChanged(self._conversation.view(), self._chat.note))
+        return self._chat
+
+    def _show_conversation(self, note: str = "") -> None:
+        from engine.chat import ConversationChanged
+
+        self._emit(ConversationChanged(self._conversation.view(), note))
+        self._emit_conversation_list()
+
+    def _emit_conversation_list(self, query: str = "") -> None:
+        current = self._conversation.id if self._conversation is not None else ""
+        self._emit(ConversationList(tuple(self._conversation_store().list(query)), current, query))
+
+    def _conversation_command(self, command: _Conversation) -> None:
+        from engine.conversation import Conversation, new_like, set_system
+
+        store = self._conversation_store()
+        action = command.action
+        if action == "list":
+            self._emit_conversation_list(command.text)
+            return
+        current = self._conversation or Conversation()
+        if action == "start":
+            last = store.last_opened()
+            try:
+                current = store.load(last) if last else current
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # a damaged file: start afresh (the file stays for the user to look at)
+        elif action == "new":
+            current = new_like(current)
+        elif action == "open":
+            current = store.load(command.conv_id)
+        elif action == "rename":
+            if command.conv_id == current.id:
+                current.title = command.text.strip() or current.title
+                store.save(current)
+            else:
+                store.rename(command.conv_id, command.text)
+        elif action == "delete":
+            store.delete(command.conv_id)
+            if command.conv_id == current.id:
+                current = Conversation()
+        elif action == "system":
+            set_system(current, command.text)
+            if current.messages:
+                store.save(current)
+        self._conversation = current
+        self._chat = None  # bound again (and re-encoded if needed) at the next turn
+        if self._conversation.messages:
+            store.set_last_opened(self._conversation.id)
+        self._show_conversation()
 
     def _profile(self, *, measure: bool, remeasure: bool) -> None:
         """Make the target's (and the draft's) batch-cost profile known to the window: from the

@@ -8,15 +8,17 @@ window. Settings (geometry, models, parameters, theme) persist with QSettings.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.engine_worker import (BaselineDone, DraftLoaded, EngineWorker, ExactnessReady, LoadFailed, LoadStarted,
-                               ModelLoaded, ProfileProgress, ProfileReady, ProfileStarted, RunRequested, SavedSweeps)
+from app.engine_worker import (BaselineDone, ConversationList, DraftLoaded, EngineWorker, ExactnessReady, LoadFailed,
+                               LoadStarted, ModelLoaded, ProfileProgress, ProfileReady, ProfileStarted, RunRequested,
+                               SavedSweeps)
 from app.qt import QtCore, QtGui, QtWidgets, Qt
 from app.theme import THEMES, apply_theme
+from app.transcript import Turn, figures_line, render_completion, render_conversation, render_run
 from app.widgets.chat import ChatInput
 from app.widgets.controls import ControlsPanel
+from app.widgets.conversation_list import ConversationSidebar
 from app.widgets.kv_map import KvMapView
 from app.widgets.model_picker import ModelBar
 from app.widgets.stats_panel import StatsPanel
@@ -32,19 +34,6 @@ FIGURES_INTERVAL_S = 0.125
 MAX_RECENT = 8
 
 
-@dataclass
-class Turn:
-    """One exchange as shown: the user's text and the answer's coloured tokens and figures."""
-
-    user: str
-    chat: bool
-    mode: str = "plain"
-    runs: list[tuple[str, str, int, int, float]] = field(default_factory=list)  # text, source, step, id, acc
-    stats: dict | None = None
-    finish: str | None = None
-    text: str = ""
-
-
 class MainWindow(QtWidgets.QMainWindow):
     def __init__(self, model: str | None = None, *, autoload: bool = True,
                  settings: QtCore.QSettings | None = None) -> None:
@@ -54,11 +43,17 @@ class MainWindow(QtWidgets.QMainWindow):
         self.worker = EngineWorker(self)
         self.worker.start()
         self.model_loaded = False
+        self.loading = False  # a model (or a download) is on its way; Stop skips what follows it
         self.model_path: str | None = None
         self.draft_path: str | None = None
         self.has_chat_template = False
         self.running = False
-        self.turns: list[Turn] = []
+        # What the stream shows: the engine's conversation (sent as views; the window keeps no
+        # history of its own), the run streaming now, and the last completion.
+        self.conversation = None  # engine.conversation.ConversationView
+        self.live: Turn | None = None
+        self.completion: Turn | None = None
+        self.editing_index: int | None = None  # the user message the next Run replaces
         self.baselines: dict[tuple, float] = {}
         self.last_run_key: tuple | None = None
         self.last_run_config = None  # the config the last run used: its baseline repeats it
@@ -78,6 +73,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._paint_timer.setInterval(PAINT_INTERVAL_MS)
         self._paint_timer.timeout.connect(self.drain_events)
         self._paint_timer.start()
+        self.worker.conversation("start")  # the last conversation reopens
         if autoload:
             wanted = model or self.settings.value("last_model", "default")
             self.load_model(wanted)
@@ -103,7 +99,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.input.stop.clicked.connect(self.stop_run)
         self.input.regenerate.clicked.connect(self.regenerate)
         self.input.edit_last.clicked.connect(self.edit_last)
-        self.input.clear.clicked.connect(self.clear_conversation)
+        self.input.clear.clicked.connect(self.new_conversation)
+        self.input.chat_mode.toggled.connect(lambda _on: self._render_all())
         self.input.show_rejected.toggled.connect(self._toggle_rejected)
         self.input.mark_steps.toggled.connect(self._toggle_steps)
         self.error_label = QtWidgets.QLabel("")
@@ -128,6 +125,10 @@ class MainWindow(QtWidgets.QMainWindow):
         cl.setContentsMargins(0, 0, 0, 0)
         cl.addLayout(legend)
         cl.addWidget(self.stream, 1)
+        self.conversation_note = QtWidgets.QLabel("")
+        self.conversation_note.setWordWrap(True)
+        self.conversation_note.setStyleSheet("color: #8a6d00;")
+        cl.addWidget(self.conversation_note)
         cl.addWidget(self.error_label)
         cl.addWidget(self.input)
 
@@ -170,8 +171,20 @@ class MainWindow(QtWidgets.QMainWindow):
         right.addTab(profile_page, "Profile")
         self.right_tabs = right
 
+        self.sidebar = ConversationSidebar()
+        self.sidebar.new_requested.connect(self.new_conversation)
+        self.sidebar.open_requested.connect(lambda conv_id: self._conversation_action("open", conv_id))
+        self.sidebar.rename_requested.connect(lambda conv_id, title: self.worker.conversation("rename", conv_id, title))
+        self.sidebar.delete_requested.connect(lambda conv_id: self._conversation_action("delete", conv_id))
+        self.sidebar.search_changed.connect(lambda text: self.worker.conversation("list", text=text))
+        self.sidebar.export_requested.connect(self.export_conversation)
+        left = QtWidgets.QTabWidget()
+        left.addTab(controls_scroll, "Run")
+        left.addTab(self.sidebar, "Chats")
+        self.left_tabs = left
+
         self.splitter = QtWidgets.QSplitter(Qt.Horizontal)
-        self.splitter.addWidget(controls_scroll)
+        self.splitter.addWidget(left)
         self.splitter.addWidget(centre)
         self.splitter.addWidget(right)
         self.splitter.setSizes([340, 620, 520])
@@ -189,6 +202,11 @@ class MainWindow(QtWidgets.QMainWindow):
         for action in (self.run_action, self.stop_action):
             action.setShortcutContext(Qt.ApplicationShortcut)
             self.addAction(action)
+        file_menu = self.menuBar().addMenu("&File")
+        file_menu.addAction("New conversation", self.new_conversation, QtGui.QKeySequence("Ctrl+N"))
+        file_menu.addAction("Export conversation as Markdown…", lambda: self.export_conversation("markdown"))
+        file_menu.addAction("Export conversation as HTML…", lambda: self.export_conversation("html"))
+        file_menu.addAction("System message…", self.edit_system_message)
         edit_menu = self.menuBar().addMenu("&Edit")
         edit_menu.addAction("Copy conversation as text", self.copy_text)
         edit_menu.addAction("Copy conversation as HTML (with colours)", self.copy_html)
@@ -260,12 +278,14 @@ class MainWindow(QtWidgets.QMainWindow):
     # ------------------------------------------------------------------ models
     def load_model(self, path: str) -> None:
         self.model_loaded = False
+        self.loading = True
         self._update_buttons()
         self.worker.load_model(path, n_ctx=self.model_bar.ctx.value(), n_threads=self.model_bar.threads.value(),
                                n_gpu_layers=self.model_bar.gpu_layers.value(),
                                profile=self.settings.value("auto_profile", "true") in (True, "true"))
 
     def fetch_default(self) -> None:
+        self.loading = True
         self.worker.fetch_and_load("default", n_ctx=self.model_bar.ctx.value(),
                                    n_threads=self.model_bar.threads.value())
 
@@ -286,13 +306,19 @@ class MainWindow(QtWidgets.QMainWindow):
         self.error_label.setText("")
         return self.controls.config()
 
-    def _launch(self, turn: Turn, config, text: str, *, regenerate: bool = False) -> None:
-        self.turns.append(turn)
+    def _launch(self, turn: Turn, config, text: str, *, regenerate: bool = False,
+                edit_index: int | None = None) -> None:
+        self.live = turn
+        if not turn.chat:
+            self.completion = turn
         self.last_run_key = self.run_key(turn.user, config)
         self.last_run_config = config
         self._begin_run()
         self._render_all()
-        self.worker.start_run(config, text, chat=turn.chat, regenerate=regenerate)
+        self.worker.start_run(config, text, chat=turn.chat, regenerate=regenerate, edit_index=edit_index)
+
+    def _chat_shown(self) -> bool:
+        return self.input.chat_mode.isChecked() and self.has_chat_template
 
     def start_run(self) -> None:
         if self.running or not self.model_loaded:
@@ -304,40 +330,80 @@ class MainWindow(QtWidgets.QMainWindow):
         config = self._valid_config()
         if config is None:
             return
-        chat = self.input.chat_mode.isChecked() and self.has_chat_template
+        chat = self._chat_shown()
         if chat:
             self.input.set_text("")
-        else:
-            self.turns = [t for t in self.turns if t.chat]  # a completion replaces the last completion
-        self._launch(Turn(user=text, chat=chat, mode=config.mode), config, text)
+        edit_index, self.editing_index = (self.editing_index if chat else None), None
+        self._launch(Turn(user=text, chat=chat, mode=config.mode), config, text, edit_index=edit_index)
+
+    def _last_user_index(self) -> int | None:
+        if self.conversation is None:
+            return None
+        return max((i for i, m in enumerate(self.conversation.messages) if m.role == "user"), default=None)
 
     def regenerate(self) -> None:
-        if self.running or not self.turns or not self.turns[-1].chat or self.turns[-1].finish is None:
+        index = self._last_user_index()
+        if self.running or index is None or not self._chat_shown():
             return
         config = self._valid_config()
         if config is None:
             return
-        last = self.turns.pop()
-        self._launch(Turn(user=last.user, chat=True, mode=config.mode), config, "", regenerate=True)
+        user = self.conversation.messages[index].content
+        self._launch(Turn(user=user, chat=True, mode=config.mode), config, "", regenerate=True)
 
     def edit_last(self) -> None:
-        if self.running or not self.turns:
+        """Put the last message back in the box: Run replaces it (and the answers after it)."""
+        index = self._last_user_index()
+        if self.running or index is None:
             return
-        last = self.turns.pop()
-        if last.chat and last.finish is not None:
-            self.worker.edit_history("pop")
-        self.input.set_text(last.user)
-        self._render_all()
+        self.editing_index = index
+        self.input.set_text(self.conversation.messages[index].content)
+        self.statusBar().showMessage("Editing your last message: Run replaces it and the answer after it")
         self._update_buttons()
 
-    def clear_conversation(self) -> None:
+    def new_conversation(self) -> None:
+        self._conversation_action("new")
+        self.stats.reset()
+
+    def _conversation_action(self, action: str, conv_id: str = "") -> None:
         if self.running:
             return
-        self.turns.clear()
-        self.worker.edit_history("clear")
-        self._render_all()
-        self.stats.reset()
-        self._update_buttons()
+        self.editing_index = None
+        self.worker.conversation(action, conv_id)
+
+    def edit_system_message(self) -> None:
+        current = ""
+        if self.conversation is not None and self.conversation.messages and \
+                self.conversation.messages[0].role == "system":
+            current = self.conversation.messages[0].content
+        text, ok = QtWidgets.QInputDialog.getMultiLineText(
+            self, "System message", "Instructions the model sees before the conversation (empty: none):", current)
+        if ok and not self.running:
+            self.worker.conversation("system", text=text)
+
+    def export_conversation(self, kind: str) -> None:
+        from engine import transcript
+
+        if self.conversation is None or not self.conversation.messages:
+            self.statusBar().showMessage("Nothing to export yet")
+            return
+        suffix = {"markdown": "md", "html": "html"}[kind]
+        name = "".join(c if c.isalnum() or c in " -_" else "_" for c in self.conversation.title).strip() or "chat"
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Export conversation", f"{name}.{suffix}",
+                                                        f"{kind.capitalize()} (*.{suffix})")
+        if path:
+            self.write_export(kind, path)
+
+    def write_export(self, kind: str, path: str) -> None:
+        from engine import transcript
+
+        text = transcript.to_markdown(self.conversation) if kind == "markdown" else transcript.to_html(self.conversation)
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            self.error_label.setText(f"Could not write {path}: {exc.strerror or exc}")
+            return
+        self.statusBar().showMessage(f"Exported to {path}")
 
     def _begin_run(self) -> None:
         self.controls.mark_applied()  # the config just built from these values is the run's
@@ -352,6 +418,9 @@ class MainWindow(QtWidgets.QMainWindow):
         if self.running or self.profiling:
             self.worker.stop()
             self.statusBar().showMessage("Stopping…")
+        elif self.loading:  # llama.cpp's load cannot be interrupted: what would follow it is skipped
+            self.worker.stop()
+            self.statusBar().showMessage("Stopping: the model finishes loading, its profile is skipped…")
 
     # ------------------------------------------------------------------ tuning
     def start_sweep(self, spec) -> None:
@@ -430,41 +499,20 @@ class MainWindow(QtWidgets.QMainWindow):
         self.stream.mark_steps = on
         self._render_all()
 
-    def _render_turn_start(self, turn: Turn) -> None:
-        if self.stream.document().characterCount() > 1:
-            self.stream.append_text("\n\n", "meta", 0)
-        self.stream.append_text(("You: " if turn.chat else "") + turn.user, "user" if turn.chat else "prompt", 0)
-        self.stream.append_text("\n" if turn.chat else "", "meta", 0)
-
-    def _render_run(self, text: str, source: str, step: int, token_id: int, acceptance: float) -> None:
-        if source == "rejected" and not self.stream.show_rejected:
-            return
-        self.stream.append_text(text, source, step, token_id, acceptance)
-
-    def _render_turn_end(self, turn: Turn) -> None:
-        if turn.stats is None:
-            return
-        s = turn.stats
-        line = f"\n[{turn.mode} · {s['n_predict']} tokens · {s['tokens_per_second']:.1f} tok/s · " \
-               f"{s['tokens_per_step']:.2f} tokens/step"
-        if s["n_drafted"]:
-            line += f" · accepted {s['n_accept']}/{s['n_drafted']}"
-        line += f" · {turn.finish}]"
-        self.stream.append_text(line, "meta", 0)
-
     def _render_all(self) -> None:
         if not hasattr(self, "stream"):
             return
         self.stream.clear_stream()
-        for turn in self.turns:
-            self._render_turn_start(turn)
-            for run in turn.runs:
-                self._render_run(*run)
-            self._render_turn_end(turn)
+        if self._chat_shown():
+            if self.conversation is not None:
+                render_conversation(self.stream, self.conversation, self.live if self.running else None)
+        elif self.completion is not None:
+            render_completion(self.stream, self.completion)
         self.stream.scroll_to_end()
 
     # ------------------------------------------------------------------ events
     def drain_events(self) -> None:
+        from engine.chat import ConversationChanged
         from engine.events import KvSnapshot, RejectedDraft, RunFailed, RunFinished, RunWarning, StepDone
 
         events = self.worker.drain()
@@ -486,6 +534,10 @@ class MainWindow(QtWidgets.QMainWindow):
             elif isinstance(event, RunWarning):
                 self.kv_map.figures.setText("KV map stopped for this run: " + event.message)
                 self.statusBar().showMessage("Warning: " + event.message)
+            elif isinstance(event, ConversationChanged):
+                self._on_conversation(event)
+            elif isinstance(event, ConversationList):
+                self.sidebar.set_items(event.items, event.current)
             elif isinstance(event, RunFailed):
                 self.tune.on_failed()
                 self.sweeping = self.profiling = self.checking_exactness = False
@@ -511,9 +563,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self._update_buttons()
 
     def _on_step(self, event) -> None:
-        if not self.turns:
+        turn = self.live
+        if turn is None:
             return
-        turn = self.turns[-1]
         acceptance = event.n_accepted / event.n_drafted if event.n_drafted else 0.0
         rejected = self._pending_rejected.pop(event.step, ())
         runs = [(t.text, t.source, event.step, t.id, acceptance) for t in event.tokens]
@@ -522,33 +574,50 @@ class MainWindow(QtWidgets.QMainWindow):
             runs = runs[:-1] + ghosts + runs[-1:]
         for run in runs:
             turn.runs.append(run)
-            self._render_run(*run)
+            render_run(self.stream, *run)
         self.stats.add_step(event, time.perf_counter() - self._run_started_at)
 
     def _on_finished(self, event) -> None:
         self.running = False
         self.last_finished = event
-        if self.turns:
-            turn = self.turns[-1]
+        turn = self.live
+        if turn is not None:
             turn.stats, turn.finish, turn.text = event.stats, event.finish_reason, event.text
-            self._render_turn_end(turn)
+            if turn.chat:
+                self._render_all()  # the engine's record of the turn (sent just before) replaces the live one
+            else:
+                self.stream.append_text("\n" + figures_line(turn.mode, event.stats, event.finish_reason), "meta", 0)
         self.stats.refresh()
         self.stats.finish(event.stats, self.baselines.get(self.last_run_key),
                           self.predicted_speedup(event.stats, self.last_run_mode))
+        s = event.stats
+        reuse = f" · prompt {s['n_prompt']} tokens, {s['n_prompt_reused']} reused" if s.get("n_prompt_reused") else ""
         self.statusBar().showMessage(
-            f"Finished: {event.finish_reason} · {event.stats['n_predict']} tokens at "
-            f"{event.stats['tokens_per_second']:.1f} tok/s"
-        )
+            f"Finished: {event.finish_reason} · {s['n_predict']} tokens at {s['tokens_per_second']:.1f} tok/s{reuse}")
+
+    def _on_conversation(self, event) -> None:
+        """The engine's conversation changed: it is what the stream shows."""
+        self.conversation = event.view
+        if event.note:
+            self.statusBar().showMessage(event.note[0].upper() + event.note[1:])
+            self.conversation_note.setText(event.note[0].upper() + event.note[1:])
+        elif not self.running:
+            self.conversation_note.setText("")
+        if self._chat_shown() and not (self.running and self.live is not None and self.live.runs):
+            self._render_all()  # mid-run the streamed tokens stay; the final view redraws them
 
     def _on_failed(self, message: str) -> None:
         self.running = False
         self.error_label.setText(message)
         self.statusBar().showMessage("Run failed — " + message)
-        if self.turns and not self.turns[-1].runs and self.turns[-1].finish is None:
-            failed = self.turns.pop()  # nothing was generated: give the text back to edit
-            if not self.input.text().strip():
-                self.input.set_text(failed.user)
-            self._render_all()
+        turn = self.live
+        if turn is not None and not turn.runs and turn.finish is None:
+            if turn.user and not self.input.text().strip():
+                self.input.set_text(turn.user)  # nothing was generated: give the text back to edit
+            self.live = None
+            if not turn.chat:
+                self.completion = None
+        self._render_all()
 
     def _on_tuning_event(self, event) -> bool:
         """Profile and sweep events; False if ``event`` is neither."""
@@ -574,7 +643,7 @@ class MainWindow(QtWidgets.QMainWindow):
                     + f". Measured in {c['t_measure_s']:.0f} s; a step wins when it emits more tokens than it costs.")
             self.profiling = False
             self.statusBar().showMessage(event.message or "Batch-cost profile ready")
-            if self.last_finished is not None and self.turns and self.turns[-1].stats is not None:
+            if self.last_finished is not None and self.live is not None and self.live.stats is not None:
                 self.stats.finish(self.last_finished.stats, self.baselines.get(self.last_run_key),
                                   self.predicted_speedup(self.last_finished.stats, self.last_run_mode))
         elif isinstance(event, SavedSweeps):
@@ -614,6 +683,7 @@ class MainWindow(QtWidgets.QMainWindow):
                                          + f" {Path(event.path).name}…")
         elif isinstance(event, ModelLoaded):
             self.model_loaded = True
+            self.loading = False
             self.model_path = event.path
             self.draft_path = None
             self.has_chat_template = event.has_chat_template
@@ -646,6 +716,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self.controls.set_draft_loaded(event.path is not None)
             self.statusBar().showMessage(f"Draft: {Path(event.path).name}" if event.path else "No draft model")
         elif isinstance(event, LoadFailed):
+            self.loading = self.loading and event.what == "draft"
             self.error_label.setText(event.message)
             if event.what == "draft":
                 self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(self.draft_path or ""), 0))
@@ -661,11 +732,13 @@ class MainWindow(QtWidgets.QMainWindow):
         valid = self.controls.error is None
         self.input.run.setEnabled(idle and valid)
         self.run_action.setEnabled(idle and valid)
-        self.input.stop.setEnabled(self.running or self.profiling)
-        has_answer = bool(self.turns) and self.turns[-1].chat and self.turns[-1].finish is not None
-        self.input.regenerate.setEnabled(idle and has_answer)
-        self.input.edit_last.setEnabled(idle and bool(self.turns))
-        self.input.clear.setEnabled(not self.running and bool(self.turns))
+        self.input.stop.setEnabled(self.running or self.profiling or self.loading)
+        has_message = self._last_user_index() is not None and self._chat_shown()
+        self.input.regenerate.setEnabled(idle and has_message)
+        self.input.edit_last.setEnabled(idle and has_message)
+        self.input.clear.setEnabled(not self.running and self.conversation is not None
+                                    and bool(self.conversation.messages))
+        self.sidebar.set_busy(self.running)
         self.stats.baseline_button.setEnabled(idle and self.last_finished is not None)
         self.model_bar.setEnabled(not self.running)
         self.tune.set_model_ready(idle)

@@ -104,7 +104,7 @@ def _config_from(args: argparse.Namespace):
 def cmd_run(args: argparse.Namespace) -> int:
     from engine import catalog
     from engine.events import RunFinished, RunStarted, RunWarning, StepDone
-    from engine.session import ChatMessage, Session
+    from engine.session import Session
     from engine.tuning.profile import model_sha256
 
     if args.file:
@@ -123,7 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                           n_threads=args.threads, n_gpu_layers=args.gpu_layers,
                                           draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
         if args.chat and session.has_chat_template:
-            tokens = session.chat_tokens([ChatMessage("user", prompt)])
+            tokens = session.chat_tokens([("user", prompt)])
         else:
             if args.chat:
                 print(f"specdec: {Path(model_path).name} has no chat template; running the prompt as plain "
@@ -474,13 +474,18 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("-m", "--model", default="default")
     probe.add_argument("-t", "--threads", type=int, default=None)
     probe.add_argument("--json", action="store_true")
+    from engine import chat_cli
+
+    chat_cli.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from engine.chat_cli import cmd_chat
+
     handlers = {"run": cmd_run, "models": cmd_models, "probe-exactness": cmd_probe, "profile": cmd_profile,
-                "sweep": cmd_sweep}
+                "sweep": cmd_sweep, "chat": cmd_chat}
     try:
         return handlers[args.command](args)
     except SpecDecError as exc:

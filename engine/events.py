@@ -66,6 +66,7 @@ class RunFinished:
     token_ids: tuple[int, ...]
     finish_reason: str
     stats: dict
+    end_token: int | None = None  # the end-of-generation token that ended the run (not in token_ids)
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,8 @@ def exactness_note(result: dict) -> str:
     long = result["long_context"]
     if result["batch_invariant"]:
         return ("Exact: batched and single-token decodes give bit-identical logits here, so every strategy "
-                "reproduces plain greedy output token for token.")
+                "reproduces plain greedy output token for token, and a chat turn that reuses the cached "
+                "conversation equals a fresh decode of it.")
     parts = []
     if exact_up_to > 1:
         parts.append(f"batches of up to {exact_up_to} tokens give plain's logits bit for bit in short contexts")
@@ -156,7 +157,8 @@ def exactness_note(result: dict) -> str:
                      f"to {long['max_abs_diff']:.3f} (llama.cpp's attention adds in another order), so a near-tie "
                      "can flip; one thread avoids it")
     return ("Lossless up to near-ties: " + "; ".join(parts) + ". Greedy output equals plain's except where "
-            "plain's top two tokens are closer than that.")
+            "plain's top two tokens are closer than that; likewise a chat turn that reuses the cached "
+            "conversation (decoded in other batches) can differ from a fresh decode of it only at such a near-tie.")
 
 
 def _cache_path(session: Session) -> Path:

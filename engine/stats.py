@@ -10,6 +10,7 @@ class RunCounters:
     """Mutable on the engine thread; :meth:`as_dict` makes the plain data an event carries."""
 
     n_prompt: int = 0
+    n_prompt_reused: int = 0  # prompt tokens whose cells were kept from the previous run
     n_predict: int = 0
     n_drafted: int = 0
     n_accept: int = 0
@@ -51,6 +52,8 @@ class RunCounters:
         t_gen = self.t_generate_s or self.t_decode_s
         return {
             "n_prompt": self.n_prompt,
+            "n_prompt_reused": self.n_prompt_reused,
+            "n_prompt_decoded": self.n_prompt - self.n_prompt_reused,
             "n_predict": self.n_predict,
             "n_drafted": self.n_drafted,
             "n_accept": self.n_accept,
@@ -63,7 +66,7 @@ class RunCounters:
             "t_decode_s": self.t_decode_s,
             "t_generate_s": t_gen,
             "decode_time_share": self.t_decode_s / t_gen if t_gen else 0.0,
-            "encode_tokens_per_second": self.n_prompt / self.t_encode_s if self.t_encode_s else 0.0,
+            "encode_tokens_per_second": (self.n_prompt - self.n_prompt_reused) / self.t_encode_s if self.t_encode_s else 0.0,
             "tokens_per_second": self.n_predict / t_gen if t_gen else 0.0,
             "tokens_per_step_hist": _histogram(self.tokens_per_step),
             "decode_shapes": [[b, r, n] for (b, r), n in sorted(self.decode_shapes.items())],

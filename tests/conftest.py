@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from engine import catalog
+
+# Conversations the tests write never land in the user's data directory.
+os.environ["SPECDEC_DATA"] = tempfile.mkdtemp(prefix="specdec-test-data-")
 
 N_THREADS = int(os.environ.get("SPECDEC_TEST_THREADS", "2"))
 

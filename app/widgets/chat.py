@@ -20,7 +20,7 @@ class ChatInput(QtWidgets.QWidget):
         self.stop = QtWidgets.QPushButton("Stop")
         self.regenerate = QtWidgets.QPushButton("Regenerate")
         self.edit_last = QtWidgets.QPushButton("Edit last")
-        self.clear = QtWidgets.QPushButton("Clear")
+        self.clear = QtWidgets.QPushButton("New chat")
         self.show_rejected = QtWidgets.QCheckBox("Show rejected drafts")
         self.mark_steps = QtWidgets.QCheckBox("Mark steps")
         buttons = QtWidgets.QHBoxLayout()

@@ -15,6 +15,7 @@ SOURCE_COLOURS = {
     "prompt": "#7a7a7a",
     "user": None,
     "meta": "#8a8f98",
+    "dropped": "#a5a8ad",  # messages the model no longer sees (context overflow)
 }
 # the sources that are generated text (everything else is decoration: user turns, stats lines)
 TOKEN_SOURCES = ("sampled", "accepted_ngram", "accepted_draft")

@@ -1,10 +1,11 @@
-"""What every strategy shares: the run's resources, prompt decoding, and the output it builds."""
+"""What every strategy shares: the run's resources, its start (the prompt decoded, the first token
+sampled, the clock started) and the output it builds."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,7 +14,8 @@ import llama_cpp as llama
 
 from engine.batch import Batch
 from engine.config import RunConfig
-from engine.events import TokenInfo, TokenSource
+from engine.context import ModelContext
+from engine.events import Event, StepDone, TokenInfo, TokenSource
 from engine.memory import DecodeAborted, Memory, NoKvSlot
 from engine.sampling import Sampler, logits_row
 from engine.stats import RunCounters
@@ -35,6 +37,7 @@ class Output:
     ids: list[int] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
     finish_reason: str | None = None
+    end_token: int | None = None  # the end-of-generation token that ended the run, if one did
 
     def __post_init__(self) -> None:
         self.detok = IncrementalDetokenizer(self.vocab)
@@ -49,6 +52,7 @@ class Output:
             return None
         if self.vocab.is_eog(token):
             self.finish_reason = FINISH_STOP
+            self.end_token = token
             return None
         text = self.detok.feed(token)
         self.ids.append(token)
@@ -64,16 +68,9 @@ class Output:
     def text(self) -> str:
         return "".join(self.pieces) + self.detok.flush()
 
-
-@dataclass
-class DraftRuntime:
-    """A draft model's context, for strategies that draft with a second model."""
-
-    ctx: llama.llama_context_p
-    memory: Memory
-    batch: Batch
-    n_vocab: int
-    n_batch: int
+    def all_ids(self) -> list[int]:
+        """Every token the run produced, the end-of-generation token included."""
+        return self.ids + ([self.end_token] if self.end_token is not None else [])
 
 
 @dataclass
@@ -91,7 +88,10 @@ class Runtime:
     cancel: threading.Event
     counters: RunCounters
     output: Output
-    draft: DraftRuntime | None = None
+    draft: ModelContext | None = None
+    # prompt tokens whose cells were kept from the previous run (prefix reuse): not decoded again
+    n_reused: int = 0
+    t_start: float | None = None  # when the first token was sampled: the generation clock
 
     def logits(self, i: int) -> np.ndarray:
         return logits_row(self.ctx, i, self.vocab.n_tokens)
@@ -130,16 +130,53 @@ class Runtime:
         return False
 
 
+@dataclass(frozen=True)
+class Start:
+    """Where a strategy's loop begins: the first generated token (not decoded yet) and the cells
+    of sequence 0 (the prompt)."""
+
+    token: int
+    n_past: int
+
+
+def begin_run(rt: Runtime, prompt: Sequence[int], *, prepare: Callable[[], None] | None = None,
+              extra: dict | None = None) -> Generator[Event, None, Start | None]:
+    """The start every strategy shares: decode the prompt (after the reused prefix), let the
+    strategy ``prepare`` (a draft model decodes the prompt too), sample the first token, count
+    it as step 0 and start the generation clock. Returns None if the run was stopped (or the
+    cache filled) meanwhile; the strategy then returns at once.
+
+    Use as ``start = yield from begin_run(rt, prompt)``.
+    """
+    row = decode_prompt(rt, prompt)
+    if row is None:
+        return None
+    if prepare is not None:
+        rt.guarded(prepare)
+        if rt.output.done:
+            return None
+    token = rt.sampler.sample(rt.logits(row))
+    info = rt.output.push(token, "sampled")
+    rt.t_start = time.perf_counter()
+    rt.counters.record_step(1 if info else 0, 0, 0, 0.0)
+    if info is not None:
+        yield StepDone(0, (info,), 0, 0, 0.0, 0.0, dict(extra or {}))
+    return Start(token, len(prompt))
+
+
 def decode_prompt(rt: Runtime, tokens: Sequence[int], seq_id: int = 0) -> int | None:
-    """Decode the prompt into ``seq_id`` in chunks of n_batch; return the batch row of its logits.
+    """Decode the prompt after its reused prefix into ``seq_id`` in chunks of n_batch; return the
+    batch row of its logits.
 
     Returns None if the run was cancelled (or the cache filled) meanwhile; the abort callback
     interrupts every full-size chunk.
     """
     t0 = time.perf_counter()
-    row = rt.guarded(lambda: rt.memory.decode_tokens(rt.batch, list(tokens), 0, seq_id))
+    fresh = list(tokens[rt.n_reused :])
+    row = rt.guarded(lambda: rt.memory.decode_tokens(rt.batch, fresh, rt.n_reused, seq_id))
     if row is None:
         return None
     rt.counters.n_prompt = len(tokens)
+    rt.counters.n_prompt_reused = rt.n_reused
     rt.counters.t_encode_s = time.perf_counter() - t0
     return row

@@ -29,7 +29,7 @@ import llama_cpp as llama
 
 from engine.config import LookaheadParams
 from engine.events import Event, StepDone
-from engine.strategies.common import Runtime, decode_prompt
+from engine.strategies.common import Runtime, begin_run
 
 # The reference starts the window with this run of token ids (100 + i); kept for comparability.
 WINDOW_INIT_BASE = 100
@@ -97,11 +97,9 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     n_vocab = rt.vocab.n_tokens
     batch, memory, out, counters = rt.batch, rt.memory, rt.output, rt.counters
 
-    row = decode_prompt(rt, prompt)
-    if row is None:
-        return
-    for s in range(1, n_seq):
-        memory.seq_cp(0, s, -1, -1)
+    def prepare() -> None:  # every sequence starts from the prompt's cells
+        for s in range(1, n_seq):
+            memory.seq_cp(0, s, -1, -1)
 
     pool = NgramPool(N, G)
     if params.seed_pool_from_prompt:
@@ -117,17 +115,12 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     # the sequences a first-level token at column i belongs to: columns i..W-1 see it
     first_level_seqs = [tuple(range(i + 1, W + 1)) for i in range(W)]
 
-    n_past = len(prompt)
-    token = rt.sampler.sample(rt.logits(row))
-    first = out.push(token, "sampled")
-    t_start = t_prev = time.perf_counter()
-    step = 0
-    if first is None:  # the very first token ended the run
-        counters.record_step(0, 0, 0, 0.0)
-    else:
-        counters.record_step(1, 0, 0, 0.0)
-        yield StepDone(step, (first,), 0, 0, 0.0, 0.0)
-    step += 1
+    start = yield from begin_run(rt, prompt, prepare=prepare)
+    if start is None:
+        return
+    token, n_past = start.token, start.n_past
+    t_prev = rt.t_start
+    step = 1
 
     redecode: list[int] = []
     while not rt.should_stop(n_past, 1):
@@ -217,7 +210,6 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                            {"n_ngrams": g_cur, "pool_size": pool.n_total})
         t_prev = now
         step += 1
-    counters.t_generate_s = time.perf_counter() - t_start
 
 
 def _advance_window(rt: Runtime, window: np.ndarray, pool: NgramPool, last_level_rows: np.ndarray, *,

@@ -6,18 +6,23 @@ import time
 from collections.abc import Iterator, Sequence
 
 from engine.events import Event, StepDone
-from engine.strategies.common import Runtime, decode_prompt
+from engine.strategies.common import Runtime, begin_run
 
 
 def run_plain(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
-    row = decode_prompt(rt, prompt)
-    if row is None:
+    start = yield from begin_run(rt, prompt)
+    if start is None:
         return
-    n_past = len(prompt)
-    t_decode = 0.0
-    t_start = t_prev = time.perf_counter()
-    step = 0
-    while True:
+    token, n_past = start.token, start.n_past
+    t_prev = rt.t_start
+    step = 1
+    while not rt.should_stop(n_past, 1):
+        rt.batch.clear()
+        row = rt.batch.add(token, n_past, (0,), True)
+        t_decode = rt.decode()
+        if t_decode is None:
+            break
+        n_past += 1
         token = rt.sampler.sample(rt.logits(row))
         info = rt.output.push(token, "sampled")
         now = time.perf_counter()
@@ -26,12 +31,3 @@ def run_plain(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             yield StepDone(step, (info,), 0, 0, t_decode, now - t_prev)
         t_prev = now
         step += 1
-        if rt.should_stop(n_past, 1):
-            break
-        rt.batch.clear()
-        row = rt.batch.add(token, n_past, (0,), True)
-        t_decode = rt.decode()
-        if t_decode is None:
-            break
-        n_past += 1
-    rt.counters.t_generate_s = time.perf_counter() - t_start

@@ -12,7 +12,8 @@ import numpy as np
 
 from engine.events import Event
 from engine.sampling import Sampler, logits_row
-from engine.strategies.common import DraftRuntime, Runtime
+from engine.context import ModelContext
+from engine.strategies.common import Runtime
 from engine.strategies.verify import Draft, run_draft_verify
 
 
@@ -21,12 +22,15 @@ class DraftModelDrafter:
 
     The draft cache holds a prefix of the context plus the last proposals; before drafting, cells
     past the common prefix are dropped and whatever the draft has not seen yet is decoded in one
-    batch. Drafting stops early when the draft's top probability falls below ``p_min``.
+    batch. Drafting stops early when the draft's top probability falls below ``p_min``. The
+    draft's cache outlives the run: the next run keeps as much of it as the target kept of its
+    own (``n_reused``).
     """
 
-    def __init__(self, draft: DraftRuntime, sampler: Sampler, p_min: float, n_vocab_target: int,
-                 is_eog=lambda _token: False, cancel=None) -> None:
+    def __init__(self, draft: ModelContext, sampler: Sampler, p_min: float, n_vocab_target: int,
+                 is_eog=lambda _token: False, cancel=None, n_reused: int = 0) -> None:
         self.draft = draft
+        self.n_reused = n_reused
         self.is_eog = is_eog
         self.cancel = cancel  # checked between the draft's single-token decodes
         params = sampler.params
@@ -34,15 +38,17 @@ class DraftModelDrafter:
         self.sampler = Sampler(dataclasses.replace(params, seed=None if params.seed is None else params.seed + 1))
         self.p_min = p_min
         self.n_vocab_target = n_vocab_target
-        self.cached: list[int] = []
+
+    @property
+    def cached(self) -> list[int]:
+        return self.draft.cached
 
     def begin(self, prompt: Sequence[int]) -> None:
-        """Decode the prompt exactly as the target did (same chunks): a draft that is the target
-        itself then holds bit-identical KV values, so it agrees with the target on every token
-        even where large batches are not batch-invariant."""
-        self.draft.memory.clear()
-        self.cached = []
-        self._decode_chunks(prompt, 0)
+        """Decode the prompt exactly as the target did (same reused prefix, same chunks): a draft
+        that is the target itself then holds bit-identical KV values, so it agrees with the target
+        on every token even where large batches are not batch-invariant."""
+        n_keep = self.draft.keep_prefix(prompt, limit=self.n_reused)
+        self._decode_chunks(prompt[n_keep:], n_keep)
 
     def settle(self, context: Sequence[int]) -> None:
         """Trim the draft's cache to the longest prefix it shares with the accepted context."""
@@ -120,5 +126,5 @@ class DraftModelDrafter:
 def run_speculative(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     assert rt.draft is not None, "the session checks that a draft model is loaded"
     drafter = DraftModelDrafter(rt.draft, rt.sampler, rt.config.speculative.p_min, rt.vocab.n_tokens,
-                                rt.vocab.is_eog, rt.cancel)
+                                rt.vocab.is_eog, rt.cancel, rt.n_reused)
     yield from run_draft_verify(rt, prompt, drafter)

@@ -20,7 +20,7 @@ import numpy as np
 
 from engine.config import SpeculativeParams
 from engine.events import Event, RejectedDraft, StepDone
-from engine.strategies.common import Runtime, decode_prompt
+from engine.strategies.common import Runtime, begin_run
 
 
 @dataclass
@@ -76,21 +76,12 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
     params: SpeculativeParams = rt.config.speculative
     batch, memory, out, counters, sampler = rt.batch, rt.memory, rt.output, rt.counters, rt.sampler
 
-    row = decode_prompt(rt, prompt)
-    if row is None:
+    start = yield from begin_run(rt, prompt, prepare=lambda: drafter.begin(prompt), extra={"k": params.k})
+    if start is None:
         return
-    rt.guarded(lambda: drafter.begin(prompt))  # a draft model decodes the prompt too
-    if rt.output.done:  # stopped (or the draft's cache filled) meanwhile
-        return
-    context = list(prompt)
-    n_past = len(prompt)  # tokens in the target's KV cache
-    token = sampler.sample(rt.logits(row))
-    info = out.push(token, "sampled")
-    t_start = t_prev = time.perf_counter()
-    counters.record_step(1 if info else 0, 0, 0, 0.0)
-    if info is not None:
-        yield StepDone(0, (info,), 0, 0, 0.0, 0.0, {"k": params.k})
-    context.append(token)
+    token, n_past = start.token, start.n_past  # n_past: tokens in the target's KV cache
+    context = [*prompt, token]
+    t_prev = rt.t_start
     k_control = AdaptiveK(params)
     step = 1
 
@@ -153,7 +144,6 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         k_control.update(len(proposals), n_accepted)
         if out.done:
             break
-    counters.t_generate_s = time.perf_counter() - t_start
 
 
 def _through_end_of_generation(tokens: list[int], is_eog) -> list[int]:

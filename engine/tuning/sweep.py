@@ -164,10 +164,9 @@ class _Cancelled(Exception):
 # ------------------------------------------------------------------------- running
 def prompt_tokens(session, prompt: Prompt, chat: bool) -> list[int]:
     """The token ids a prompt is decoded from: the model's chat template where it has one."""
-    from engine.session import ChatMessage
 
     if chat and session.has_chat_template:
-        return session.chat_tokens([ChatMessage(role, content) for role, content in prompt.as_messages()])
+        return session.chat_tokens(list(prompt.as_messages()))
     return session.tokenize_prompt(prompt.as_text())
 
 

@@ -17,7 +17,8 @@ TIMEOUT_MS = 120_000
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, smollm_drafts):
+def window(qtbot, tmp_path, smollm_drafts, monkeypatch):
+    monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))  # a fresh conversation store per test
     settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
     settings.setValue("threads", 2)
     win = MainWindow("default", settings=settings)
@@ -154,6 +155,17 @@ def test_stop_ends_within_one_step_and_the_app_runs_again(window, qtbot):
     assert window.last_finished.finish_reason == "length"
 
 
+def test_stop_during_a_model_load_keeps_the_app_usable(window, qtbot):
+    window.load_model("default")
+    assert window.loading and window.input.stop.isEnabled()
+    window.stop_run()
+    qtbot.waitUntil(lambda: window.model_loaded, timeout=TIMEOUT_MS)
+    assert not window.loading
+    window.input.chat_mode.setChecked(False)
+    run(window, qtbot, "Hello", mode="plain", max_tokens=8)
+    assert window.last_finished.finish_reason == "length"
+
+
 def test_bad_model_file_shows_the_error_and_keeps_the_app_usable(window, qtbot, tmp_path):
     bogus = tmp_path / "broken.gguf"
     bogus.write_bytes(b"GGUF" + b"\0" * 64)
@@ -169,19 +181,52 @@ def test_two_turn_chat_keeps_turns_and_regenerate_replaces_only_the_last(window,
     window.input.chat_mode.setChecked(True)
     run(window, qtbot, "Name one colour.", mode="plain", max_tokens=24)
     run(window, qtbot, "Name one animal.", max_tokens=24)
-    assert [t.user for t in window.turns] == ["Name one colour.", "Name one animal."]
-    assert all(t.stats is not None for t in window.turns)
-    first_answer = window.turns[0].text
+    messages = window.conversation.messages
+    assert [m.content for m in messages if m.role == "user"] == ["Name one colour.", "Name one animal."]
+    assert all(m.figure("n_predict") for m in messages if m.role == "assistant")
+    assert messages[3].figure("n_prompt_reused") > 0  # the second turn reused the first one's cells
+    first_answer = messages[1].content
     text_before = window.stream.toPlainText()
     assert "Name one colour." in text_before and "Name one animal." in text_before
     window.controls.set_values({"temperature": 0.9, "seed": 7})
     window.regenerate()
     qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
     window.drain_events()
-    assert len(window.turns) == 2
-    assert window.turns[0].text == first_answer
-    assert window.turns[1].user == "Name one animal." and window.turns[1].stats is not None
+    messages = window.conversation.messages
+    assert len(messages) == 4
+    assert messages[1].content == first_answer
+    assert messages[2].content == "Name one animal." and messages[3].figure("n_predict")
     assert window.stream.toPlainText().count("You: ") == 2
+    # what the window shows is the engine's record, after a reload of the model too
+    window.load_model("default")
+    qtbot.waitUntil(lambda: window.model_loaded, timeout=TIMEOUT_MS)
+    window.regenerate()
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert window.last_finished.finish_reason in ("stop", "length")
+    assert [m.role for m in window.conversation.messages] == ["user", "assistant", "user", "assistant"]
+    assert window.worker._conversation.view() == window.conversation
+
+
+def test_the_conversation_is_saved_and_reopens_on_start(window, qtbot, tmp_path):
+    window.input.chat_mode.setChecked(True)
+    run(window, qtbot, "Name one colour.", mode="plain", max_tokens=16)
+    conv_id = window.conversation.id
+    qtbot.waitUntil(lambda: window.sidebar.list.count() == 1, timeout=TIMEOUT_MS)
+    out = tmp_path / "chat.html"
+    window.write_export("html", str(out))
+    assert "Name one colour." in out.read_text() and "accepted from an n-gram" in out.read_text()
+    window.close()
+    settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
+    again = MainWindow("default", settings=settings)
+    qtbot.addWidget(again)
+    qtbot.waitUntil(lambda: again.conversation is not None and bool(again.conversation.messages),
+                    timeout=TIMEOUT_MS)
+    assert again.conversation.id == conv_id
+    again.new_conversation()
+    qtbot.waitUntil(lambda: not again.conversation.messages, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: again.model_loaded, timeout=TIMEOUT_MS)
+    again.close()
 
 
 def test_settings_persist(qtbot, tmp_path, smollm_drafts):

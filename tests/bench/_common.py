@@ -36,11 +36,10 @@ def model_path(key: str = "default") -> Path:
 
 def bench_prompts(session) -> dict[str, list[int]]:
     """The two prompts every side-by-side bench runs: raw code completion and one chat turn."""
-    from engine.session import ChatMessage
 
     return {
         "code": session.tokenize_prompt(CODE_PROMPT),
-        "chat": session.chat_tokens([ChatMessage("user", CHAT_PROMPT)]),
+        "chat": session.chat_tokens([("user", CHAT_PROMPT)]),
     }
 
 

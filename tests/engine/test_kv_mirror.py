@@ -90,13 +90,15 @@ def test_mirror_matches_for_an_iswa_model(gemma_path):
 
 
 def test_mirror_matches_over_a_three_turn_chat(verified_smollm):
-    verified_smollm.history.clear()
+    from engine.chat import Chat
+
+    chat = Chat(verified_smollm)
     for text in ("Name a colour.", "Name a fruit of that colour.", "And a vegetable?"):
         before = verified_smollm.memory.verifier.n_checked
-        events = list(verified_smollm.chat(RunConfig(max_tokens=24), text))
-        assert isinstance(events[-1], RunFinished)
+        events = list(chat.send(RunConfig(max_tokens=24), text))
+        assert any(isinstance(e, RunFinished) for e in events)
         assert verified_smollm.memory.verifier.n_checked > before
-    assert len(verified_smollm.history) == 6
+    assert len(chat.conversation.messages) == 6
 
 
 def test_a_wrong_mirror_is_reported_with_the_cell(verified_smollm):

@@ -8,7 +8,7 @@ import pytest
 
 from engine.config import LookaheadParams, RunConfig, SpeculativeParams
 from engine.probe import SPLIT_KV_CELLS, deviation_for_batch, exactness_note
-from engine.session import ChatMessage, Session
+from engine.session import Session
 from engine.tuning import prompts
 from tests.conftest import N_THREADS
 from tests.engine.lossless import assert_lossless
@@ -21,7 +21,7 @@ def long_chat(smollm_path, exactness_probe):
     probe = exactness_probe(smollm_path)
     passages = "\n\n".join(p.text for p in prompts.shipped(["summarisation"], 4))
     with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS, draft_path=smollm_path) as session:
-        tokens = session.chat_tokens([ChatMessage("user", passages + "\n\nSummarise all of the above.")])
+        tokens = session.chat_tokens([("user", passages + "\n\nSummarise all of the above.")])
         assert len(tokens) > SPLIT_KV_CELLS
         plain = session.run(RunConfig(max_tokens=N_TOKENS), tokens)
         plain_ids = [e for e in plain][-1].token_ids

@@ -8,7 +8,7 @@ from llama_cpp import Llama
 from engine.config import RunConfig
 from engine.events import RunFinished, RunStarted, StepDone
 from engine.sampling import SamplingParams
-from engine.session import ChatMessage, Session
+from engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
 
 N_TOKENS = 128
@@ -64,17 +64,23 @@ def test_max_tokens_and_context_full(smollm_path):
 
 
 def test_chat_stops_at_end_of_turn(smollm_session):
-    smollm_session.history.clear()
-    events = list(smollm_session.chat(RunConfig(max_tokens=200), "Say hello in one word."))
-    final = events[-1]
+    from engine.chat import Chat
+
+    chat = Chat(smollm_session)
+    events = list(chat.send(RunConfig(max_tokens=200), "Say hello in one word."))
+    final = [e for e in events if isinstance(e, RunFinished)][-1]
     assert final.finish_reason == "stop"
-    assert [m.role for m in smollm_session.history] == ["user", "assistant"]
-    assert smollm_session.history[-1].content == final.text
+    messages = chat.conversation.messages
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[-1].content == final.text
     assert "<|im_end|>" not in final.text
+    # the answer keeps the model's own ids, its end-of-turn token included
+    assert messages[-1].produced == [*final.token_ids, final.end_token]
+    assert smollm_session.vocab.is_eog(final.end_token)
 
 
 def test_chat_template_rendering(smollm_session):
-    text = smollm_session.render_chat([ChatMessage("user", "hi")])
+    text = smollm_session.require_template().render([("user", "hi")])
     assert "<|im_start|>user\nhi<|im_end|>" in text and text.endswith("<|im_start|>assistant\n")
 
 

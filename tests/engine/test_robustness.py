@@ -3,16 +3,19 @@ drafting past the end, a draft with extra vocabulary, the n-gram pool's size, th
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+import engine.context
 from engine import catalog
 from engine.config import LookaheadParams, RunConfig, SpeculativeParams
 from engine.errors import ContextAllocationError, ModelFileError
 from engine.events import KvSnapshot, RunFinished, RunWarning, StepDone
 from engine.kv_cells import KvMirror
 from engine.models import LoadedModel
-from engine.session import ChatMessage, Session
+from engine.session import Session
 from engine.strategies import speculative
 from engine.strategies.lookahead import NgramPool
 from tests.conftest import CODE_PROMPT, N_THREADS
@@ -43,10 +46,10 @@ def test_a_failed_set_up_frees_the_model(smollm_path, tmp_path, monkeypatch):
 
 def test_a_context_that_cannot_be_made_leaves_the_old_one_usable(smollm_path, monkeypatch):
     with Session(smollm_path, n_ctx=512, n_threads=N_THREADS) as session:
-        def refuse(model, n_seq_max):
+        def refuse(*_args, **_kwargs):
             raise ContextAllocationError("llama.cpp could not create a context of 512 tokens (test)")
 
-        monkeypatch.setattr(session, "_new_context", refuse)
+        monkeypatch.setattr(engine.context.ModelContext, "create", refuse)
         with pytest.raises(ContextAllocationError):
             session.run(RunConfig(mode="lookahead", max_tokens=8, lookahead=LookaheadParams(4, 3, 4)),
                         session.tokenize_prompt("Hello"))
@@ -159,7 +162,7 @@ def test_a_one_sequence_snapshot_never_shares_memory_with_the_mirror(smollm_path
 # ------------------------------------------------------------------ drafting
 def test_no_drafting_past_the_end_of_generation(self_draft):
     """A self-draft agrees with the target on every token, the end of the turn included."""
-    tokens = self_draft.chat_tokens([ChatMessage("user", "Name one colour.")])
+    tokens = self_draft.chat_tokens([("user", "Name one colour.")])
     final, _ = _finish(self_draft.run(RunConfig(mode="speculative", max_tokens=64,
                                                 speculative=SpeculativeParams(k=4)), tokens))
     assert final.finish_reason == "stop"
@@ -182,6 +185,7 @@ def test_a_draft_with_extra_tokens_proposes_only_ids_the_target_has(monkeypatch)
 
     class Draft:
         ctx, n_vocab, memory, batch = None, n_draft, Memory(), Batch()
+        cached: list[int] = []
 
     def logits(_ctx, _row, n):
         out = np.zeros(n, dtype=np.float32)
@@ -282,12 +286,12 @@ def test_a_model_with_a_refused_template_opens_in_completion_mode(smollm_path, m
     with Session(smollm_path, n_ctx=256, n_threads=N_THREADS) as session:
         assert not session.has_chat_template and "ran for more than" in session.template_problem
         with pytest.raises(PromptError, match="completion mode"):
-            session.chat_tokens([ChatMessage("user", "hi")])
+            session.chat_tokens([("user", "hi")])
         assert session.complete(RunConfig(max_tokens=4), "Once upon a time").finish_reason == "length"
 
 
 def test_the_real_template_renders_as_before(smollm_session):
-    text = smollm_session.render_chat([ChatMessage("user", "Hello")])
+    text = smollm_session.require_template().render([("user", "Hello")])
     assert text.startswith("<|im_start|>") and text.endswith("<|im_start|>assistant\n")
 
 
@@ -315,9 +319,9 @@ def test_the_budget_counts_what_llama_cpp_allocates(key):
 
 
 def test_a_context_that_does_not_fit_names_what_to_lower(smollm_path, monkeypatch):
-    import engine.session
+    import engine.context
 
-    monkeypatch.setattr(engine.session, "_available_memory_bytes", lambda: 150 << 20)
+    monkeypatch.setattr(engine.context, "_available_memory_bytes", lambda: 150 << 20)
     with pytest.raises(ContextAllocationError, match="KV cache .* compute buffers .* lower the context size"):
         Session(smollm_path, n_ctx=8192, n_threads=N_THREADS)
 
@@ -337,3 +341,38 @@ def test_ctrl_c_ends_a_cli_run_cleanly(mode_args):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err and "finish    = cancelled" in err
+
+
+# Ctrl+C arrives while llama.cpp loads the model: the load is not interrupted (native code), the
+# run that follows ends at once, cleanly.
+CTRL_C_DURING_LOAD = """
+import os, signal, sys
+import engine.session
+from engine.cli import main
+
+class LoadedWhileCtrlC(engine.session.LoadedModel):
+    def __init__(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        super().__init__(*args, **kwargs)
+
+engine.session.LoadedModel = LoadedWhileCtrlC
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_ctrl_c_during_the_model_load_ends_the_cli_cleanly(command):
+    import subprocess
+    import sys
+
+    args = ["-p", "Hello there", "-n", "64", "-t", str(N_THREADS), "-c", "512"]
+    if command == "run":
+        args += ["--no-predict", "--json"]
+    done = subprocess.run([sys.executable, "-c", CTRL_C_DURING_LOAD, command, *args], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    if command == "run":
+        assert json.loads(done.stdout)["finish_reason"] == "cancelled"
+    else:
+        assert "cancelled]" in done.stderr

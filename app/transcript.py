@@ -1,0 +1,91 @@
+"""What the token stream shows: the engine's conversation (chat) or the last completion, drawn
+from the engine's own record so the window and the engine never disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.widgets.token_stream import TokenStream
+
+DROPPED_DIVIDER = "— the model no longer sees the messages above: the context was full —"
+
+
+@dataclass
+class Turn:
+    """A run being shown: the user's text and the answer's coloured tokens and figures."""
+
+    user: str
+    chat: bool
+    mode: str = "plain"
+    runs: list[tuple[str, str, int, int, float]] = field(default_factory=list)  # text, source, step, id, acc
+    stats: dict | None = None
+    finish: str | None = None
+    text: str = ""
+
+
+def figures_line(mode: str, stats: dict, finish: str | None) -> str:
+    line = f"[{mode} · {stats['n_predict']} tokens · {stats['tokens_per_second']:.1f} tok/s · " \
+           f"{stats['tokens_per_step']:.2f} tokens/step"
+    if stats.get("n_drafted"):
+        line += f" · accepted {stats['n_accept']}/{stats['n_drafted']}"
+    if stats.get("n_prompt_reused"):
+        line += f" · prompt {stats['n_prompt']} ({stats['n_prompt_reused']} reused)"
+    return line + (f" · {finish}]" if finish else "]")
+
+
+def render_run(stream: TokenStream, text: str, source: str, step: int, token_id: int, acceptance: float) -> None:
+    if source == "rejected" and not stream.show_rejected:
+        return
+    stream.append_text(text, source, step, token_id, acceptance)
+
+
+def _separate(stream: TokenStream) -> None:
+    if stream.document().characterCount() > 1:
+        stream.append_text("\n\n", "meta", 0)
+
+
+def render_completion(stream: TokenStream, turn: Turn) -> None:
+    stream.append_text(turn.user, "prompt", 0)
+    for run in turn.runs:
+        render_run(stream, *run)
+    if turn.stats is not None:
+        stream.append_text("\n" + figures_line(turn.mode, turn.stats, turn.finish), "meta", 0)
+
+
+def render_conversation(stream: TokenStream, view, live: Turn | None) -> None:
+    """``view``: an engine.conversation.ConversationView. ``live``: the answer streaming now,
+    drawn in place of the conversation's (still empty) streaming message."""
+    dropped_seen = False
+    for m in view.messages:
+        if dropped_seen and not m.dropped and m.role != "system":
+            stream.append_text("\n\n" + DROPPED_DIVIDER, "meta", 0)
+            dropped_seen = False
+        _separate(stream)
+        source = "dropped" if m.dropped else ("meta" if m.role == "system" else "user")
+        if m.role == "system":
+            stream.append_text("System: " + m.content, source, 0)
+        elif m.role == "user":
+            stream.append_text("You: " + m.content + "\n", source, 0)
+        else:
+            _render_answer(stream, m, live)
+        dropped_seen = dropped_seen or m.dropped
+
+
+def _render_answer(stream: TokenStream, m, live: Turn | None) -> None:
+    if m.state == "streaming" and live is not None:
+        for run in live.runs:
+            render_run(stream, *run)
+        return
+    if m.dropped:
+        stream.append_text(m.content, "dropped", 0)
+        return
+    if m.pieces:
+        for piece in m.pieces:
+            render_run(stream, str(piece[0]), str(piece[1]), int(piece[2]), int(piece[3]), float(piece[4]))
+    else:  # re-encoded for another model, or written before pieces were kept: its text only
+        stream.append_text(m.content, "sampled", 0)
+    figures = dict(m.figures)
+    if "n_predict" in figures:
+        stream.append_text("\n" + figures_line(str(figures.get("mode", "")), figures, m.finish_reason), "meta", 0)
+    if m.state == "interrupted":
+        stream.append_text("\n[interrupted: the answer was stopped before it ended]", "meta", 0)

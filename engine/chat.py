@@ -1,0 +1,184 @@
+"""Chat turns over a :class:`engine.conversation.Conversation` on a :class:`engine.session.Session`.
+
+A turn renders the conversation with the model's template, drops the oldest turns if it does not
+fit, and runs with prefix reuse, so only the tokens after what the KV cache already holds are
+decoded. The answer is written into the conversation as it streams (saved at most every
+``SAVE_INTERVAL_S`` during a run, and at the end): a turn that is stopped, fails or is killed
+keeps what it produced, marked as interrupted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from engine.config import RunConfig
+from engine.conversation import (
+    DONE,
+    INTERRUPTED,
+    STREAMING,
+    Conversation,
+    ConversationEncoder,
+    ConversationView,
+    Message,
+    fit_turn,
+    new_like,
+    reencoded,
+    set_system,
+)
+from engine.conversation_store import ConversationStore
+from engine.errors import PromptError
+from engine.events import Event, RejectedDraft, RunFinished, StepDone
+
+SAVE_INTERVAL_S = 2.0
+MIN_ANSWER_ROOM = 64  # tokens an answer is given at least before older turns are dropped
+
+
+@dataclass(frozen=True)
+class ConversationChanged:
+    """The conversation changed (a turn started or ended, a reload re-encoded it): the view to
+    show, and a sentence for the user when something happened to it."""
+
+    view: ConversationView
+    note: str = ""
+
+
+class Chat:
+    def __init__(self, session, conversation: Conversation | None = None,
+                 store: ConversationStore | None = None, model_key: str | None = None) -> None:
+        self.session = session
+        self.conversation = conversation or Conversation()
+        self.store = store
+        self.model_key = model_key or session.model.info.path
+        self.encoder = ConversationEncoder(session.require_template(), session.vocab)
+        self._saved_at = 0.0
+        self.note = ""
+        if reencoded(self.conversation, self.model_key):
+            self.note = "the conversation was re-encoded for this model; its answers are kept as text"
+
+    # ----------------------------------------------------------------------------- turns
+    def send(self, config: RunConfig, text: str, *, fresh_cancel: bool = True) -> Iterator[Event]:
+        """A user message and the answer to it."""
+        if not text.strip():
+            raise PromptError("the message is empty; type something to send")
+        conv = self.conversation
+        conv.add(Message("user", text))
+        try:
+            return self._turn(config, fresh_cancel)
+        except BaseException:
+            conv.truncate(len(conv.messages) - 1)  # nothing is lost: the text stays in the input box
+            raise
+
+    def regenerate(self, config: RunConfig, *, fresh_cancel: bool = True) -> Iterator[Event]:
+        """Answer the last user message again (the answers after it are replaced)."""
+        conv = self.conversation
+        last_user = max((i for i, m in enumerate(conv.messages) if m.role == "user"), default=None)
+        if last_user is None:
+            raise PromptError("there is nothing to regenerate yet; send a message first")
+        removed = conv.messages[last_user + 1:]
+        conv.truncate(last_user + 1)
+        try:
+            return self._turn(config, fresh_cancel)
+        except BaseException:
+            conv.messages.extend(removed)
+            raise
+
+    def edit(self, index: int, text: str, config: RunConfig, *, fresh_cancel: bool = True) -> Iterator[Event]:
+        """Replace user message ``index`` with ``text``, forget everything after it, and answer."""
+        conv = self.conversation
+        if not (0 <= index < len(conv.messages)) or conv.messages[index].role != "user":
+            raise PromptError("only your own messages can be edited")
+        if not text.strip():
+            raise PromptError("the message is empty; type something to send")
+        saved = conv.messages[index:]
+        conv.truncate(index)
+        conv.add(Message("user", text))
+        try:
+            return self._turn(config, fresh_cancel)
+        except BaseException:
+            conv.truncate(index)
+            conv.messages.extend(saved)
+            raise
+
+    def set_system(self, text: str) -> None:
+        set_system(self.conversation, text)
+
+    def clear(self) -> None:
+        """Start a new, empty conversation (the old one stays saved)."""
+        self.conversation = new_like(self.conversation)
+
+    def save(self) -> None:
+        if self.store is not None:
+            self.store.save(self.conversation)
+            self._saved_at = time.monotonic()
+
+    # ----------------------------------------------------------------------------- one run
+    def _turn(self, config: RunConfig, fresh_cancel: bool) -> Iterator[Event]:
+        session, conv = self.session, self.conversation
+        room = max(MIN_ANSWER_ROOM, min(config.max_tokens, session.n_ctx // 4))
+        fit = fit_turn(conv, self.encoder, session.n_ctx, room)
+        events = session.run(config, fit.prompt, prompt_text=conv.messages[-1].content,
+                             fresh_cancel=fresh_cancel, reuse_prefix=True)
+        note = ""
+        if fit.newly_dropped:
+            note = (f"the context was full: the model no longer sees the {fit.newly_dropped} oldest "
+                    f"message{'s' if fit.newly_dropped != 1 else ''} (shown greyed)")
+        return self._stream(events, config, note)
+
+    def _stream(self, events: Iterator[Event], config: RunConfig, note: str) -> Iterator[Event]:
+        conv = self.conversation
+        answer = conv.add(Message("assistant", "", produced=[], state=STREAMING,
+                                  figures={"mode": config.mode}))
+        self.save()
+        yield ConversationChanged(conv.view(), note)
+        rejected: dict[int, tuple[str, ...]] = {}
+        finished = False
+        try:
+            for event in events:
+                if isinstance(event, RejectedDraft):
+                    rejected[event.step] = event.texts
+                elif isinstance(event, StepDone):
+                    _add_pieces(answer, event, rejected.pop(event.step, ()))
+                    if time.monotonic() - self._saved_at >= SAVE_INTERVAL_S:
+                        self.save()
+                elif isinstance(event, RunFinished):
+                    answer.content = event.text
+                    answer.produced = list(event.token_ids) + _end_token(event)
+                    answer.finish_reason = event.finish_reason
+                    answer.state = DONE if event.finish_reason != "cancelled" else INTERRUPTED
+                    answer.figures.update(_figures(event.stats))
+                    finished = True
+                    self.save()
+                    # the conversation as it now stands comes first: whoever sees the run end sees it
+                    yield ConversationChanged(conv.view(), "the context is full; the next message drops the "
+                                              "oldest turns" if event.finish_reason == "context_full" else "")
+                yield event
+        finally:
+            if not finished:  # a failure or an abandoned run: keep what was produced
+                answer.content = "".join(str(p[0]) for p in answer.pieces if p[1] != "rejected")
+                answer.produced = None  # only its text is known for sure
+                answer.state, answer.finish_reason = INTERRUPTED, "interrupted"
+                self.save()
+
+
+def _add_pieces(answer: Message, event: StepDone, rejected: tuple[str, ...]) -> None:
+    acceptance = round(event.n_accepted / event.n_drafted, 3) if event.n_drafted else 0.0
+    pieces = [[t.text, t.source, event.step, t.id, acceptance] for t in event.tokens]
+    if rejected:  # the drafts were tried where the target's own token now stands
+        pieces[-1:-1] = [[text, "rejected", event.step, -1, acceptance] for text in rejected]
+    answer.pieces.extend(pieces)
+    answer.content += "".join(t.text for t in event.tokens)
+
+
+def _end_token(event: RunFinished) -> list[int]:
+    """The end-of-generation token the model produced, which the run's ids leave out."""
+    if event.finish_reason != "stop":
+        return []
+    return [event.end_token] if event.end_token is not None else []
+
+
+def _figures(stats: dict) -> dict:
+    keep = ("n_predict", "tokens_per_second", "tokens_per_step", "n_drafted", "n_accept", "accept_rate",
+            "n_prompt", "n_prompt_reused", "n_prompt_decoded", "t_encode_s")
+    return {k: stats[k] for k in keep if k in stats}

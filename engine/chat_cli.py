@@ -1,0 +1,161 @@
+"""``specdec chat``: a terminal chat over the same conversation model as the app.
+
+One user turn per line (from a terminal, or a pipe for scripts). Commands: ``/regen`` answers the
+last message again, ``/clear`` starts a new conversation, ``/save [TITLE]`` saves it to the user
+data directory (and keeps saving it after every turn), ``/load ID`` opens a saved one, ``/list``
+shows the saved ones, ``/quit`` ends. Ctrl+C stops the answer being written; at the prompt it ends
+the chat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+
+from engine.errors import SpecDecError
+
+COMMANDS = "/regen, /clear, /save [TITLE], /load ID, /list, /quit"
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from engine import catalog
+    from engine.chat import Chat
+    from engine.cli import _config_from, _ctrl_c_stops
+    from engine.conversation_store import ConversationStore
+    from engine.session import Session
+
+    config = _config_from(args)
+    config.validate(args.batch_size)
+    model_path = catalog.resolve(args.model)
+    if config.mode == "speculative" and not args.model_draft:
+        raise SpecDecError("--mode speculative needs a draft model: pass -md PATH (or -md default)")
+    draft_path = catalog.resolve(args.model_draft) if args.model_draft and config.mode == "speculative" else None
+    store = ConversationStore()
+    interactive = sys.stdin.isatty()
+    with _ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
+                                          n_threads=args.threads, n_gpu_layers=args.gpu_layers,
+                                          draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
+        chat = Chat(session, store=None)
+        if args.system:
+            chat.set_system(args.system)
+        if args.load:
+            chat = _open(session, store, args.load)
+        first = [args.prompt] if args.prompt else []
+        while True:
+            if first:
+                line = first.pop()
+            else:
+                line = _read_line(interactive)
+                stop.clear()  # a Ctrl+C that stopped the last answer does not stop the next
+                if line is None:
+                    break
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            try:
+                if line.startswith("/"):
+                    chat, done = _command(line, chat, session, store, config, args)
+                    if done:
+                        break
+                    continue
+                _answer(chat.send(config, line, fresh_cancel=False), args)
+            except SpecDecError as exc:
+                print(f"specdec: {exc}", file=sys.stderr)
+    return 0
+
+
+def _read_line(interactive: bool) -> str | None:
+    """The next user line, or None at the end of input (or Ctrl+C at the prompt)."""
+    if not interactive:
+        line = sys.stdin.readline()
+        return line if line else None
+    # At the prompt Ctrl+C ends the chat; while an answer is written it only stops the answer.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return input("> ")
+    except (EOFError, KeyboardInterrupt):
+        print(file=sys.stderr)
+        return None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _open(session, store, conv_id: str):
+    from engine.chat import Chat
+
+    try:
+        conversation = store.load(conv_id)
+    except (OSError, ValueError) as exc:
+        raise SpecDecError(f"no saved conversation {conv_id!r} ({exc})") from None
+    chat = Chat(session, conversation, store=store)
+    print(f"[loaded {conversation.title!r}: {len(conversation.messages)} messages"
+          + (f"; {chat.note}" if chat.note else "") + "]", file=sys.stderr)
+    return chat
+
+
+def _command(line: str, chat, session, store, config, args):
+    name, _, rest = line.partition(" ")
+    if name in ("/quit", "/exit"):
+        return chat, True
+    if name == "/regen":
+        _answer(chat.regenerate(config, fresh_cancel=False), args)
+    elif name == "/clear":
+        chat.clear()
+        print("[new conversation]", file=sys.stderr)
+    elif name == "/save":
+        if rest.strip():
+            chat.conversation.title = rest.strip()
+        chat.store = store
+        chat.save()
+        print(f"[saved as {chat.conversation.id}: {chat.conversation.title!r}]", file=sys.stderr)
+    elif name == "/load":
+        if not rest.strip():
+            raise SpecDecError("/load needs a conversation id; /list shows them")
+        chat = _open(session, store, rest.strip())
+    elif name == "/list":
+        for s in store.list():
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated))
+            print(f"{s.id}  {when}  {s.n_messages:3d} messages  {s.title}", file=sys.stderr)
+    else:
+        raise SpecDecError(f"unknown command {name}; the commands are {COMMANDS}")
+    return chat, False
+
+
+def _answer(events, args) -> None:
+    from engine.chat import ConversationChanged
+    from engine.cli import CYAN, GREEN, RESET
+    from engine.events import RunFinished, RunWarning, StepDone
+
+    t0 = time.perf_counter()
+    t_first = None
+    for event in events:
+        if isinstance(event, StepDone):
+            if t_first is None:
+                t_first = time.perf_counter() - t0
+            for tok in event.tokens:
+                colour = {"accepted_ngram": CYAN, "accepted_draft": GREEN}.get(tok.source)
+                sys.stdout.write(f"{colour}{tok.text}{RESET}" if colour and args.color else tok.text)
+            sys.stdout.flush()
+        elif isinstance(event, ConversationChanged) and event.note:
+            print(f"[{event.note}]", file=sys.stderr)
+        elif isinstance(event, RunWarning):
+            print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
+        elif isinstance(event, RunFinished):
+            s = event.stats
+            line = (f"[{s['n_predict']} tokens · {s['tokens_per_second']:.1f} t/s · {s['tokens_per_step']:.2f} tokens/step"
+                    f" · prompt {s['n_prompt']} ({s['n_prompt_reused']} reused, {s['n_prompt_decoded']} decoded)"
+                    f" · first token {1000 * (t_first or 0.0):.0f} ms")
+            if s["n_drafted"]:
+                line += f" · accepted {s['n_accept']}/{s['n_drafted']}"
+            print(f"\n{line} · {event.finish_reason}]", file=sys.stderr)
+
+
+def add_parser(sub) -> None:
+    from engine.cli import _add_run_args
+
+    p = sub.add_parser("chat", help="chat in the terminal (one turn per line; /regen /clear /save /load /list)")
+    _add_run_args(p)
+    p.add_argument("--system", default="", help="a system message to start the conversation with")
+    p.add_argument("--load", default=None, help="open a saved conversation (its id, see /list)")

@@ -1,0 +1,217 @@
+"""A llama.cpp context on a loaded model, with the batch, the KV memory gateway and the cell mirror
+that go with it, made within a memory budget and freed together.
+
+The context also remembers which tokens its sequence 0 holds (``cached``): a run that starts with
+the same tokens decodes only what follows them (prefix reuse, as llama-server's ``cache_prompt``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import llama_cpp as llama
+
+from engine import native
+from engine.batch import Batch
+from engine.errors import ContextAllocationError
+from engine.kv_cells import KvMirror
+from engine.kv_debug import DEBUG_ENV, DEBUG_LEVEL, KvVerifier
+from engine.memory import Memory
+from engine.models import LoadedModel, ModelInfo
+
+LOGIT_BYTES = 4  # llama.cpp's compute buffer holds a ubatch's logits: n_ubatch x n_vocab floats
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    """What every context of a session shares."""
+
+    n_ctx: int
+    n_batch: int
+    n_threads: int
+    verify_kv: bool = False
+
+
+def _available_memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _compute_buffer_sink(into: list[int]):
+    """A llama.cpp log sink that collects the compute buffer sizes a new context reports."""
+    def sink(_level: int, line: str) -> None:
+        if "compute buffer size =" in line:
+            try:
+                into.append(int(float(line.split("=")[1].split()[0]) * 2**20))
+            except (IndexError, ValueError):
+                pass
+
+    return sink
+
+
+class MemoryBudget:
+    """Checks that a context fits in free RAM before llama.cpp allocates it.
+
+    Compute buffers are taken from what llama.cpp reported for the same model's last context, else
+    estimated from their largest part (a ubatch of logits)."""
+
+    def __init__(self) -> None:
+        self._compute_bytes: dict[str, int] = {}  # model path -> compute buffers llama.cpp reported
+
+    def parts(self, n_ctx: int, n_batch: int, info: ModelInfo) -> dict[str, int]:
+        compute = self._compute_bytes.get(info.path, n_batch * info.n_vocab * LOGIT_BYTES)
+        return {"kv": n_ctx * info.kv_bytes_per_cell(), "compute": compute}
+
+    def check(self, n_ctx: int, n_batch: int, info: ModelInfo) -> None:
+        parts = self.parts(n_ctx, n_batch, info)
+        need = sum(parts.values())
+        avail = _available_memory_bytes()
+        if avail is not None and need > avail:
+            gib = 2**30
+            raise ContextAllocationError(
+                f"a context of {n_ctx} tokens needs about {need / gib:.1f} GiB (KV cache {parts['kv'] / gib:.1f} GiB, "
+                f"compute buffers {parts['compute'] / gib:.1f} GiB) but only {avail / gib:.1f} GiB of memory is free; "
+                "lower the context size (the KV cache) or the batch size (the compute buffers)"
+            )
+
+    def remember(self, info: ModelInfo, reported: list[int]) -> None:
+        if reported:
+            self._compute_bytes[info.path] = sum(reported)
+
+
+class ModelContext:
+    """One llama.cpp context: ``ctx``, its ``batch``, its ``memory`` (with the mirror, and the
+    KV-debug verifier when asked) and the tokens its sequence 0 holds. Use :meth:`create`."""
+
+    def __init__(self, ctx: llama.llama_context_p, batch: Batch, memory: Memory, n_seq_max: int,
+                 n_vocab: int, stack: contextlib.ExitStack) -> None:
+        self.ctx = ctx
+        self.batch = batch
+        self.memory = memory
+        self.n_seq_max = n_seq_max
+        self.n_vocab = n_vocab
+        self.n_ctx = llama.llama_n_ctx(ctx)
+        self.n_batch = batch.capacity
+        self.cached: list[int] = []  # the tokens of sequence 0, by position
+        self._stack = stack
+
+    @classmethod
+    def create(cls, model: LoadedModel, settings: ContextSettings, n_seq_max: int, budget: MemoryBudget,
+               abort_callback=None) -> "ModelContext":
+        """A context with room for ``n_seq_max`` sequences; raises ContextAllocationError (naming
+        what to lower) if it does not fit or llama.cpp cannot make it."""
+        params = llama.llama_context_default_params()
+        params.n_ctx = settings.n_ctx
+        params.n_batch = settings.n_batch
+        params.n_ubatch = settings.n_batch
+        params.n_seq_max = n_seq_max
+        params.n_threads = settings.n_threads
+        params.n_threads_batch = settings.n_threads
+        # Flash attention on where the backend has it (llama.cpp's default). Measured here: with it,
+        # SmolLM2's CPU logits are bit-identical whether a token is decoded alone or in a batch
+        # (up to 48 tokens); without it they differ by up to ~1.3 (`specdec probe-exactness`).
+        params.flash_attn_type = llama.LLAMA_FLASH_ATTN_TYPE_AUTO
+        # Lookahead couples sequences inside one batch; llama.cpp needs a unified cache for that.
+        params.kv_unified = True
+        params.no_perf = True
+        params.swa_full = True  # the SWA cache as large as the main one: the mirror assumes it
+        budget.check(settings.n_ctx, settings.n_batch, model.info)
+        native.take_recent_problems()
+        reported: list[int] = []
+        sink = _compute_buffer_sink(reported)
+        native.add_log_sink(sink)
+        try:
+            with _kv_debug_environment(settings.verify_kv):  # llama.cpp reads it when it builds the cache
+                ctx = llama.llama_init_from_model(model.ptr, params)
+        finally:
+            native.remove_log_sink(sink)
+            budget.remember(model.info, reported)
+        if not ctx:
+            why = "; ".join(native.take_recent_problems()[-2:]) or "allocation failed"
+            raise ContextAllocationError(
+                f"llama.cpp could not create a context of {settings.n_ctx} tokens ({why}); lower the context size"
+            )
+        stack = contextlib.ExitStack()
+        stack.callback(llama.llama_free, ctx)
+        try:
+            batch = Batch(settings.n_batch, n_seq_max)
+            stack.callback(batch.close)
+            mirror = KvMirror(llama.llama_n_ctx(ctx), n_seq_max, settings.n_batch, model.info.n_swa)
+            verifier = stack.enter_context(KvVerifier(mirror)) if settings.verify_kv else None
+            memory = Memory(ctx, mirror, verifier, abort_callback=abort_callback)
+        except BaseException:
+            stack.close()
+            raise
+        return cls(ctx, batch, memory, n_seq_max, model.info.n_vocab, stack)
+
+    # ----------------------------------------------------------------------------- prefix reuse
+    def keep_prefix(self, tokens: Sequence[int], limit: int | None = None) -> int:
+        """Keep the longest prefix of ``tokens`` (at most ``limit`` tokens) the cache already
+        holds, drop everything else (every other sequence included), and return its length.
+
+        At least the last token is left out so that decoding it gives the logits the run starts
+        from. A cache whose sequence 0 is not exactly ``cached`` from position 0 (a sliding-window
+        cache that dropped its start, a decode that failed part-way) is cleared instead."""
+        memory = self.memory
+        most = len(tokens) - 1 if limit is None else min(limit, len(tokens) - 1)
+        n_keep = _common_prefix(self.cached, tokens, most)
+        intact = memory.pos_min(0) in (0, -1) and memory.pos_max(0) + 1 == len(self.cached)
+        # a KV map switched off after a disagreement follows again only from an empty cache
+        mirror_lost = memory.mirror is not None and not memory.mirror_ok
+        if n_keep == 0 or not intact or mirror_lost:
+            self.forget()
+            return 0
+        for seq in range(1, self.n_seq_max):
+            memory.seq_rm(seq, -1, -1)
+        memory.seq_rm(0, n_keep, -1)
+        del self.cached[n_keep:]
+        return n_keep
+
+    def note_cached(self, tokens: Sequence[int]) -> None:
+        """Record what sequence 0 holds after a run: the prefix of ``tokens`` (every token the run
+        saw, in order) that fits the cells llama.cpp reports."""
+        n = self.memory.pos_max(0) + 1
+        self.cached = list(tokens[:n]) if 0 < n <= len(tokens) else []
+        if not self.cached:
+            self.forget()
+
+    def forget(self) -> None:
+        """Empty the cache."""
+        self.memory.clear()
+        self.cached = []
+
+    def close(self) -> None:
+        self._stack.close()  # verifier, batch, then the context: LIFO
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    n = max(0, min(len(a), len(b), limit))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+@contextlib.contextmanager
+def _kv_debug_environment(on: bool):
+    if not on:
+        yield
+        return
+    previous = os.environ.get(DEBUG_ENV)
+    os.environ[DEBUG_ENV] = DEBUG_LEVEL
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(DEBUG_ENV, None)
+        else:
+            os.environ[DEBUG_ENV] = previous

@@ -1,0 +1,65 @@
+"""One run from its first event to its last: the strategy's events framed by RunStarted and
+RunFinished, a warning when the KV map stops following the cache, a final KV snapshot, and the
+cache's token record brought up to date for the next run's prefix reuse.
+
+How often the GUI wants a snapshot in between is the GUI's business (it asks the session).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from engine.context import ModelContext
+from engine.events import Event, KvSnapshot, RunFinished, RunStarted, RunWarning, StepDone
+from engine.strategies.common import FINISH_LENGTH, Runtime
+
+
+def run_events(rt: Runtime, strategy: Callable[[Runtime, Sequence[int]], Iterator[Event]],
+               prompt: list[int], target: ModelContext, started: RunStarted) -> Iterator[Event]:
+    memory, output = rt.memory, rt.output
+    yield started
+    step = 0
+    failures = memory.observer_failures
+    n_failures = len(failures)
+    try:
+        for event in strategy(rt, prompt):
+            yield event
+            if len(failures) > n_failures:
+                yield RunWarning(f"the KV map stopped following the cache ({failures[-1]}); "
+                                 "decoding goes on unaffected")
+                n_failures = len(failures)
+            if isinstance(event, StepDone):
+                step = event.step
+    finally:
+        # Even a run abandoned by its consumer leaves the record of the cache true.
+        if rt.t_start is not None:
+            rt.counters.t_generate_s = time.perf_counter() - rt.t_start
+        target.note_cached([*prompt, *output.all_ids()])
+        if rt.draft is not None and rt.draft.memory.pos_max(0) + 1 != len(rt.draft.cached):
+            rt.draft.forget()  # a draft decode stopped part-way: start the draft afresh next time
+    if memory.mirror_ok:
+        yield kv_snapshot(target, step, rt.config.n_sequences)
+    output.finish(FINISH_LENGTH)  # a strategy that returns without a reason ran out of tokens
+    yield RunFinished(output.text(), tuple(output.ids), output.finish_reason or FINISH_LENGTH, rt.counters.as_dict(),
+                      output.end_token)
+
+
+def kv_snapshot(target: ModelContext, step: int, n_seq: int) -> KvSnapshot:
+    """The KV cells as the latest decode left them (every sequence of the step in place), as
+    plain arrays the GUI may keep (they are copies)."""
+    mirror = target.memory.mirror
+    cache = mirror.after_last_decode or mirror.base
+    n_seq = min(n_seq, cache.n_seq)
+    holes, largest = cache.fragmentation()
+    pos_min, pos_max = cache.seq_ranges()
+    return KvSnapshot(
+        step=step,
+        seq_of_cell=cache.seqs[:, :n_seq].T.copy(),  # a new array even when it is one column
+        pos_of_cell=cache.pos.copy(),
+        used=cache.used,
+        holes=holes,
+        largest_free_run=largest,
+        seq_pos_min=tuple(int(v) for v in pos_min[:n_seq]),
+        seq_pos_max=tuple(int(v) for v in pos_max[:n_seq]),
+    )

@@ -1,0 +1,251 @@
+"""Chat that lasts: the conversation model, prefix reuse, context overflow, persistence."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.chat import Chat, ConversationChanged
+from engine.config import RunConfig
+from engine.conversation import INTERRUPTED, Conversation, Message
+from engine.conversation_store import ConversationStore
+from engine.errors import PromptError
+from engine.events import RunFinished, StepDone
+from engine.session import Session
+from tests.conftest import N_THREADS
+from tests.engine.lossless import assert_lossless
+
+TURNS = ("Name a colour.", "Name a fruit of that colour.", "And a vegetable?", "Which is sweeter?",
+         "Give it a name.", "Spell it backwards.", "Name a country.", "Its capital?", "One more city there?",
+         "Thanks. Say goodbye.")
+
+
+def _final(events) -> RunFinished:
+    return [e for e in events if isinstance(e, RunFinished)][-1]
+
+
+@pytest.fixture(scope="module")
+def fresh_session(smollm_path):
+    """A second session for full decodes from an empty cache (the chat's cache stays warm)."""
+    with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS) as session:
+        yield session
+
+
+@pytest.mark.parametrize("mode", ["plain", "lookup"])
+def test_ten_turns_decode_only_new_tokens_and_equal_fresh_decodes(smollm_session, fresh_session, exactness_probe,
+                                                                   mode):
+    session = smollm_session
+    deviation = exactness_probe(Path(session.model.info.path))["max_abs_diff"]
+    chat = Chat(session)
+    config = RunConfig(mode=mode, max_tokens=16)
+    previous_prompt: list[int] = []
+    previous_answer: list[int] = []
+    for turn, text in enumerate(TURNS):
+        final = _final(chat.send(config, text))
+        prompt = list(session.last_prompt_tokens)
+        stats = final.stats
+        assert stats["n_prompt"] == len(prompt)
+        assert stats["n_prompt_reused"] + stats["n_prompt_decoded"] == len(prompt)
+        if turn > 0:
+            # the previous prompt and answer stay in the cache: only this turn's message (and the
+            # one answer token the last run sampled but never decoded) is decoded
+            assert prompt[: len(previous_prompt)] == previous_prompt
+            assert stats["n_prompt_reused"] >= len(previous_prompt) + len(previous_answer) - 2
+            new_tokens = len(prompt) - len(previous_prompt) - len(previous_answer)
+            assert stats["n_prompt_decoded"] <= new_tokens + 2
+        fresh = _final(fresh_session.run(RunConfig(mode="plain", max_tokens=16), prompt))
+        assert fresh.stats["n_prompt_reused"] == 0
+        assert_lossless(fresh_session, prompt, fresh.token_ids, final.token_ids, deviation, f"{mode} turn {turn}")
+        # the answer joins the conversation with the ids the model produced
+        answer = chat.conversation.messages[-1]
+        assert answer.role == "assistant" and answer.content == final.text
+        assert answer.produced[: len(final.token_ids)] == list(final.token_ids)
+        previous_prompt, previous_answer = prompt, answer.produced
+    assert len(chat.conversation.messages) == 20
+
+
+def test_lookahead_and_a_draft_model_start_from_the_warm_cache(smollm_path, smollm_drafts):
+    from engine.config import LookaheadParams, SpeculativeParams
+
+    with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS, verify_kv=True,
+                 draft_path=smollm_drafts["default-q3_k_m"]) as session:
+        chat = Chat(session)
+        lookahead = RunConfig(mode="lookahead", max_tokens=16, lookahead=LookaheadParams(3, 3, 3))
+        speculative = RunConfig(mode="speculative", max_tokens=16, speculative=SpeculativeParams(k=3))
+        _final(chat.send(lookahead, "Name a colour."))  # the context grows to 7 sequences: cold
+        second = _final(chat.send(lookahead, "Name a fruit of that colour."))
+        assert second.stats["n_prompt_reused"] > 20
+        third = _final(chat.send(speculative, "And a vegetable?"))
+        assert third.stats["n_prompt_reused"] > 40
+        fourth = _final(chat.send(speculative, "Which is sweeter?"))
+        # the draft kept its own cache too: it decoded only what is new
+        assert fourth.stats["n_prompt_reused"] > third.stats["n_prompt"]
+        assert session.draft.cached[: third.stats["n_prompt"]] == session.last_prompt_tokens[: third.stats["n_prompt"]]
+        assert session.memory.verifier.n_checked > 0
+
+
+def test_regenerate_and_edit_reuse_everything_before_the_edit_point(smollm_session):
+    chat = Chat(smollm_session)
+    config = RunConfig(max_tokens=12)
+    _final(chat.send(config, "Name a colour."))
+    _final(chat.send(config, "Name an animal."))
+    before = list(smollm_session.last_prompt_tokens)
+    regen = _final(chat.regenerate(config))
+    assert regen.stats["n_prompt_reused"] == len(before) - 1  # all but the token that gives the logits
+    assert [m.content for m in chat.conversation.messages if m.role == "user"] == ["Name a colour.", "Name an animal."]
+    edited = _final(chat.edit(2, "Name a bird.", config))
+    users = [m.content for m in chat.conversation.messages if m.role == "user"]
+    assert users == ["Name a colour.", "Name a bird."]
+    first_turn = len(chat.conversation.messages[0].tokens) + len(chat.conversation.messages[1].tokens)
+    assert edited.stats["n_prompt_reused"] >= first_turn - 1
+    with pytest.raises(PromptError, match="only your own messages"):
+        chat.edit(1, "x", config)
+
+
+def test_overflow_drops_the_oldest_turns_and_the_mirror_follows(smollm_path):
+    with Session(smollm_path, n_ctx=512, n_threads=N_THREADS, verify_kv=True) as session:
+        chat = Chat(session)
+        chat.set_system("You are brief.")
+        config = RunConfig(mode="lookup", max_tokens=40)
+        notes = []
+        for turn in range(20):
+            events = list(chat.send(config, f"Turn {turn}: tell me one more fact about the sea, please."))
+            notes += [e.note for e in events if isinstance(e, ConversationChanged) and e.note]
+            assert _final(events).finish_reason in ("stop", "length", "context_full")
+        conv = chat.conversation
+        assert conv.n_dropped > 0 and any("no longer sees" in n for n in notes)
+        assert conv.messages[0].role == "system" and not conv.is_dropped(0)
+        assert all(conv.is_dropped(i) for i in range(1, 1 + conv.n_dropped))
+        view = conv.view()
+        assert sum(m.dropped for m in view.messages) == conv.n_dropped
+        assert session.memory.verifier.n_checked > 100  # llama.cpp's dump matched the mirror throughout
+        assert session.last_prompt_tokens[: len(conv.messages[0].tokens)] == conv.messages[0].tokens
+
+
+def test_a_message_larger_than_the_context_is_refused_and_nothing_is_lost(smollm_path):
+    with Session(smollm_path, n_ctx=128, n_threads=N_THREADS) as session:
+        chat = Chat(session)
+        _final(chat.send(RunConfig(max_tokens=8), "Hi."))
+        def record():
+            return [(m.role, m.content, m.produced, m.state) for m in chat.conversation.messages]
+
+        before = record()
+        with pytest.raises(PromptError, match="context holds only 128"):
+            chat.send(RunConfig(max_tokens=8), "word " * 400)
+        assert record() == before and chat.conversation.n_dropped == 0
+
+
+def test_the_answer_ids_are_the_models_own_not_a_retokenisation(smollm_session):
+    chat = Chat(smollm_session)
+    first = _final(chat.send(RunConfig(max_tokens=24), "Write the word 'hello' three times."))
+    _final(chat.send(RunConfig(max_tokens=4), "Again."))
+    user, answer, again, _ = chat.conversation.messages
+    prompt = smollm_session.last_prompt_tokens
+    # the next prompt is the messages' ids in order, then the template's generation prompt
+    assert prompt[: len(user.tokens) + len(answer.tokens) + len(again.tokens)] == user.tokens + answer.tokens + again.tokens
+    # and the answer's ids contain what the model produced, verbatim
+    produced = list(first.token_ids)
+    start = len(user.tokens)
+    window = prompt[start: start + len(answer.tokens)]
+    assert any(window[i: i + len(produced)] == produced for i in range(len(window) - len(produced) + 1))
+
+
+def test_persistence_round_trip_and_search(tmp_path, smollm_session):
+    store = ConversationStore(tmp_path)
+    chat = Chat(smollm_session, store=store)
+    _final(chat.send(RunConfig(mode="lookup", max_tokens=12), "Name a colour."))
+    conv = chat.conversation
+    again = store.load(conv.id)
+    assert again.to_dict() == conv.to_dict()
+    assert [s.id for s in store.list("colour")] == [conv.id]
+    assert store.list("no such words") == []
+    store.rename(conv.id, "Colours")
+    assert store.list()[0].title == "Colours"
+    store.set_last_opened(conv.id)
+    assert store.last_opened() == conv.id
+    (store.root / "broken.json").write_text("{not json")
+    assert [s.id for s in store.list()] == [conv.id]  # a damaged file costs only itself
+    store.delete(conv.id)
+    assert store.list() == [] and store.last_opened() is None
+
+
+def test_a_streaming_answer_is_marked_interrupted_when_read_back(tmp_path):
+    conv = Conversation()
+    conv.add(Message("user", "Hello"))
+    conv.add(Message("assistant", "Hi th", state="streaming"))
+    store = ConversationStore(tmp_path)
+    store.save(conv)
+    back = store.load(conv.id)
+    assert back.messages[-1].state == INTERRUPTED and back.messages[-1].content == "Hi th"
+
+
+def test_a_stopped_turn_keeps_its_partial_answer(smollm_session):
+    chat = Chat(smollm_session)
+    events = chat.send(RunConfig(max_tokens=200), "Count from one to fifty in words.")
+    for event in events:
+        if isinstance(event, StepDone) and event.step >= 5:
+            smollm_session.cancel()
+    answer = chat.conversation.messages[-1]
+    assert answer.state == INTERRUPTED and answer.finish_reason == "cancelled" and answer.content
+    follow = _final(chat.send(RunConfig(max_tokens=8), "Go on."))
+    assert follow.stats["n_prompt_reused"] > 0
+
+
+def test_a_model_switch_re_encodes_the_conversation(smollm_session, smollm_drafts):
+    chat = Chat(smollm_session)
+    _final(chat.send(RunConfig(max_tokens=8), "Name a colour."))
+    # another file (SmolLM2 requantised; Gemma-3-270M, the other model here, has no chat template)
+    with Session(smollm_drafts["default-q3_k_m"], n_ctx=1024, n_threads=N_THREADS) as other:
+        moved = Chat(other, chat.conversation)
+        assert "re-encoded" in moved.note
+        assert moved.conversation.messages[1].produced is None  # another model's ids are not kept
+        final = _final(moved.send(RunConfig(max_tokens=8), "Another one?"))
+        assert final.finish_reason in ("stop", "length")
+        assert [m.role for m in moved.conversation.messages] == ["user", "assistant"] * 2
+        assert "Name a colour." in other.vocab.detokenize(other.last_prompt_tokens)
+
+
+KILL_SCRIPT = """
+import sys
+import time
+from engine import catalog
+from engine.chat import Chat
+from engine.config import RunConfig
+from engine.conversation_store import ConversationStore
+from engine.events import StepDone
+from engine.session import Session
+
+store = ConversationStore()
+with Session(catalog.resolve("default"), n_ctx=1024, n_threads=2) as session:
+    chat = Chat(session, store=store)
+    store.set_last_opened(chat.conversation.id)
+    for event in chat.send(RunConfig(max_tokens=500), "Count from one to a thousand in words."):
+        if isinstance(event, StepDone) and event.step == 1:
+            time.sleep(2.1)  # the next step is past the periodic save's interval: it saves
+        if isinstance(event, StepDone) and event.step == 3:
+            print("saved while streaming", flush=True)
+            time.sleep(600)  # killed here, in the middle of the run
+"""
+
+
+def test_kill_9_during_a_run_keeps_the_conversation_up_to_the_last_save(tmp_path):
+    env = {**os.environ, "SPECDEC_DATA": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "saved while streaming"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    store = ConversationStore(tmp_path)
+    conv_id = store.last_opened()
+    assert conv_id is not None
+    conv = store.load(conv_id)
+    assert conv.messages[0].content == "Count from one to a thousand in words."
+    answer = conv.messages[1]
+    assert answer.state == INTERRUPTED and answer.content.strip()
