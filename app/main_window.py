@@ -19,6 +19,7 @@ from app.transcript import Turn, figures_line, render_completion, render_convers
 from app.widgets.chat import ChatInput
 from app.widgets.controls import ControlsPanel
 from app.widgets.conversation_list import ConversationSidebar
+from app.widgets.decision_strip import DecisionStrip
 from app.widgets.kv_map import KvMapView
 from app.widgets.model_picker import ModelBar
 from app.widgets.stats_panel import StatsPanel
@@ -125,6 +126,17 @@ class MainWindow(QtWidgets.QMainWindow):
         cl.setContentsMargins(0, 0, 0, 0)
         cl.addLayout(legend)
         cl.addWidget(self.stream, 1)
+        self.decisions = DecisionStrip()
+        self.decisions_box = QtWidgets.QWidget()
+        db = QtWidgets.QVBoxLayout(self.decisions_box)
+        db.setContentsMargins(0, 0, 0, 0)
+        decisions_legend = QtWidgets.QLabel("Auto's steps: " + self.decisions.legend_html()
+                                            + " — height: tokens emitted; hover for the step")
+        decisions_legend.setStyleSheet("font-size: 9pt;")
+        db.addWidget(decisions_legend)
+        db.addWidget(self.decisions)
+        self.decisions_box.setVisible(False)
+        cl.addWidget(self.decisions_box)
         self.conversation_note = QtWidgets.QLabel("")
         self.conversation_note.setWordWrap(True)
         self.conversation_note.setStyleSheet("color: #8a6d00;")
@@ -529,6 +541,8 @@ class MainWindow(QtWidgets.QMainWindow):
                 self.last_run_mode = event.config.mode
                 la = event.config.lookahead
                 self.kv_map.set_roles(la.W if event.config.mode == "lookahead" else 0)
+                self.decisions.clear()
+                self.decisions_box.setVisible(event.config.mode == "auto")
             elif isinstance(event, RunFinished):
                 self._on_finished(event)
             elif isinstance(event, RunWarning):
@@ -559,6 +573,7 @@ class MainWindow(QtWidgets.QMainWindow):
                 self.kv_map.set_snapshot(self._latest_snapshot)
                 self._latest_snapshot = None
             self.stats.refresh()
+            self.decisions.update()
         self.stream.scroll_to_end()
         self._update_buttons()
 
@@ -568,9 +583,14 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         acceptance = event.n_accepted / event.n_drafted if event.n_drafted else 0.0
         rejected = self._pending_rejected.pop(event.step, ())
-        runs = [(t.text, t.source, event.step, t.id, acceptance) for t in event.tokens]
+        auto = event.extra.get("auto")
+        proposers = auto["proposers"] if auto else ("",) * len(event.tokens)
+        runs = [(t.text, t.source, event.step, t.id, acceptance, p if p != "target" else "")
+                for t, p in zip(event.tokens, proposers)]
+        if auto:
+            self.decisions.add(event.step, auto, len(event.tokens))
         if rejected:  # the drafts were tried where the target's own token now stands
-            ghosts = [(text, "rejected", event.step, -1, acceptance) for text in rejected]
+            ghosts = [(text, "rejected", event.step, -1, acceptance, "") for text in rejected]
             runs = runs[:-1] + ghosts + runs[-1:]
         for run in runs:
             turn.runs.append(run)

@@ -17,7 +17,8 @@ class Turn:
     user: str
     chat: bool
     mode: str = "plain"
-    runs: list[tuple[str, str, int, int, float]] = field(default_factory=list)  # text, source, step, id, acc
+    # text, source, step, id, step acceptance, proposer (Auto's source of an accepted token, or "")
+    runs: list[tuple[str, str, int, int, float, str]] = field(default_factory=list)
     stats: dict | None = None
     finish: str | None = None
     text: str = ""
@@ -33,15 +34,16 @@ def figures_line(mode: str, stats: dict, finish: str | None) -> str:
     return line + (f" · {finish}]" if finish else "]")
 
 
-def render_run(stream: TokenStream, text: str, source: str, step: int, token_id: int, acceptance: float) -> None:
+def render_run(stream: TokenStream, text: str, source: str, step: int, token_id: int, acceptance: float,
+               proposer: str = "") -> None:
     if source == "rejected" and not stream.show_rejected:
         return
-    stream.append_text(text, source, step, token_id, acceptance)
+    stream.append_text(text, source, step, token_id, acceptance, proposer)
 
 
-def _separate(stream: TokenStream) -> None:
+def _separate(stream: TokenStream, gap: str) -> None:
     if stream.document().characterCount() > 1:
-        stream.append_text("\n\n", "meta", 0)
+        stream.append_text(gap, "meta", 0)
 
 
 def render_completion(stream: TokenStream, turn: Turn) -> None:
@@ -60,12 +62,12 @@ def render_conversation(stream: TokenStream, view, live: Turn | None) -> None:
         if dropped_seen and not m.dropped and m.role != "system":
             stream.append_text("\n\n" + DROPPED_DIVIDER, "meta", 0)
             dropped_seen = False
-        _separate(stream)
+        _separate(stream, "\n" if m.role == "assistant" else "\n\n")  # an answer follows its question
         source = "dropped" if m.dropped else ("meta" if m.role == "system" else "user")
         if m.role == "system":
             stream.append_text("System: " + m.content, source, 0)
         elif m.role == "user":
-            stream.append_text("You: " + m.content + "\n", source, 0)
+            stream.append_text("You: " + m.content, source, 0)
         else:
             _render_answer(stream, m, live)
         dropped_seen = dropped_seen or m.dropped
@@ -81,7 +83,8 @@ def _render_answer(stream: TokenStream, m, live: Turn | None) -> None:
         return
     if m.pieces:
         for piece in m.pieces:
-            render_run(stream, str(piece[0]), str(piece[1]), int(piece[2]), int(piece[3]), float(piece[4]))
+            render_run(stream, str(piece[0]), str(piece[1]), int(piece[2]), int(piece[3]), float(piece[4]),
+                       str(piece[5]) if len(piece) > 5 else "")
     else:  # re-encoded for another model, or written before pieces were kept: its text only
         stream.append_text(m.content, "sampled", 0)
     figures = dict(m.figures)

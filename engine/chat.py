@@ -164,7 +164,11 @@ class Chat:
 
 def _add_pieces(answer: Message, event: StepDone, rejected: tuple[str, ...]) -> None:
     acceptance = round(event.n_accepted / event.n_drafted, 3) if event.n_drafted else 0.0
+    proposers = event.extra.get("auto", {}).get("proposers", ())
     pieces = [[t.text, t.source, event.step, t.id, acceptance] for t in event.tokens]
+    for piece, proposer in zip(pieces, proposers):
+        if proposer != "target":
+            piece.append(proposer)
     if rejected:  # the drafts were tried where the target's own token now stands
         pieces[-1:-1] = [[text, "rejected", event.step, -1, acceptance] for text in rejected]
     answer.pieces.extend(pieces)

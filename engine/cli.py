@@ -129,6 +129,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"specdec: {Path(model_path).name} has no chat template; running the prompt as plain "
                       "completion", file=sys.stderr)
             tokens = session.tokenize_prompt(prompt)
+        if config.mode == "auto" and not args.no_predict:
+            _ensure_profile(session)  # Auto prices its steps with it
         final: RunFinished | None = None
         for event in session.run(config, tokens, prompt_text=prompt, fresh_cancel=False):
             if isinstance(event, RunStarted) and not args.json and config.mode == "lookahead":
@@ -172,6 +174,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             _print_stats(config, stats, final.finish_reason)
     return 0
+
+
+def _ensure_profile(session) -> None:
+    from engine.tuning import profile
+
+    if profile.cached(profile.profile_key(session)) is None:
+        print("measuring the batch-cost profile for this model, context and thread count "
+              "(once; about 20 s for SmolLM2 on 2 cores)…", file=sys.stderr)
+        try:
+            profile.load_or_measure(session)
+        except profile.ProfileCancelled:
+            pass
 
 
 def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Namespace) -> dict:
@@ -230,6 +244,12 @@ def _print_stats(config, stats: dict, finish_reason: str) -> None:
         print(f"n_accept  = {stats['n_accept']}", file=err)
         if stats["n_drafted"]:
             print(f"accept    = {100.0 * stats['accept_rate']:.3f}%", file=err)
+    if config.mode == "auto" and "auto" in stats:
+        auto = stats["auto"]
+        print("decisions = " + ", ".join(f"{d} {n}" for d, n in auto["decisions"].items()), file=err)
+        for source, c in auto["sources"].items():
+            rate = c["accepted"] / c["offered"] if c["offered"] else 0.0
+            print(f"  {source:7s} offered {c['offered']:4d}, accepted {c['accepted']:4d} ({100 * rate:.1f}%)", file=err)
     print(f"steps     = {stats['steps']}", file=err)
     print(f"tokens/step = {stats['tokens_per_step']:.3f}", file=err)
     print(f"finish    = {finish_reason}", file=err)

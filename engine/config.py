@@ -10,14 +10,16 @@ from engine.errors import ConfigError
 from engine.sampling import SamplingParams
 
 Mode = Literal["plain", "lookahead", "speculative", "lookup"]
-MODES: tuple[str, ...] = ("plain", "lookahead", "speculative", "lookup")
+MODES: tuple[str, ...] = ("plain", "lookahead", "speculative", "lookup", "auto")
 # What each mode is called where a person reads it (the app's mode list).
 MODE_LABELS: dict[str, str] = {
     "plain": "Plain",
     "lookahead": "Lookahead",
     "speculative": "Speculative (draft model)",
     "lookup": "Prompt lookup",
+    "auto": "Auto",
 }
+AUTO_SEQUENCES = 3  # Auto's tree: one branch per candidate source (n-gram cache, suffix match, draft)
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
 
 # Every default the CLI, the app's controls and its engine worker share, written once.
@@ -125,12 +127,14 @@ class RunConfig:
         self.sampling.validate()
         if self.mode == "lookahead":
             self.lookahead.validate(n_batch)
-        if self.mode in ("speculative", "lookup"):
+        if self.mode in ("speculative", "lookup", "auto"):
             self.speculative.validate()
 
     @property
     def n_sequences(self) -> int:
-        return self.lookahead.n_sequences if self.mode == "lookahead" else 1
+        if self.mode == "lookahead":
+            return self.lookahead.n_sequences
+        return AUTO_SEQUENCES if self.mode == "auto" else 1
 
     def step_shape(self) -> tuple[int, int]:
         """(tokens, logit rows) of the largest target decode one step of this run makes."""
@@ -139,6 +143,8 @@ class RunConfig:
         if self.mode in ("speculative", "lookup"):
             k = self.speculative.k_max if self.speculative.adaptive != "off" else self.speculative.k
             return k + 1, k + 1
+        if self.mode == "auto":
+            return self.speculative.k_max + 1, self.speculative.k_max + 1
         return 1, 1
 
     def as_dict(self) -> dict:

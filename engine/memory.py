@@ -92,7 +92,7 @@ class Memory:
                 llama.llama_set_abort_callback(self.ctx, _NO_ABORT, None)
         dt = time.perf_counter() - t0
         self.t_decode_s += dt
-        if expected is not None:
+        if expected is not None and rc == 0:  # a batch llama.cpp refused never reached the cache
             self.verifier.after_decode(expected)
         if rc == 0:
             self._notify("on_decode", batch)

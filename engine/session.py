@@ -244,11 +244,20 @@ class Session:
             cancel=self._cancel,
             counters=RunCounters(),
             output=output,
-            draft=self.draft if config.mode == "speculative" else None,
+            draft=self.draft if config.mode in ("speculative", "auto") else None,
             n_reused=n_reused,
+            cost_curve=self._cost_curve() if config.mode == "auto" else None,
         )
         started = RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
         return run_events(rt, strategy, prompt, target, started)
+
+    def _cost_curve(self):
+        """The batch-cost profile's curve if one was measured for this model and context (Auto
+        prices its steps with it; without one it measures its own decodes as it goes)."""
+        from engine.tuning import profile
+
+        known = profile.cached(profile.profile_key(self))
+        return known.curve if known is not None else None
 
     def kv_snapshot(self, step: int, n_seq: int) -> KvSnapshot:
         """The target's KV cells now, as arrays the GUI may keep."""

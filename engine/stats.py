@@ -25,6 +25,7 @@ class RunCounters:
     # (tokens, logit rows) of every target decode after the prompt: what a step really cost, for
     # the cost model (engine.tuning.cost_model) to price against the batch-cost profile
     decode_shapes: dict[tuple[int, int], int] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # a strategy's own figures (Auto's decisions), as plain data
 
     def record_decode(self, n_tokens: int, n_logits: int) -> None:
         shape = (n_tokens, n_logits)
@@ -73,6 +74,7 @@ class RunCounters:
             "accept_per_position": [
                 a / d if d else 0.0 for a, d in zip(self.accepted_at_position, self.drafted_at_position)
             ],
+            **self.extra,
         }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.qt import QtWidgets, pg
+from app.qt import Qt, QtWidgets, pg
 
 
 class StatsPanel(QtWidgets.QWidget):
@@ -44,7 +44,17 @@ class StatsPanel(QtWidgets.QWidget):
         # a stepped, filled curve: one item whose data is replaced, no per-bar objects
         self.hist_curve = self.hist_plot.plot([0, 1], [0], stepMode="center", fillLevel=0,
                                               brush=(52, 152, 219, 180), pen=pg.mkPen((52, 152, 219), width=1.5))
-        for plot in (self.accept_plot, self.hist_plot):
+        # Auto's calibration: its predicted acceptance against what verification then found
+        self.calibration_plot = pg.PlotWidget(title="Auto: predicted vs observed acceptance")
+        self.calibration_plot.setLabel("bottom", "predicted")
+        self.calibration_plot.setLabel("left", "observed")
+        self.calibration_plot.setXRange(0, 1)
+        self.calibration_plot.setYRange(0, 1)
+        self.calibration_plot.plot([0, 1], [0, 1], pen=pg.mkPen((150, 150, 150), style=Qt.DashLine))
+        self.calibration_points = pg.ScatterPlotItem(brush=(230, 126, 34, 200), pen=None)
+        self.calibration_plot.addItem(self.calibration_points)
+        self.calibration_plot.setVisible(False)
+        for plot in (self.accept_plot, self.hist_plot, self.calibration_plot):
             plot.setMenuEnabled(False)
             plot.setMinimumHeight(110)
         layout = QtWidgets.QVBoxLayout(self)
@@ -54,11 +64,12 @@ class StatsPanel(QtWidgets.QWidget):
         plots = QtWidgets.QHBoxLayout()
         plots.addWidget(self.accept_plot)
         plots.addWidget(self.hist_plot)
+        plots.addWidget(self.calibration_plot)
         layout.addLayout(plots, 1)
         self.reset()
 
     def set_background(self, colour) -> None:
-        for plot in (self.accept_plot, self.hist_plot):
+        for plot in (self.accept_plot, self.hist_plot, self.calibration_plot):
             plot.setBackground(colour)
 
     def reset(self) -> None:
@@ -109,6 +120,17 @@ class StatsPanel(QtWidgets.QWidget):
         self.predicted = predicted
         self.values["predicted"].setText(f"{predicted:.2f}×" if predicted is not None else "–")
         self.set_speedup(stats["tokens_per_second"], baseline_tps)
+        self.set_calibration(stats.get("auto", {}).get("calibration"))
+
+    def set_calibration(self, table: list[dict] | None) -> None:
+        """Auto's calibration bins (predicted, observed, n); hidden for the other modes."""
+        self.calibration_plot.setVisible(bool(table))
+        if not table:
+            return
+        n = np.asarray([row["n"] for row in table], dtype=float)
+        self.calibration_points.setData([row["predicted"] for row in table], [row["observed"] for row in table],
+                                        size=4 + 10 * np.sqrt(n / n.max()),
+                                        data=[f"n={int(c)}" for c in n])
 
     def set_speedup(self, tps: float, baseline_tps: float | None) -> None:
         """Measured speed-up when a plain baseline is known, else the prediction marked with ≈."""

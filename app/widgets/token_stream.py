@@ -25,6 +25,9 @@ SOURCE_LABELS = {
     "accepted_draft": "accepted from the draft",
     "rejected": "rejected draft (tried, not kept)",
 }
+# Auto's candidate sources, as the tooltip names them
+PROPOSER_LABELS = {"ngram": "the context n-gram cache", "suffix": "the suffix match", "draft": "the draft model",
+                   "target": "the target itself"}
 # A per-token property so tests and tooltips can read back what a character came from.
 SOURCE_PROPERTY = QtGui.QTextFormat.UserProperty + 1
 STEP_PROPERTY = QtGui.QTextFormat.UserProperty + 2
@@ -43,8 +46,9 @@ class TokenStream(QtWidgets.QTextEdit):
         self.setFont(font)
         self.show_rejected = False
         self.mark_steps = False
-        # per token: (start, end, source, id, step, step acceptance); starts kept apart for bisect
-        self._token_meta: list[tuple[int, int, str, int, int, float]] = []
+        # per token: (start, end, source, id, step, step acceptance, proposer); starts kept apart
+        # for bisect. The proposer is the Auto source that proposed an accepted token ("" otherwise).
+        self._token_meta: list[tuple[int, int, str, int, int, float, str]] = []
         self._texts: list[str] = []  # the text of each entry of _token_meta, as inserted
         self._token_starts: list[int] = []
 
@@ -71,14 +75,15 @@ class TokenStream(QtWidgets.QTextEdit):
         fmt.setProperty(STEP_PROPERTY, step)
         return fmt
 
-    def append_text(self, text: str, source: str, step: int, token_id: int = -1, acceptance: float = 0.0) -> None:
+    def append_text(self, text: str, source: str, step: int, token_id: int = -1, acceptance: float = 0.0,
+                    proposer: str = "") -> None:
         if not text:
             return
         cursor = self.textCursor()
         cursor.movePosition(QtGui.QTextCursor.End)
         start = cursor.position()
         cursor.insertText(text, self._format(source, step))
-        self._token_meta.append((start, cursor.position(), source, token_id, step, acceptance))
+        self._token_meta.append((start, cursor.position(), source, token_id, step, acceptance, proposer))
         self._token_starts.append(start)
         self._texts.append(text)
 
@@ -101,11 +106,12 @@ class TokenStream(QtWidgets.QTextEdit):
             cursor = self.cursorForPosition(ev.pos())
             meta = self.token_at(cursor.position())
             if meta and meta[2] in (*TOKEN_SOURCES, "rejected"):
-                start, end, source, token_id, step, acceptance = meta
+                start, end, source, token_id, step, acceptance, proposer = meta
+                by = f"\nproposed by: {PROPOSER_LABELS.get(proposer, proposer)}" if proposer else ""
                 QtWidgets.QToolTip.showText(
                     ev.globalPos(),
                     f"step {step} · {SOURCE_LABELS.get(source, source)}\n"
-                    f"token id {token_id} · step acceptance {acceptance:.0%}",
+                    f"token id {token_id} · step acceptance {acceptance:.0%}{by}",
                     self,
                 )
             else:

@@ -92,6 +92,7 @@ class Runtime:
     # prompt tokens whose cells were kept from the previous run (prefix reuse): not decoded again
     n_reused: int = 0
     t_start: float | None = None  # when the first token was sampled: the generation clock
+    cost_curve: object | None = None  # the batch-cost profile's curve, for strategies that price steps
 
     def logits(self, i: int) -> np.ndarray:
         return logits_row(self.ctx, i, self.vocab.n_tokens)

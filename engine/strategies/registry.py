@@ -24,4 +24,8 @@ def get(mode: str) -> Callable:
         from engine.strategies.lookup import run_lookup
 
         return run_lookup
+    if mode == "auto":
+        from engine.strategies.auto import run_auto
+
+        return run_auto
     raise ConfigError(f"mode {mode!r} is not available in this build")

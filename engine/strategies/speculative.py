@@ -28,9 +28,11 @@ class DraftModelDrafter:
     """
 
     def __init__(self, draft: ModelContext, sampler: Sampler, p_min: float, n_vocab_target: int,
-                 is_eog=lambda _token: False, cancel=None, n_reused: int = 0) -> None:
+                 is_eog=lambda _token: False, cancel=None, n_reused: int = 0, keep_probs: bool = False) -> None:
         self.draft = draft
         self.n_reused = n_reused
+        self.keep_probs = keep_probs  # record each greedy proposal's probability (Auto calibrates on it)
+        self.last_probs: list[float] = []
         self.is_eog = is_eog
         self.cancel = cancel  # checked between the draft's single-token decodes
         params = sampler.params
@@ -94,6 +96,7 @@ class DraftModelDrafter:
         row = self._sync(context)
         tokens: list[int] = []
         dists: list[np.ndarray] = []
+        probs: list[float] = []
         # A draft may have a few more tokens than the target (the vocabulary check allows padding):
         # it proposes only ids the target has.
         n_shared = min(d.n_vocab, self.n_vocab_target)
@@ -101,16 +104,18 @@ class DraftModelDrafter:
             logits = logits_row(d.ctx, row, d.n_vocab)[:n_shared]
             if self.sampler.greedy:
                 token = int(np.argmax(logits))
-                if self.p_min > 0.0:
+                if self.p_min > 0.0 or self.keep_probs:
                     top = 1.0 / float(np.exp(logits.astype(np.float64) - logits[token]).sum())
                     if top < self.p_min:
                         break
+                    probs.append(top)
             else:
                 q = self.sampler.distribution(logits)
                 if q.max() < self.p_min:
                     break
                 token = self.sampler.draw(q)
                 dists.append(self._target_sized(q))
+                probs.append(float(q[token]))
             tokens.append(token)
             if i == k - 1 or self.is_eog(token):
                 break  # the last proposal needs no draft decode; nothing follows an end of generation
@@ -120,6 +125,7 @@ class DraftModelDrafter:
             row = d.batch.add(token, len(self.cached), (0,), True)
             d.memory.decode(d.batch)
             self.cached.append(token)
+        self.last_probs = probs
         return Draft(tokens, dists if not self.sampler.greedy else None, time.perf_counter() - t0)
 
 

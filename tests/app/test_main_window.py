@@ -101,6 +101,25 @@ def test_speculative_and_lookup_colour_drafts(window, qtbot, smollm_drafts):
     assert window.controls.lookup.isHidden()
 
 
+def test_auto_shows_its_decisions_proposers_and_calibration(window, qtbot, monkeypatch):
+    from engine.session import Session
+    from tests.engine.test_auto import FLAT
+
+    # price steps as on a machine where verifying is nearly free, so that Auto drafts here too
+    monkeypatch.setattr(Session, "_cost_curve", lambda self: FLAT)
+    window.input.chat_mode.setChecked(False)
+    run(window, qtbot, CODE_PROMPT, mode="auto", max_tokens=64)
+    assert window.stream.generated_text() == window.last_finished.text
+    assert not window.decisions_box.isHidden() and len(window.decisions.steps) > 10
+    decisions = {record["decision"] for _step, record, _n in window.decisions.steps}
+    assert "plain" in decisions or len(decisions) > 1
+    proposers = {meta[6] for meta in window.stream._token_meta if meta[2] == "accepted_ngram"}
+    assert proposers and proposers <= {"ngram", "suffix"}  # every accepted token names its source
+    assert not window.stats.calibration_plot.isHidden()
+    run(window, qtbot, "Hello", mode="plain", max_tokens=4)
+    assert window.decisions_box.isHidden() and window.stats.calibration_plot.isHidden()
+
+
 def test_pending_parameters_apply_to_the_next_run_only(window, qtbot):
     window.input.chat_mode.setChecked(False)
     window.controls.set_values({"mode": "plain", "max_tokens": 40})

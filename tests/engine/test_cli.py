@@ -51,3 +51,41 @@ def test_models_list_shows_both_models():
     by_arch = {row["arch"]: row for row in out if "arch" in row}
     assert by_arch["llama"]["n_vocab"] == 49152 and by_arch["llama"]["chat_template"] is True
     assert by_arch["gemma3"]["n_vocab"] == 262144 and by_arch["gemma3"]["chat_template"] is False
+
+
+def test_chat_reads_one_turn_per_line_with_reuse_and_commands(tmp_path):
+    import os
+
+    env = {**os.environ, "SPECDEC_DATA": str(tmp_path)}
+    script = "Name a colour.\nWhy that one?\n/regen\n/save Colours\n/list\n/bogus\n"
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "-n", "16", "--mode", "lookup",
+                           "-t", str(N_THREADS), "-c", "1024"], input=script, capture_output=True, text=True,
+                          env=env, check=True)
+    figures = [line for line in done.stderr.splitlines() if "reused" in line]
+    assert len(figures) == 3  # two turns and a regeneration
+    reused = [int(line.split("(")[1].split()[0]) for line in figures]
+    assert reused[0] == 0 and reused[1] > 20 and reused[2] > reused[1]  # /regen keeps the whole prompt
+    assert "saved as" in done.stderr and "Colours" in done.stderr
+    assert "unknown command /bogus" in done.stderr
+    conv_id = done.stderr.split("saved as ")[1].split(":")[0]
+    again = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "-n", "8", "-t", str(N_THREADS),
+                            "-c", "1024", "--load", conv_id], input="And another?\n", capture_output=True,
+                           text=True, env=env, check=True)
+    assert "loaded 'Colours': 4 messages" in again.stderr
+    assert "reused" in again.stderr
+
+
+def test_transcript_exports_markdown_and_html():
+    from engine.conversation import Conversation, Message
+    from engine.transcript import to_html, to_markdown
+
+    conv = Conversation(title="Colours")
+    conv.add(Message("user", "Name a colour <b>."))
+    conv.add(Message("assistant", "Blue sky", pieces=[["Blue", "sampled", 0, 5, 0.0], [" sky", "accepted_ngram", 1, 9, 1.0]],
+                     figures={"mode": "lookahead", "n_predict": 2, "tokens_per_second": 50.0, "tokens_per_step": 2.0,
+                              "n_drafted": 1, "n_accept": 1}))
+    md = to_markdown(conv.view())
+    assert md.startswith("# Colours") and "**You**" in md and "Blue sky" in md and "accepted 1/1" in md
+    page = to_html(conv.view())
+    assert "&lt;b&gt;" in page and "<b>." not in page  # message text is escaped
+    assert 'color:#0a8fa8' in page and "accepted from an n-gram" in page  # coloured token and legend

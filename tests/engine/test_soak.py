@@ -62,6 +62,7 @@ def test_soak_300_runs(smollm_path, smollm_drafts):
     with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS, draft_path=smollm_drafts["default-q3_k_m"]) as session:
         token_sets = [prompt_tokens(session, p, True) for p in prompt_set]
         baseline = None
+        final, previous, n_reused = None, [], 0
         for i in range(N_RUNS):
             if i == WARM_UP:
                 baseline = (resident_bytes(), open_fds(), native_threads(), threading.active_count())
@@ -70,19 +71,26 @@ def test_soak_300_runs(smollm_path, smollm_drafts):
             if rng.random() < 0.5:  # Stop at a random moment: before the first step or mid-run
                 timer = threading.Timer(rng.uniform(0.0, 0.4), session.cancel)
                 timer.start()
+            tokens = rng.choice(token_sets)
+            reuse = rng.random() < 0.5  # half the runs keep what the cache holds (as a chat turn does)
+            if reuse and final is not None and rng.random() < 0.5:  # continue the previous run
+                tokens = (previous + list(final.token_ids) + tokens[-8:])[-1500:]
+            previous = tokens
             final = None
-            for event in session.run(config, rng.choice(token_sets), fresh_cancel=timer is None):
+            for event in session.run(config, tokens, fresh_cancel=timer is None, reuse_prefix=reuse):
                 final = event
             if timer is not None:
                 timer.cancel()
                 timer.join()
             assert isinstance(final, RunFinished), f"run {i} ({config.mode}) ended without a result"
             finishes[final.finish_reason] = finishes.get(final.finish_reason, 0) + 1
+            n_reused += final.stats["n_prompt_reused"]
             session.cancel_flag.clear()
         growth = resident_bytes() - baseline[0]
         print(f"\nsoak: {N_RUNS} runs, finishes {finishes}, resident growth after warm-up "
-              f"{growth / 2**20:.1f} MB, fds {baseline[1]} -> {open_fds()}, threads {baseline[2]} -> {native_threads()}")
+              f"{growth / 2**20:.1f} MB, fds {baseline[1]} -> {open_fds()}, threads {baseline[2]} -> {native_threads()}, "
+              f"{n_reused} prompt tokens reused")
         assert growth < MAX_GROWTH_BYTES
         assert open_fds() <= baseline[1]
         assert native_threads() <= baseline[2] and threading.active_count() <= baseline[3]
-    assert finishes.get("cancelled", 0) > 0 and finishes.get("length", 0) > 0
+    assert finishes.get("cancelled", 0) > 0 and finishes.get("length", 0) > 0 and n_reused > 0

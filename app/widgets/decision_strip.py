@@ -1,0 +1,73 @@
+"""Auto's decisions, one bar per step under the token stream: the colour says what the step
+verified (nothing, one source, or a tree of several), the height how many tokens it emitted.
+Hover a bar for the step's k, tree depth, predicted gain and the tokens' proposers."""
+
+from __future__ import annotations
+
+from app.qt import QtCore, QtGui, QtWidgets
+
+DECISION_COLOURS = {
+    "plain": "#a0a4aa",
+    "ngram": "#0aa5c0",
+    "suffix": "#8e44ad",
+    "draft": "#2e9d4f",
+    "tree": "#e67e22",
+}
+DECISION_LABELS = {"plain": "plain step", "ngram": "n-gram cache", "suffix": "suffix match", "draft": "draft model",
+                   "tree": "tree of several sources"}
+BAR_WIDTH = 4
+MAX_TOKENS_DRAWN = 8
+
+
+def _kind(decision: str) -> str:
+    return "tree" if decision.startswith("tree:") else decision
+
+
+class DecisionStrip(QtWidgets.QWidget):
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumHeight(34)
+        self.setMaximumHeight(34)
+        self.setMouseTracking(True)
+        self.steps: list[tuple[int, dict, int]] = []  # (step, the step's "auto" record, tokens emitted)
+
+    def clear(self) -> None:
+        self.steps.clear()
+        self.update()
+
+    def add(self, step: int, record: dict, n_tokens: int) -> None:
+        self.steps.append((step, record, n_tokens))
+
+    def legend_html(self) -> str:
+        return " ".join(f'<span style="color:{c}">■</span> {DECISION_LABELS[k]}' for k, c in DECISION_COLOURS.items())
+
+    def _visible(self) -> list[tuple[int, dict, int]]:
+        fit = max(1, self.width() // BAR_WIDTH)
+        return self.steps[-fit:]  # the newest steps when the run is longer than the strip
+
+    def paintEvent(self, _event) -> None:
+        painter = QtGui.QPainter(self)
+        h = self.height() - 2
+        for i, (_step, record, n_tokens) in enumerate(self._visible()):
+            colour = QtGui.QColor(DECISION_COLOURS.get(_kind(record.get("decision", "plain")), "#888"))
+            bar = max(3, int(h * min(n_tokens, MAX_TOKENS_DRAWN) / MAX_TOKENS_DRAWN))
+            painter.fillRect(i * BAR_WIDTH, self.height() - bar, BAR_WIDTH - 1, bar, colour)
+        painter.end()
+
+    def event(self, ev):
+        if ev.type() == QtCore.QEvent.ToolTip:
+            visible = self._visible()
+            i = int(ev.pos().x()) // BAR_WIDTH
+            if 0 <= i < len(visible):
+                step, r, n = visible[i]
+                proposers = ", ".join(r.get("proposers", ()))
+                QtWidgets.QToolTip.showText(
+                    ev.globalPos(),
+                    f"step {step}: {DECISION_LABELS.get(_kind(r.get('decision', 'plain')), r.get('decision'))}"
+                    f" ({r.get('decision')})\nverified {r.get('k', 0)} candidate tokens in {r.get('branches', 0)} "
+                    f"branch(es), depth {r.get('depth', 0)}; predicted gain {r.get('predicted_gain', 1.0):.2f}×\n"
+                    f"emitted {n} token(s), proposed by: {proposers}", self)
+            else:
+                QtWidgets.QToolTip.hideText()
+            return True
+        return super().event(ev)

@@ -1,0 +1,438 @@
+"""Auto: each step verifies whatever set of candidate tokens is expected to emit the most tokens
+per second, and nothing (a plain step) when no candidate pays for itself.
+
+Candidate sources, each proposing a continuation of the context:
+
+- ``ngram``: llama-lookup's context n-gram cache (every n-gram of the context counts its followers);
+  each proposed token's signal is the n-gram size it came from and its follower share and count;
+- ``suffix``: the longest suffix of the context that occurred earlier (a suffix automaton over the
+  prompt, which holds the earlier turns of a chat, and the output so far) and what followed it;
+  the signal is the match length (SAM-Decoding, SuffixDecoding: speculate more on a long match);
+- ``draft``: a draft model's greedy proposals, when one is loaded; the signal is its probability.
+
+Every proposed token gets a probability of being accepted, calibrated online from the run's own
+verifications of tokens with the same source, signal and draft position (a beta-binomial mean
+that leans on the source's overall rate until its bin has data). A step's candidates form a tree:
+continuations that share a prefix share its tokens (each such token carries every branch's
+sequence id, as in llama.cpp's ``examples/speculative``). The tree grows one token at a time while
+that raises expected emitted tokens ÷ predicted step cost, where a decode of B tokens costs
+T(B)/T(1) from the batch-cost profile (or, without one, from the decodes the run makes). An empty
+tree is a plain step.
+
+Verification is lookahead's: the target's own token at each position (argmax, or a draw from its
+distribution), kept while some branch has it next. Every emitted token is the target's choice,
+drawn once per token in plain decoding's order, so a seeded stochastic run equals plain's too.
+The winning branch's cells stay; the others are removed; if the winner was not the first branch
+in the batch, its cells are re-decoded with the next step so the cache stays in position order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from engine.events import Event, StepDone
+from engine.strategies.common import Runtime, begin_run
+from engine.strategies.lookup import MIN_PERCENT, MIN_SAMPLES, NgramCacheDrafter
+from engine.strategies.suffix_automaton import SuffixMatcher
+
+SOURCES = ("ngram", "suffix", "draft")
+MAX_BRANCHES = len(SOURCES)  # one branch per source: the sequences a step can use
+NGRAM_MIN, NGRAM_MAX = 1, 4
+MIN_SUFFIX_MATCH = 2
+# Prior acceptance per source before the run has verified any of its tokens: a weak belief
+# (worth two observations) that a proposal is as likely right as wrong.
+PRIOR_WEIGHT = 2.0
+SOURCE_PRIOR = 0.5
+# Without a profile, a decode of B tokens is assumed to cost 1 + COST_SLOPE·(B - 1) plain steps
+# until the run has timed decodes of that size (measured on this CPU: T(8)/T(1) ≈ 1.3).
+COST_SLOPE = 0.04
+MIN_GAIN = 1.0  # a tree must beat a plain step's one token per step-cost
+MIN_REACH = 0.02  # candidates less likely than this to be reached are not worth a row
+DRAFT_MIN_RATE = 0.6
+DRAFT_PROBE_EVERY = 8
+
+
+# ----------------------------------------------------------------------------- calibration
+def _bucket(value: float, edges: Sequence[float]) -> int:
+    for i, edge in enumerate(edges):
+        if value < edge:
+            return i
+    return len(edges)
+
+
+class Calibrator:
+    """P(accepted | source, signal, position), learnt from the run's verifications."""
+
+    def __init__(self) -> None:
+        self.bins: dict[tuple, list[float]] = {}  # key -> [accepted, offered]
+        self.by_source: dict[str, list[float]] = {s: [0.0, 0.0] for s in SOURCES}
+        # predicted probability (in tenths) -> [sum predicted, accepted, offered]: calibration
+        self.reliability = [[0.0, 0, 0] for _ in range(10)]
+
+    def source_rate(self, source: str) -> float:
+        acc, off = self.by_source[source]
+        return (acc + PRIOR_WEIGHT * SOURCE_PRIOR) / (off + PRIOR_WEIGHT)
+
+    def probability(self, source: str, signal: tuple, position: int) -> float:
+        acc, off = self.bins.get((source, signal, min(position, 4)), (0.0, 0.0))
+        return (acc + PRIOR_WEIGHT * self.source_rate(source)) / (off + PRIOR_WEIGHT)
+
+    def observe(self, source: str, signal: tuple, position: int, predicted: float, accepted: bool) -> None:
+        entry = self.bins.setdefault((source, signal, min(position, 4)), [0.0, 0.0])
+        entry[0] += accepted
+        entry[1] += 1
+        src = self.by_source[source]
+        src[0] += accepted
+        src[1] += 1
+        row = self.reliability[min(9, int(predicted * 10))]
+        row[0] += predicted
+        row[1] += accepted
+        row[2] += 1
+
+    def table(self) -> list[dict]:
+        return [{"bin": f"{i / 10:.1f}-{(i + 1) / 10:.1f}", "n": n, "predicted": s / n, "observed": a / n}
+                for i, (s, a, n) in enumerate(self.reliability) if n]
+
+
+class StepCost:
+    """Relative cost T(B)/T(1) of a decode of B tokens (all with logits): the profile's curve if
+    there is one, else this run's own timings of that size, else a gentle linear prior.
+
+    A run's timing of a size is the fastest of its last few decodes (other work on the machine only
+    ever adds time), ignoring the first one (llama.cpp builds a graph for every new shape), and is
+    trusted from the third."""
+
+    KEEP = 8
+    TRUSTED = 3
+
+    def __init__(self, curve=None) -> None:
+        self.curve = curve
+        self.seen: dict[int, list[float]] = {}  # B -> the last KEEP decode times, after the first
+        self._first: set[int] = set()
+
+    def observe(self, n_tokens: int, seconds: float) -> None:
+        if n_tokens not in self._first:
+            self._first.add(n_tokens)
+            return
+        times = self.seen.setdefault(n_tokens, [])
+        times.append(seconds)
+        del times[: -self.KEEP]
+
+    def relative(self, n_tokens: int) -> float:
+        if self.curve is not None:
+            return self.curve.relative(n_tokens, n_tokens)
+        prior = 1.0 + COST_SLOPE * (n_tokens - 1)
+        one, this = self.seen.get(1, []), self.seen.get(n_tokens, [])
+        if n_tokens <= 1 or len(one) < self.TRUSTED or len(this) < self.TRUSTED:
+            return prior
+        return max(1.0, min(this) / min(one))
+
+
+# ----------------------------------------------------------------------------- candidates
+@dataclass
+class Proposal:
+    source: str
+    tokens: list[int]
+    signals: list[tuple]
+
+
+@dataclass
+class Node:
+    """A token of the step's tree: its depth (1 = right after the input token), the branches
+    (sequence ids) that pass through it, and the calibrated chance that it is accepted."""
+
+    token: int
+    depth: int
+    parent: int  # index of the parent node, -1 for the input token
+    source: str
+    signal: tuple
+    p: float  # P(accepted | parent accepted)
+    reach: float  # P(this node accepted)
+    seqs: list[int] = field(default_factory=list)
+    row: int = -1
+
+
+class Sources:
+    """The candidate sources of one run, kept up to date with the context."""
+
+    def __init__(self, prompt: Sequence[int], draft=None) -> None:
+        self.ngrams = NgramCacheDrafter(NGRAM_MIN, NGRAM_MAX)
+        self.ngrams.begin(prompt)
+        self.suffix = SuffixMatcher(prompt)
+        self.draft = draft  # a DraftModelDrafter, or None
+
+    def advance(self, context: Sequence[int]) -> None:
+        self.suffix.extend(context[len(self.suffix.tokens):])
+
+    def propose(self, context: Sequence[int], k: int, use_draft: bool) -> list[Proposal]:
+        out = [self._ngram(context, k), self._suffix(k)]
+        if self.draft is not None and use_draft:
+            out.append(self._draft(context, k))
+        return [p for p in out if p.tokens]
+
+    def _ngram(self, context: Sequence[int], k: int) -> Proposal:
+        cache = self.ngrams
+        cache._count(context)
+        seq = list(context[max(0, len(context) - NGRAM_MAX):])
+        tokens, signals = [], []
+        while len(tokens) < k:
+            found = None
+            for size in range(min(NGRAM_MAX, len(seq)), NGRAM_MIN - 1, -1):
+                entry = cache.followers.get(tuple(seq[len(seq) - size:]))
+                # llama-lookup's evidence thresholds: a lone token seen once is no evidence at all
+                level = min(size, len(MIN_SAMPLES)) - 1
+                if entry is not None and entry.total >= MIN_SAMPLES[level] \
+                        and 100 * entry.best_count >= MIN_PERCENT[level] * entry.total:
+                    found = (size, entry)
+                    break
+            if found is None:
+                break
+            size, entry = found
+            share = entry.best_count / entry.total
+            tokens.append(entry.best)
+            signals.append((size, _bucket(share, (0.5, 0.67, 0.9)), _bucket(entry.total, (2, 4, 8))))
+            seq.append(entry.best)
+        return Proposal("ngram", tokens, signals)
+
+    def _suffix(self, k: int) -> Proposal:
+        tokens, length = self.suffix.continuation(k, MIN_SUFFIX_MATCH)
+        signal = (_bucket(length, (3, 5, 9, 17, 33)),)
+        return Proposal("suffix", tokens, [signal] * len(tokens))
+
+    def _draft(self, context: Sequence[int], k: int) -> Proposal:
+        draft = self.draft.propose(context, k)
+        probs = self.draft.last_probs
+        return Proposal("draft", draft.tokens, [(_bucket(p, (0.3, 0.6, 0.8, 0.95)),) for p in probs])
+
+
+def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost, room: int) -> tuple[list[Node], float]:
+    """The step's tree: candidate tokens added likeliest first (a token another branch already
+    put in the tree costs nothing), then cut at the size whose expected emitted tokens ÷ relative
+    step cost is highest. Returns the nodes in batch order and the predicted gain over a plain
+    step (1.0 for an empty tree: a plain step)."""
+    trie: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
+    nodes: list[Node] = []
+    frontier = [(b, 0, -1) for b in range(len(proposals))]  # (proposal, next position, parent node)
+    expected = 1.0  # tokens the step emits: the target's own, plus each node's chance
+    best_gain, best_size = 1.0, 0
+    while len(nodes) < room:
+        pick = None
+        for fi, (b, i, parent) in enumerate(frontier):
+            prop = proposals[b]
+            if i >= len(prop.tokens):
+                continue
+            if (parent, prop.tokens[i]) in trie:  # already in the tree: follow it for free
+                pick = (fi, 1.0, -1.0)
+                break
+            parent_reach = 1.0 if parent < 0 else nodes[parent].reach
+            # children of one node are alternatives: together they cannot exceed certainty
+            siblings = sum(n.p for n in nodes if n.parent == parent)
+            p = min(calibrator.probability(prop.source, prop.signals[i], i), max(0.0, 1.0 - siblings))
+            if pick is None or parent_reach * p > pick[1]:
+                pick = (fi, parent_reach * p, p)
+        if pick is None or pick[1] < MIN_REACH:
+            break
+        fi, reach, p = pick
+        b, i, parent = frontier[fi]
+        prop = proposals[b]
+        key = (parent, prop.tokens[i])
+        if key not in trie:
+            trie[key] = len(nodes)
+            nodes.append(Node(prop.tokens[i], i + 1, parent, prop.source, prop.signals[i], p, reach))
+            expected += reach
+            gain = expected / cost.relative(len(nodes) + 1)
+            if gain > best_gain:
+                best_gain, best_size = gain, len(nodes)
+        frontier[fi] = (b, i + 1, trie[key])
+    if best_gain <= MIN_GAIN:
+        return [], 1.0
+    return _in_batch_order(nodes[:best_size]), best_gain
+
+
+def _in_batch_order(nodes: list[Node]) -> list[Node]:
+    """The tree depth first, the likeliest child first: the likeliest path is contiguous in the
+    batch (and in the cache). Branches become sequences 0, 1, … in that order, and a node carries
+    the sequence of every branch that passes through it."""
+    children: dict[int, list[int]] = {}
+    for i, n in enumerate(nodes):
+        children.setdefault(n.parent, []).append(i)
+    order: list[int] = []
+    stack = sorted(children.get(-1, []), key=lambda i: nodes[i].reach)
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        stack.extend(sorted(children.get(i, []), key=lambda j: nodes[j].reach))
+    new_index = {old: new for new, old in enumerate(order)}
+    ordered = [nodes[i] for i in order]
+    for n in ordered:
+        n.parent = new_index.get(n.parent, -1)
+        n.seqs = []
+    # a branch per leaf, numbered in batch order
+    has_child = {n.parent for n in ordered}
+    leaves = [i for i in range(len(ordered)) if i not in has_child]
+    for seq, leaf in enumerate(leaves):
+        i = leaf
+        while i >= 0:
+            ordered[i].seqs.append(seq)
+            i = ordered[i].parent
+    return ordered
+
+
+# ----------------------------------------------------------------------------- the strategy
+def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
+    params = rt.config.speculative
+    out, counters, memory, batch = rt.output, rt.counters, rt.memory, rt.batch
+    calibrator = Calibrator()
+    cost = StepCost(rt.cost_curve)
+    draft = None
+    if rt.draft is not None:
+        from engine.strategies.speculative import DraftModelDrafter
+
+        draft = DraftModelDrafter(rt.draft, rt.sampler, 0.0, rt.vocab.n_tokens, rt.vocab.is_eog, rt.cancel,
+                                  rt.n_reused, keep_probs=True)
+    sources = Sources(prompt, draft)
+    n_seq = rt.config.n_sequences
+    all_seqs = tuple(range(n_seq))
+    report = AutoReport()
+
+    def prepare() -> None:
+        for s in range(1, n_seq):
+            memory.seq_cp(0, s, -1, -1)
+        if draft is not None:
+            draft.begin(prompt)
+
+    start = yield from begin_run(rt, prompt, prepare=prepare)
+    if start is None:
+        return
+    token, n_past = start.token, start.n_past
+    context = [*prompt, token]
+    t_prev = rt.t_start
+    step = 1
+    redecode: list[int] = []  # accepted tokens whose cells were dropped to keep position order
+    while not rt.should_stop(n_past, 1):
+        sources.advance(context)
+        room = min(params.k_max, rt.n_ctx - n_past - 1 - len(redecode), rt.n_batch - 1 - len(redecode),
+                   rt.config.max_tokens - len(out.ids) - 1)
+        t0 = time.perf_counter()
+        # A draft model costs a decode per proposal: asked while it earns its keep, and every
+        # DRAFT_PROBE_EVERY steps to find out whether it has started to.
+        use_draft = calibrator.source_rate("draft") >= DRAFT_MIN_RATE or step % DRAFT_PROBE_EVERY == 1
+        proposals = rt.guarded(lambda: sources.propose(context, max(0, room), use_draft)) if room > 0 else []
+        if proposals is None:  # the draft model was stopped
+            break
+        proposals = proposals[:n_seq]
+        nodes, gain = build_tree(proposals, calibrator, cost, max(0, room))
+        t_plan = time.perf_counter() - t0
+        counters.t_draft_s += t_plan
+
+        # ---- the batch: re-decoded tokens, the input token, the tree --------------------------
+        batch.clear()
+        for p, t in enumerate(redecode, start=n_past - len(redecode)):
+            batch.add(t, p, all_seqs, False)
+        redecode = []
+        input_row = batch.add(token, n_past, all_seqs, True)
+        for node in nodes:
+            node.row = batch.add(node.token, n_past + node.depth, tuple(node.seqs), True)
+        n_batch_tokens = batch.n_tokens
+        t_decode = rt.decode()
+        if t_decode is None:
+            break
+        cost.observe(n_batch_tokens, t_decode)
+
+        # ---- verify: the target's token at each depth, following the nodes that have it --------
+        emitted, proposers = [], []
+        accepted_nodes: list[Node] = []
+        row, parent = input_row, -1
+        while True:
+            chosen = rt.sampler.sample(rt.logits(row))
+            children = [i for i, n in enumerate(nodes) if n.parent == parent]
+            match = next((i for i in children if nodes[i].token == chosen), None)
+            for i in children:  # every child offered here was tested against the target's choice
+                n = nodes[i]
+                calibrator.observe(n.source, n.signal, n.depth - 1, n.p, i == match)
+                report.count(report.offered, n.source)
+            if match is None:
+                label, proposer = "sampled", "target"
+            else:
+                proposer = nodes[match].source
+                label = "accepted_draft" if proposer == "draft" else "accepted_ngram"
+                report.count(report.accepted, proposer)
+                accepted_nodes.append(nodes[match])
+            info = out.push(chosen, label)
+            context.append(chosen)
+            if info is not None:
+                emitted.append(info)
+                proposers.append(proposer)
+            if match is None or out.done:
+                break
+            parent, row = match, nodes[match].row
+        n_accepted = len(accepted_nodes)
+
+        # ---- KV: the accepted path stays, in every sequence; the other branches go ----------------
+        n_past += 1 + n_accepted
+        if not out.done and nodes:
+            memory.seq_rm(-1, n_past, -1)  # everything past the accepted path, in every sequence
+            branches = set().union(*(n.seqs for n in nodes))
+            contiguous = all(n.row == input_row + 1 + j for j, n in enumerate(accepted_nodes))
+            if n_accepted and not contiguous:
+                # the path's cells sit after another branch's: re-decode it in position order
+                memory.seq_rm(-1, n_past - n_accepted, -1)
+                redecode = [n.token for n in accepted_nodes]
+            elif n_accepted and branches == {0}:
+                for s in range(1, n_seq):  # every sequence sees the accepted path
+                    memory.seq_cp(0, s, n_past - n_accepted, n_past)
+            elif n_accepted:
+                winner = accepted_nodes[-1].seqs[0]
+                memory.seq_keep(winner)
+                if winner != 0:
+                    memory.seq_cp(winner, 0, -1, -1)
+                    memory.seq_rm(winner, -1, -1)
+                for s in range(1, n_seq):
+                    memory.seq_cp(0, s, -1, -1)
+            else:  # nothing accepted: drop every branch's cells past the input token
+                for s in branches:
+                    memory.seq_rm(s, n_past, -1)
+        token = context[-1]
+        if draft is not None:
+            draft.settle(context)
+
+        now = time.perf_counter()
+        counters.record_step(len(emitted), len(nodes), n_accepted, t_decode)
+        if nodes:
+            counters.record_positions(max(n.depth for n in nodes), n_accepted)
+        decision = report.decide(nodes, proposals)
+        if emitted:
+            yield StepDone(step, tuple(emitted), len(nodes), n_accepted, t_decode, now - t_prev,
+                           {"auto": {"decision": decision, "k": len(nodes), "branches": len(proposals) if nodes else 0,
+                                     "depth": max((n.depth for n in nodes), default=0),
+                                     "predicted_gain": round(gain, 3), "proposers": tuple(proposers)}})
+        t_prev = now
+        step += 1
+    counters.extra["auto"] = report.as_dict(calibrator)
+
+
+class AutoReport:
+    """Counts per source and per decision for ``--json`` and the app."""
+
+    def __init__(self) -> None:
+        self.offered: dict[str, int] = {}
+        self.accepted: dict[str, int] = {}
+        self.decisions: dict[str, int] = {}
+
+    @staticmethod
+    def count(table: dict[str, int], key: str) -> None:
+        table[key] = table.get(key, 0) + 1
+
+    def decide(self, nodes: list[Node], proposals: list[Proposal]) -> str:
+        used = sorted({n.source for n in nodes})
+        decision = "plain" if not used else ("tree:" + "+".join(used) if len(used) > 1 else used[0])
+        self.decisions[decision] = self.decisions.get(decision, 0) + 1
+        return decision
+
+    def as_dict(self, calibrator: Calibrator) -> dict:
+        return {"decisions": dict(sorted(self.decisions.items())),
+                "sources": {s: {"offered": self.offered.get(s, 0), "accepted": self.accepted.get(s, 0)}
+                            for s in SOURCES if self.offered.get(s)},
+                "calibration": calibrator.table()}

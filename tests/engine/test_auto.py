@@ -1,0 +1,174 @@
+"""Auto mode: lossless on every prompt category, the target's distribution kept, the KV mirror
+right on tree steps, plain steps where nothing repeats, and its decisions reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.config import RunConfig, SpeculativeParams
+from engine.events import RunFinished, StepDone
+from engine.sampling import SamplingParams
+from engine.session import Session
+from engine.strategies.auto import Calibrator, Proposal, StepCost, build_tree
+from engine.tuning.cost_model import CostCurve
+from engine.tuning.prompts import CATEGORIES, shipped
+from engine.tuning.sweep import prompt_tokens
+from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
+from tests.engine.lossless import assert_lossless
+from tests.engine.test_speculative import N_SEEDS, _two_sample_p_value
+
+
+# A machine where verifying more tokens is nearly free (a GPU, a wide CPU): Auto then builds trees,
+# which these tests must see whatever this machine's own batch-cost profile says.
+FLAT = CostCurve(sizes=(1, 2, 64), t_all_logits=(0.010, 0.0102, 0.0126), t_last_logit=(0.010, 0.0101, 0.012))
+
+
+@pytest.fixture(scope="module")
+def verified(smollm_path, smollm_drafts):
+    """SmolLM2 with the KV mirror checked against llama.cpp's dump before every decode, priced
+    with a flat batch-cost curve."""
+    with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS, verify_kv=True) as session:
+        session._cost_curve = lambda: FLAT
+        yield session
+
+
+def _final(events) -> tuple[RunFinished, list]:
+    seen = list(events)
+    return seen[-1], seen
+
+
+def test_greedy_auto_equals_plain_on_every_category(verified, exactness_probe):
+    deviation = exactness_probe(Path(verified.model.info.path))["max_abs_diff"]
+    prompts = {p.category: p for p in shipped()}
+    assert set(prompts) == set(CATEGORIES)
+    tree_steps = checked = 0
+    for category, prompt in sorted(prompts.items()):
+        tokens = prompt_tokens(verified, prompt, chat=True)
+        plain, _ = _final(verified.run(RunConfig(max_tokens=64), tokens))
+        before = verified.memory.verifier.n_checked
+        auto, seen = _final(verified.run(RunConfig(mode="auto", max_tokens=64), tokens))
+        checked += verified.memory.verifier.n_checked - before
+        assert_lossless(verified, tokens, plain.token_ids, auto.token_ids, deviation, f"auto on {category}")
+        decisions = auto.stats["auto"]["decisions"]
+        tree_steps += sum(n for d, n in decisions.items() if d.startswith("tree:"))
+        assert sum(decisions.values()) == auto.stats["steps"] - 1  # every step after the first decided
+    assert tree_steps > 0  # several sources were verified together in one batch (tree steps)
+    assert checked > 10 * len(prompts)  # llama.cpp's dump matched the mirror on every decode
+
+
+def test_auto_drafts_on_repetitive_text_and_reports_each_decision(verified):
+    final, seen = _final(verified.run(RunConfig(mode="auto", max_tokens=96), verified.tokenize_prompt(CODE_PROMPT)))
+    report = final.stats["auto"]
+    assert final.stats["tokens_per_step"] > 1.5
+    assert report["sources"] and all(v["offered"] >= v["accepted"] for v in report["sources"].values())
+    steps = [e for e in seen if isinstance(e, StepDone) and "auto" in e.extra]
+    for e in steps:
+        info = e.extra["auto"]
+        assert info["decision"] == "plain" or info["k"] > 0
+        assert len(info["proposers"]) == len(e.tokens)
+        accepted = [p for p in info["proposers"] if p != "target"]
+        assert len(accepted) == e.n_accepted or e is steps[-1]
+    assert report["calibration"] and all(0.0 <= row["observed"] <= 1.0 for row in report["calibration"])
+
+
+def test_text_without_repetition_gets_plain_steps(verified):
+    # prose that does not repeat itself: the sources have (almost) nothing to propose
+    final, _ = _final(verified.run(RunConfig(mode="auto", max_tokens=32), verified.tokenize_prompt(PROSE_PROMPT)))
+    decisions = final.stats["auto"]["decisions"]
+    assert decisions.get("plain", 0) >= 0.8 * sum(decisions.values()), decisions
+
+
+def test_where_verifying_costs_as_much_as_it_saves_auto_makes_plain_steps(verified):
+    steep = CostCurve(sizes=(1, 2, 64), t_all_logits=(0.010, 0.019, 0.5), t_last_logit=(0.010, 0.018, 0.45))
+    verified._cost_curve = lambda: steep
+    try:
+        final, _ = _final(verified.run(RunConfig(mode="auto", max_tokens=48), verified.tokenize_prompt(CODE_PROMPT)))
+    finally:
+        verified._cost_curve = lambda: FLAT
+    decisions = final.stats["auto"]["decisions"]
+    assert decisions.get("plain", 0) >= 0.8 * sum(decisions.values()), decisions
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_seeded_sampling_equals_plain_token_for_token(verified, seed):
+    # Auto draws the target's token once per emitted token, in plain's order: the same seed gives
+    # the same text, whatever was drafted
+    prompt = verified.tokenize_prompt(CODE_PROMPT)
+    sampling = SamplingParams(temperature=0.8, seed=seed)
+    plain, _ = _final(verified.run(RunConfig(max_tokens=48, sampling=sampling), prompt))
+    auto, _ = _final(verified.run(RunConfig(mode="auto", max_tokens=48, sampling=sampling), prompt))
+    assert auto.token_ids == plain.token_ids and auto.stats["n_drafted"] > 0
+
+
+@pytest.fixture(scope="module")
+def flat(smollm_path):
+    with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS) as session:
+        session._cost_curve = lambda: FLAT
+        yield session
+
+
+def test_stochastic_auto_matches_plain_sampling(flat):
+    smollm_session = flat
+    prompt = smollm_session.tokenize_prompt("The cat sat on the mat. The dog sat on the log. The cat sat on the mat. "
+                                            "The dog sat on")
+    runs: dict[str, list[list[int]]] = {"plain": [], "auto": []}
+    n_drafted = 0
+    for seed in range(N_SEEDS):
+        for mode in runs:
+            # a fresh seed stream per mode so the two samples are independent
+            sampling = SamplingParams(temperature=0.8, seed=seed + (0 if mode == "plain" else 10_000))
+            final, _ = _final(smollm_session.run(RunConfig(mode=mode, max_tokens=4, sampling=sampling), prompt))
+            runs[mode].append(list(final.token_ids) + [-1] * (4 - len(final.token_ids)))
+            n_drafted += final.stats["n_drafted"] if mode == "auto" else 0
+    assert n_drafted > N_SEEDS
+    for position in (1, 2, 3):
+        p_value = _two_sample_p_value([r[position] for r in runs["plain"]], [r[position] for r in runs["auto"]])
+        assert p_value > 0.001, (position, p_value)
+
+
+def test_auto_with_a_draft_model_stays_lossless(smollm_path, smollm_drafts, exactness_probe):
+    deviation = exactness_probe(Path(smollm_path))["max_abs_diff"]
+    with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS, verify_kv=True,
+                 draft_path=smollm_drafts["default-q3_k_m"]) as session:
+        tokens = session.tokenize_prompt(CODE_PROMPT)
+        plain, _ = _final(session.run(RunConfig(max_tokens=64), tokens))
+        auto, _ = _final(session.run(RunConfig(mode="auto", max_tokens=64), tokens))
+        assert_lossless(session, tokens, plain.token_ids, auto.token_ids, deviation, "auto with a draft")
+        assert "draft" in auto.stats["auto"]["sources"]
+
+
+def test_the_tree_shares_a_common_prefix_and_cuts_where_gain_peaks():
+    calibrator = Calibrator()
+    for _ in range(20):  # the suffix source has been right, the n-gram source has not
+        calibrator.observe("suffix", (1,), 0, 0.5, True)
+        calibrator.observe("ngram", (1, 0, 0), 0, 0.5, False)
+    proposals = [Proposal("suffix", [5, 6, 7, 8], [(1,)] * 4), Proposal("ngram", [5, 6, 9], [(1, 0, 0)] * 3)]
+    nodes, gain = build_tree(proposals, calibrator, StepCost(), room=8)
+    tokens = [n.token for n in nodes]
+    assert tokens[:2] == [5, 6]  # the shared prefix appears once
+    assert nodes[0].seqs == sorted(nodes[0].seqs) and set(nodes[0].seqs) >= {0}
+    assert gain > 1.0
+    # a step that cannot pay is a plain step
+    hopeless = Calibrator()
+    for _ in range(50):
+        hopeless.observe("ngram", (1, 0, 0), 0, 0.5, False)
+    assert build_tree([Proposal("ngram", [1, 2], [(1, 0, 0)] * 2)], hopeless, StepCost(), room=8) == ([], 1.0)
+
+
+def test_cli_json_reports_sources_and_decisions():
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "run", "--mode", "auto", "-p", CODE_PROMPT, "-n", "48",
+                           "-t", str(N_THREADS), "--json", "--no-predict"], capture_output=True, text=True, check=True)
+    stats = json.loads(done.stdout)["stats"]
+    assert sum(stats["auto"]["decisions"].values()) == stats["steps"] - 1
+    assert set(stats["auto"]) == {"decisions", "sources", "calibration"}
+
+
+def test_auto_validates_its_draft_limit():
+    with pytest.raises(Exception, match="k_min <= k_max"):
+        RunConfig(mode="auto", speculative=SpeculativeParams(k_min=5, k_max=2)).validate()

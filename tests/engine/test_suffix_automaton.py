@@ -1,0 +1,41 @@
+"""The suffix automaton's longest earlier match, against brute force on generated texts."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.strategies.suffix_automaton import SuffixMatcher
+
+
+def _longest_earlier_match(tokens: list[int]) -> int:
+    """The longest L such that the last L tokens also occur ending before the last index."""
+    n = len(tokens)
+    best = 0
+    for length in range(1, n):
+        suffix = tokens[n - length:]
+        if any(tokens[e - length + 1: e + 1] == suffix for e in range(length - 1, n - 1)):
+            best = length
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=60))
+def test_the_match_is_the_longest_earlier_occurrence(tokens):
+    matcher = SuffixMatcher()
+    for i, t in enumerate(tokens):
+        matcher.add(t)
+        text = tokens[: i + 1]
+        assert matcher.match_length == _longest_earlier_match(text)
+        proposal, length = matcher.continuation(4)
+        if length:
+            end = matcher.automaton.first_end[matcher.state]
+            assert end < i and text[end - length + 1: end + 1] == text[i - length + 1:]
+            assert proposal == text[end + 1: end + 5]
+        else:
+            assert proposal == []
+
+
+def test_a_repeated_phrase_is_continued():
+    matcher = SuffixMatcher([5, 6, 7, 8, 9, 1, 2, 5, 6, 7])
+    assert matcher.continuation(3) == ([8, 9, 1], 3)
