@@ -41,10 +41,24 @@ SOURCES = ("ngram", "suffix", "draft")
 MAX_BRANCHES = len(SOURCES)  # one branch per source: the sequences a step can use
 NGRAM_MIN, NGRAM_MAX = 1, 4
 MIN_SUFFIX_MATCH = 2
-# Prior acceptance per source before the run has verified any of its tokens: a weak belief
-# (worth two observations) that a proposal is as likely right as wrong.
-PRIOR_WEIGHT = 2.0
-SOURCE_PRIOR = 0.5
+# What a proposal's signal says about its chance before the run has verified any like it: a long
+# suffix match or a frequent, dominant n-gram follower is usually right (llama-lookup's thresholds
+# and SAM-Decoding's observation), a draft model's probability is roughly its acceptance. The prior
+# weighs as much as PRIOR_WEIGHT verifications; the run's own outcomes take over from there.
+PRIOR_WEIGHT = 4.0
+SUFFIX_PRIOR = (0.35, 0.45, 0.6, 0.75, 0.85, 0.92)  # by match-length bucket: 2, 3-4, 5-8, 9-16, 17-32, 33+
+DRAFT_PRIOR = (0.2, 0.45, 0.7, 0.85, 0.93)  # by the draft's probability: <.3, <.6, <.8, <.95, more
+
+
+def signal_prior(source: str, signal: tuple) -> float:
+    if source == "suffix":
+        return SUFFIX_PRIOR[signal[0]]
+    if source == "draft":
+        return DRAFT_PRIOR[signal[0]]
+    size, share, count = signal  # n-gram size, follower share bucket (0-3), follower count bucket (0-3)
+    return min(0.9, 0.2 + 0.1 * (size - 1) + 0.12 * share + 0.05 * count)
+
+
 # Without a profile, a decode of B tokens is assumed to cost 1 + COST_SLOPE·(B - 1) plain steps
 # until the run has timed decodes of that size (measured on this CPU: T(8)/T(1) ≈ 1.3).
 COST_SLOPE = 0.04
@@ -72,12 +86,13 @@ class Calibrator:
         self.reliability = [[0.0, 0, 0] for _ in range(10)]
 
     def source_rate(self, source: str) -> float:
+        """The share of the source's proposals the run has seen accepted (0.5 before any)."""
         acc, off = self.by_source[source]
-        return (acc + PRIOR_WEIGHT * SOURCE_PRIOR) / (off + PRIOR_WEIGHT)
+        return (acc + 1.0) / (off + 2.0)
 
     def probability(self, source: str, signal: tuple, position: int) -> float:
         acc, off = self.bins.get((source, signal, min(position, 4)), (0.0, 0.0))
-        return (acc + PRIOR_WEIGHT * self.source_rate(source)) / (off + PRIOR_WEIGHT)
+        return (acc + PRIOR_WEIGHT * signal_prior(source, signal)) / (off + PRIOR_WEIGHT)
 
     def observe(self, source: str, signal: tuple, position: int, predicted: float, accepted: bool) -> None:
         entry = self.bins.setdefault((source, signal, min(position, 4)), [0.0, 0.0])
@@ -111,6 +126,7 @@ class StepCost:
         self.curve = curve
         self.seen: dict[int, list[float]] = {}  # B -> the last KEEP decode times, after the first
         self._first: set[int] = set()
+        self._table: list[float] = []
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         if n_tokens not in self._first:
@@ -122,7 +138,10 @@ class StepCost:
 
     def relative(self, n_tokens: int) -> float:
         if self.curve is not None:
-            return self.curve.relative(n_tokens, n_tokens)
+            while len(self._table) <= n_tokens:  # the curve's values, worked out once per run
+                b = len(self._table)
+                self._table.append(self.curve.relative(b, b) if b else 0.0)
+            return self._table[n_tokens]
         prior = 1.0 + COST_SLOPE * (n_tokens - 1)
         one, this = self.seen.get(1, []), self.seen.get(n_tokens, [])
         if n_tokens <= 1 or len(one) < self.TRUSTED or len(this) < self.TRUSTED:
@@ -177,6 +196,7 @@ class Sources:
         cache._count(context)
         seq = list(context[max(0, len(context) - NGRAM_MAX):])
         tokens, signals = [], []
+        chance = 1.0
         while len(tokens) < k:
             found = None
             for size in range(min(NGRAM_MAX, len(seq)), NGRAM_MIN - 1, -1):
@@ -191,8 +211,12 @@ class Sources:
                 break
             size, entry = found
             share = entry.best_count / entry.total
+            signal = (size, _bucket(share, (0.5, 0.67, 0.9)), _bucket(entry.total, (2, 4, 8)))
+            chance *= signal_prior("ngram", signal)
+            if chance < MIN_REACH:  # deeper tokens could not be worth a row: stop walking
+                break
             tokens.append(entry.best)
-            signals.append((size, _bucket(share, (0.5, 0.67, 0.9)), _bucket(entry.total, (2, 4, 8))))
+            signals.append(signal)
             seq.append(entry.best)
         return Proposal("ngram", tokens, signals)
 
@@ -216,6 +240,7 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
     nodes: list[Node] = []
     frontier = [(b, 0, -1) for b in range(len(proposals))]  # (proposal, next position, parent node)
     expected = 1.0  # tokens the step emits: the target's own, plus each node's chance
+    taken: dict[int, float] = {}  # parent node -> the summed chances of its children so far
     best_gain, best_size = 1.0, 0
     while len(nodes) < room:
         pick = None
@@ -228,8 +253,7 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
                 break
             parent_reach = 1.0 if parent < 0 else nodes[parent].reach
             # children of one node are alternatives: together they cannot exceed certainty
-            siblings = sum(n.p for n in nodes if n.parent == parent)
-            p = min(calibrator.probability(prop.source, prop.signals[i], i), max(0.0, 1.0 - siblings))
+            p = min(calibrator.probability(prop.source, prop.signals[i], i), max(0.0, 1.0 - taken.get(parent, 0.0)))
             if pick is None or parent_reach * p > pick[1]:
                 pick = (fi, parent_reach * p, p)
         if pick is None or pick[1] < MIN_REACH:
@@ -240,6 +264,7 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
         key = (parent, prop.tokens[i])
         if key not in trie:
             trie[key] = len(nodes)
+            taken[parent] = taken.get(parent, 0.0) + p
             nodes.append(Node(prop.tokens[i], i + 1, parent, prop.source, prop.signals[i], p, reach))
             expected += reach
             gain = expected / cost.relative(len(nodes) + 1)
@@ -294,12 +319,9 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                                   rt.n_reused, keep_probs=True)
     sources = Sources(prompt, draft)
     n_seq = rt.config.n_sequences
-    all_seqs = tuple(range(n_seq))
     report = AutoReport()
 
     def prepare() -> None:
-        for s in range(1, n_seq):
-            memory.seq_cp(0, s, -1, -1)
         if draft is not None:
             draft.begin(prompt)
 
@@ -328,11 +350,17 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         counters.t_draft_s += t_plan
 
         # ---- the batch: re-decoded tokens, the input token, the tree --------------------------
+        # The context lives in sequence 0; a step with several branches first copies it into the
+        # others (and removes them after), so plain and one-branch steps pay nothing for the tree.
+        branches = sorted(set().union(*(n.seqs for n in nodes))) if nodes else [0]
+        for s in branches[1:]:
+            memory.seq_cp(0, s, -1, -1)
+        step_seqs = tuple(sorted({0, *branches}))
         batch.clear()
         for p, t in enumerate(redecode, start=n_past - len(redecode)):
-            batch.add(t, p, all_seqs, False)
+            batch.add(t, p, step_seqs, False)
         redecode = []
-        input_row = batch.add(token, n_past, all_seqs, True)
+        input_row = batch.add(token, n_past, step_seqs, True)
         for node in nodes:
             node.row = batch.add(node.token, n_past + node.depth, tuple(node.seqs), True)
         n_batch_tokens = batch.n_tokens
@@ -370,30 +398,23 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             parent, row = match, nodes[match].row
         n_accepted = len(accepted_nodes)
 
-        # ---- KV: the accepted path stays, in every sequence; the other branches go ----------------
+        # ---- KV: sequence 0 keeps the accepted path; the other branches go -----------------------
+        n_past_before = n_past
         n_past += 1 + n_accepted
-        if not out.done and nodes:
-            memory.seq_rm(-1, n_past, -1)  # everything past the accepted path, in every sequence
-            branches = set().union(*(n.seqs for n in nodes))
+        if nodes:  # even at the end: the cache must hold exactly the context for the next turn
             contiguous = all(n.row == input_row + 1 + j for j, n in enumerate(accepted_nodes))
             if n_accepted and not contiguous:
                 # the path's cells sit after another branch's: re-decode it in position order
-                memory.seq_rm(-1, n_past - n_accepted, -1)
+                memory.seq_rm(0, n_past - n_accepted, -1)
                 redecode = [n.token for n in accepted_nodes]
-            elif n_accepted and branches == {0}:
-                for s in range(1, n_seq):  # every sequence sees the accepted path
-                    memory.seq_cp(0, s, n_past - n_accepted, n_past)
-            elif n_accepted:
-                winner = accepted_nodes[-1].seqs[0]
-                memory.seq_keep(winner)
-                if winner != 0:
-                    memory.seq_cp(winner, 0, -1, -1)
-                    memory.seq_rm(winner, -1, -1)
-                for s in range(1, n_seq):
-                    memory.seq_cp(0, s, -1, -1)
-            else:  # nothing accepted: drop every branch's cells past the input token
-                for s in branches:
-                    memory.seq_rm(s, n_past, -1)
+            else:
+                winner = accepted_nodes[-1].seqs[0] if n_accepted else 0
+                if winner != 0:  # the path came from another branch: it replaces sequence 0's
+                    memory.seq_rm(0, n_past_before + 1, -1)
+                    memory.seq_cp(winner, 0, n_past_before + 1, n_past)
+                memory.seq_rm(0, n_past, -1)
+            for s in branches[1:]:
+                memory.seq_rm(s, -1, -1)
         token = context[-1]
         if draft is not None:
             draft.settle(context)

@@ -87,6 +87,10 @@ def test_lookahead_and_a_draft_model_start_from_the_warm_cache(smollm_path, smol
         # the draft kept its own cache too: it decoded only what is new
         assert fourth.stats["n_prompt_reused"] > third.stats["n_prompt"]
         assert session.draft.cached[: third.stats["n_prompt"]] == session.last_prompt_tokens[: third.stats["n_prompt"]]
+        auto = _final(chat.send(RunConfig(mode="auto", max_tokens=16), "Name both again."))
+        assert auto.stats["n_prompt_reused"] > fourth.stats["n_prompt"]
+        again = _final(chat.send(RunConfig(mode="auto", max_tokens=16), "And once more?"))
+        assert again.stats["n_prompt_reused"] > auto.stats["n_prompt"]
         assert session.memory.verifier.n_checked > 0
 
 

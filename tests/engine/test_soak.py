@@ -40,7 +40,7 @@ def native_threads() -> int:
 
 
 def random_config(rng: random.Random) -> RunConfig:
-    mode = rng.choice(["plain", "lookahead", "speculative", "lookup"])
+    mode = rng.choice(["plain", "lookahead", "speculative", "lookup", "auto"])
     sampling = SamplingParams() if rng.random() < 0.6 else SamplingParams(
         temperature=rng.choice([0.5, 0.8, 1.0]), top_p=rng.choice([0.9, 1.0]), seed=rng.randrange(1000))
     return RunConfig(
