@@ -63,6 +63,7 @@ def signal_prior(source: str, signal: tuple) -> float:
 # until the run has timed decodes of that size (measured on this CPU: T(8)/T(1) ≈ 1.3).
 COST_SLOPE = 0.04
 MIN_GAIN = 1.0  # a tree must beat a plain step's one token per step-cost
+SHAPE_CHANGE_PRIOR = 0.05  # the graph rebuild a tree step causes, in plain steps, until measured
 MIN_REACH = 0.02  # candidates less likely than this to be reached are not worth a row
 DRAFT_MIN_RATE = 0.6
 DRAFT_PROBE_EVERY = 8
@@ -117,7 +118,12 @@ class StepCost:
 
     A run's timing of a size is the fastest of its last few decodes (other work on the machine only
     ever adds time), ignoring the first one (llama.cpp builds a graph for every new shape), and is
-    trusted from the third."""
+    trusted from the third.
+
+    A tree step also costs the plain step after it a little: llama.cpp reuses a decode's graph
+    only for the same batch shape, so coming back to one token rebuilds it (measured here: about
+    0.5 ms on a 10 ms step). The run measures that too (a one-token decode after a larger one
+    against one after another one-token decode) and charges it to the tree."""
 
     KEEP = 8
     TRUSTED = 3
@@ -127,8 +133,15 @@ class StepCost:
         self.seen: dict[int, list[float]] = {}  # B -> the last KEEP decode times, after the first
         self._first: set[int] = set()
         self._table: list[float] = []
+        self._previous = 1
+        self._plain_after: dict[bool, list[float]] = {False: [], True: []}  # after a tree step?
 
     def observe(self, n_tokens: int, seconds: float) -> None:
+        if n_tokens == 1:
+            times = self._plain_after[self._previous != 1]
+            times.append(seconds)
+            del times[: -self.KEEP]
+        self._previous = n_tokens
         if n_tokens not in self._first:
             self._first.add(n_tokens)
             return
@@ -147,6 +160,13 @@ class StepCost:
         if n_tokens <= 1 or len(one) < self.TRUSTED or len(this) < self.TRUSTED:
             return prior
         return max(1.0, min(this) / min(one))
+
+    def return_penalty(self) -> float:
+        """What going back to one-token decodes after a tree step costs, in plain steps."""
+        same, after = self._plain_after[False], self._plain_after[True]
+        if len(same) < self.TRUSTED or len(after) < self.TRUSTED:
+            return SHAPE_CHANGE_PRIOR
+        return max(0.0, min(after) - min(same)) / min(same)
 
 
 # ----------------------------------------------------------------------------- candidates
@@ -242,6 +262,7 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
     expected = 1.0  # tokens the step emits: the target's own, plus each node's chance
     taken: dict[int, float] = {}  # parent node -> the summed chances of its children so far
     best_gain, best_size = 1.0, 0
+    penalty = cost.return_penalty()
     while len(nodes) < room:
         pick = None
         for fi, (b, i, parent) in enumerate(frontier):
@@ -267,7 +288,7 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
             taken[parent] = taken.get(parent, 0.0) + p
             nodes.append(Node(prop.tokens[i], i + 1, parent, prop.source, prop.signals[i], p, reach))
             expected += reach
-            gain = expected / cost.relative(len(nodes) + 1)
+            gain = expected / (cost.relative(len(nodes) + 1) + penalty)
             if gain > best_gain:
                 best_gain, best_size = gain, len(nodes)
         frontier[fi] = (b, i + 1, trie[key])
