@@ -515,6 +515,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if not hasattr(self, "stream"):
             return
         self.stream.clear_stream()
+        self.conversation_note.setVisible(self._chat_shown())  # a note about the chat, not a completion
         if self._chat_shown():
             if self.conversation is not None:
                 render_conversation(self.stream, self.conversation, self.live if self.running else None)

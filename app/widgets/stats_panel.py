@@ -45,7 +45,7 @@ class StatsPanel(QtWidgets.QWidget):
         self.hist_curve = self.hist_plot.plot([0, 1], [0], stepMode="center", fillLevel=0,
                                               brush=(52, 152, 219, 180), pen=pg.mkPen((52, 152, 219), width=1.5))
         # Auto's calibration: its predicted acceptance against what verification then found
-        self.calibration_plot = pg.PlotWidget(title="Auto: predicted vs observed acceptance")
+        self.calibration_plot = pg.PlotWidget(title="Auto calibration")
         self.calibration_plot.setLabel("bottom", "predicted")
         self.calibration_plot.setLabel("left", "observed")
         self.calibration_plot.setXRange(0, 1)
@@ -82,6 +82,9 @@ class StatsPanel(QtWidgets.QWidget):
         self.predicted: float | None = None
         for value in self.values.values():
             value.setText("–")
+        self.accept_curve.setData([], [])
+        self.hist_curve.setData([0, 1], [0])
+        self.calibration_plot.setVisible(False)
         self._dirty = True
 
     def add_step(self, event, elapsed_s: float) -> None:
