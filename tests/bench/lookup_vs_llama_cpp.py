@@ -8,6 +8,10 @@ drafting llama-lookup does (context n-gram cache, n-grams of 1 to 4 tokens).
 
     scripts/build_llama_tools.sh                 # once: builds llama-lookup from the same sdist
     .venv/bin/python tests/bench/lookup_vs_llama_cpp.py [--rounds 6] [-k 3] [--bin DIR]
+    .venv/bin/python tests/bench/lookup_vs_llama_cpp.py --auto    # our Auto against llama-lookup's best k
+
+With ``--auto`` llama-lookup first runs once at every draft length from 1 to 8; the fastest is
+its setting for the rounds, against our ``--mode auto`` (which chooses its drafts per step).
 
 Without a llama-lookup build it says how to make one and exits 0 (``make bench`` runs it too).
 """
@@ -63,10 +67,10 @@ def run_llama_lookup(binary: Path, model: Path, prompt_file: Path, k: int) -> di
     return parse(out.stdout + out.stderr)
 
 
-def run_ours(model: Path, prompt_file: Path, k: int) -> dict:
-    cmd = [sys.executable, "-m", "engine.cli", "run", "-m", str(model), "-f", str(prompt_file), "--mode", "lookup",
-           "--lookup", "cache", "--ngram-max", "4", "-k", str(k), "-n", str(N_TOKENS), "--temp", "0",
-           "-t", str(THREADS)]
+def run_ours(model: Path, prompt_file: Path, k: int, auto: bool = False) -> dict:
+    mode = ["--mode", "auto"] if auto else ["--mode", "lookup", "--lookup", "cache", "--ngram-max", "4", "-k", str(k)]
+    cmd = [sys.executable, "-m", "engine.cli", "run", "-m", str(model), "-f", str(prompt_file), *mode,
+           "-n", str(N_TOKENS), "--temp", "0", "-t", str(THREADS), "--no-predict"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO)
     return parse(out.stdout + out.stderr)
 
@@ -76,6 +80,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6, help="ABBA rounds (4 runs each)")
     ap.add_argument("-k", type=int, default=3, help="draft length (llama-lookup's --spec-draft-n-max)")
     ap.add_argument("--bin", default=None, help="folder with llama-lookup (default: scripts/build_llama_tools.sh)")
+    ap.add_argument("--auto", action="store_true", help="ours in Auto mode, against llama-lookup's best k of 1..8")
     args = ap.parse_args()
 
     tools = find_tools(args.bin)
@@ -89,12 +94,17 @@ def main() -> None:
         ours_prompt.write_text(CODE_PROMPT)
         theirs_prompt.write_text(CODE_PROMPT + "\n")  # llama.cpp drops one trailing newline of -f
 
+        if args.auto:
+            by_k = {k: run_llama_lookup(binary, model, theirs_prompt, k)["tps"] for k in range(1, 9)}
+            args.k = max(by_k, key=by_k.get)
+            print("llama-lookup by draft length: " + ", ".join(f"k={k} {t:.1f} t/s" for k, t in by_k.items())
+                  + f"; best k={args.k}; ours: --mode auto")
         print(f"{model.name}, code prompt, k={args.k}, {THREADS} threads, greedy, {N_TOKENS} tokens")
         ratios, theirs_tps, ours_tps, theirs_step, ours_step = [], [], [], [], []
         for r in range(args.rounds):
             a1 = run_llama_lookup(binary, model, theirs_prompt, args.k)
-            b1 = run_ours(model, ours_prompt, args.k)
-            b2 = run_ours(model, ours_prompt, args.k)
+            b1 = run_ours(model, ours_prompt, args.k, args.auto)
+            b2 = run_ours(model, ours_prompt, args.k, args.auto)
             a2 = run_llama_lookup(binary, model, theirs_prompt, args.k)
             ratio = (b1["tps"] + b2["tps"]) / (a1["tps"] + a2["tps"])
             ratios.append(ratio)
