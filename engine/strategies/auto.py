@@ -444,10 +444,10 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         counters.record_step(len(emitted), len(nodes), n_accepted, t_decode)
         if nodes:
             counters.record_positions(max(n.depth for n in nodes), n_accepted)
-        decision = report.decide(nodes, proposals)
+        decision = report.decide(nodes)
         if emitted:
             yield StepDone(step, tuple(emitted), len(nodes), n_accepted, t_decode, now - t_prev,
-                           {"auto": {"decision": decision, "k": len(nodes), "branches": len(proposals) if nodes else 0,
+                           {"auto": {"decision": decision, "k": len(nodes), "branches": len(branches) if nodes else 0,
                                      "depth": max((n.depth for n in nodes), default=0),
                                      "predicted_gain": round(gain, 3), "proposers": tuple(proposers)}})
         t_prev = now
@@ -467,7 +467,7 @@ class AutoReport:
     def count(table: dict[str, int], key: str) -> None:
         table[key] = table.get(key, 0) + 1
 
-    def decide(self, nodes: list[Node], proposals: list[Proposal]) -> str:
+    def decide(self, nodes: list[Node]) -> str:
         used = sorted({n.source for n in nodes})
         decision = "plain" if not used else ("tree:" + "+".join(used) if len(used) > 1 else used[0])
         self.decisions[decision] = self.decisions.get(decision, 0) + 1
