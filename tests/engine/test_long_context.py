@@ -12,6 +12,7 @@ from engine.session import Session
 from engine.tuning import prompts
 from tests.conftest import N_THREADS
 from tests.engine.lossless import assert_lossless
+from tests.engine.test_auto import FLAT
 
 N_TOKENS = 48
 
@@ -21,6 +22,7 @@ def long_chat(smollm_path, exactness_probe):
     probe = exactness_probe(smollm_path)
     passages = "\n\n".join(p.text for p in prompts.shipped(["summarisation"], 4))
     with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS, draft_path=smollm_path) as session:
+        session._cost_curve = lambda: FLAT  # Auto builds trees here whatever this machine's profile says
         tokens = session.chat_tokens([("user", passages + "\n\nSummarise all of the above.")])
         assert len(tokens) > SPLIT_KV_CELLS
         plain = session.run(RunConfig(max_tokens=N_TOKENS), tokens)
@@ -33,7 +35,8 @@ def long_chat(smollm_path, exactness_probe):
     RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=3, lookup="latest")),
     RunConfig(mode="speculative", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4)),
     RunConfig(mode="lookahead", max_tokens=N_TOKENS, lookahead=LookaheadParams(3, 3, 3)),
-], ids=["lookup-cache", "lookup-latest", "self-draft", "lookahead-3-3-3"])
+    RunConfig(mode="auto", max_tokens=N_TOKENS),
+], ids=["lookup-cache", "lookup-latest", "self-draft", "lookahead-3-3-3", "auto"])
 def test_strategies_stay_lossless_past_512_cells(long_chat, config):
     session, probe, tokens, plain_ids = long_chat
     result = [e for e in session.run(config, tokens)][-1]
@@ -42,6 +45,8 @@ def test_strategies_stay_lossless_past_512_cells(long_chat, config):
     if N_THREADS == 1:
         assert probe["long_context"]["max_abs_diff"] == 0.0  # measured: one thread keeps the order
     assert_lossless(session, tokens, plain_ids, result.token_ids, deviation, f"{config.mode} past 512 cells")
+    if config.mode == "auto":
+        assert result.stats["n_drafted"] > 0  # it really verified candidates there
 
 
 def test_the_probe_covers_long_contexts_and_says_what_to_expect(long_chat):
