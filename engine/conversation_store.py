@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.conversation import Conversation
+from engine.jsonfile import write_json
 
 STATE_FILE = "state.json"  # which conversation was open last
 
@@ -38,20 +38,6 @@ class ConversationSummary:
     n_messages: int
 
 
-def _write_atomically(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class ConversationStore:
     def __init__(self, root: Path | None = None) -> None:
         data = root or data_root()
@@ -65,7 +51,7 @@ class ConversationStore:
 
     def save(self, conv: Conversation) -> None:
         conv.updated = time.time()
-        _write_atomically(self._path(conv.id), conv.to_dict())
+        write_json(self._path(conv.id), conv.to_dict(), durable=True)
 
     def load(self, conv_id: str) -> Conversation:
         with open(self._path(conv_id), encoding="utf-8") as f:
@@ -112,4 +98,4 @@ class ConversationStore:
             return None
 
     def set_last_opened(self, conv_id: str | None) -> None:
-        _write_atomically(self._state, {"last": conv_id})
+        write_json(self._state, {"last": conv_id}, durable=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ import llama_cpp as llama
 
 from engine.batch import Batch
 from engine.errors import SpecDecError
+from engine.jsonfile import write_json
 from engine.memory import Memory
 from engine.tuning.cost_model import CostCurve
 
@@ -126,7 +126,7 @@ def model_sha256(path: str | Path) -> str:
         index = {}
     if entry not in index:
         index[entry] = file_sha256(path)
-        _write_json(index_path, index)
+        write_json(index_path, index, indent=1)
     return index[entry]
 
 
@@ -141,16 +141,8 @@ def cached(key: ProfileKey) -> BatchCostProfile | None:
 
 def store(profile: BatchCostProfile) -> Path:
     path = profile_dir() / profile.key.filename()
-    _write_json(path, profile.to_dict())
+    write_json(path, profile.to_dict(), indent=1)
     return path
-
-
-def _write_json(path: Path, data: object) -> None:
-    """Write atomically: a crash or a second process never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
 
 
 # ------------------------------------------------------------------------- measuring

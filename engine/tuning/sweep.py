@@ -351,11 +351,10 @@ def load_saved(model_sha256: str, mode: str) -> dict | None:
 
 
 def save(result: dict, model_sha256: str) -> Path:
+    from engine.jsonfile import write_json
+
     path = saved_path(model_sha256, result["spec"]["mode"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
-    tmp.replace(path)
+    write_json(path, result)
     return path
 
 
