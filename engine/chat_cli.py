@@ -125,7 +125,7 @@ def _command(line: str, chat, session, store, config, args):
 
 def _answer(events, args) -> None:
     from engine.chat import ConversationChanged
-    from engine.cli import CYAN, GREEN, RESET
+    from engine.cli import write_tokens
     from engine.events import RunFinished, RunWarning, StepDone
 
     t0 = time.perf_counter()
@@ -134,10 +134,7 @@ def _answer(events, args) -> None:
         if isinstance(event, StepDone):
             if t_first is None:
                 t_first = time.perf_counter() - t0
-            for tok in event.tokens:
-                colour = {"accepted_ngram": CYAN, "accepted_draft": GREEN}.get(tok.source)
-                sys.stdout.write(f"{colour}{tok.text}{RESET}" if colour and args.color else tok.text)
-            sys.stdout.flush()
+            write_tokens(event, args.color)
         elif isinstance(event, ConversationChanged) and event.note:
             print(f"[{event.note}]", file=sys.stderr)
         elif isinstance(event, RunWarning):

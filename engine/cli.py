@@ -27,6 +27,14 @@ def _ctrl_c_stops():
         signal.signal(signal.SIGINT, previous)
 
 
+def write_tokens(event, color: bool) -> None:
+    """A step's tokens to standard output, accepted ones coloured (cyan: n-gram, green: draft)."""
+    for tok in event.tokens:
+        colour = {"accepted_ngram": CYAN, "accepted_draft": GREEN}.get(tok.source) if color else None
+        sys.stdout.write(f"{colour}{tok.text}{RESET}" if colour else tok.text)
+    sys.stdout.flush()
+
+
 def _add_context_args(p: argparse.ArgumentParser) -> None:
     from engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX
 
@@ -137,10 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 la = config.lookahead
                 print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=sys.stderr)
             elif isinstance(event, StepDone) and not args.json:
-                for tok in event.tokens:
-                    colour = {"accepted_ngram": CYAN, "accepted_draft": GREEN}.get(tok.source)
-                    sys.stdout.write(f"{colour}{tok.text}{RESET}" if colour and args.color else tok.text)
-                sys.stdout.flush()
+                write_tokens(event, args.color)
                 if args.kv_dump:
                     view = session.memory.mirror.base.render_view(config.n_sequences)
                     print(f"\n--- after step {event.step}\n{view}", file=sys.stderr)
