@@ -230,8 +230,9 @@ class ConversationEncoder:
         closing = added[len(opening) + len(message.content):]
         produced = message.produced
         if produced and self.vocab.is_eog(produced[-1]):
-            end_text = self.vocab.piece(produced[-1]).decode("utf-8", "replace")
-            if closing.startswith(end_text):
+            # the model's own end-of-turn token stands for the template's closing text
+            end_text = self.vocab.special_text(produced[-1])
+            if end_text and closing.startswith(end_text):
                 closing = closing[len(end_text):]
             else:
                 produced = produced[:-1]
@@ -241,11 +242,10 @@ class ConversationEncoder:
 # --------------------------------------------------------------------------------- overflow
 @dataclass(frozen=True)
 class Fit:
-    """How a turn fits the context: its prompt and how many more turns it drops."""
+    """How a turn fits the context: its prompt and how many more messages it drops."""
 
     prompt: list[int]
-    n_dropped: int  # the conversation's n_dropped after this turn
-    newly_dropped: int  # messages this turn drops
+    newly_dropped: int
 
 
 def fit_turn(conv: Conversation, encoder: ConversationEncoder, n_ctx: int, answer_room: int) -> Fit:
@@ -258,7 +258,7 @@ def fit_turn(conv: Conversation, encoder: ConversationEncoder, n_ctx: int, answe
     """
     prompt = encoder.encode(conv)
     if len(prompt) + answer_room <= n_ctx:
-        return Fit(prompt, conv.n_dropped, 0)
+        return Fit(prompt, 0)
     saved = (conv.n_dropped, conv.n_encoded, [list(m.tokens) for m in conv.messages],
              [m.produced for m in conv.messages])
     goal = min(n_ctx - answer_room, n_ctx // 2)
@@ -280,7 +280,7 @@ def fit_turn(conv: Conversation, encoder: ConversationEncoder, n_ctx: int, answe
         for m, tokens, produced in zip(conv.messages, saved[2], saved[3]):
             m.tokens, m.produced = tokens, produced
         raise
-    return Fit(prompt, conv.n_dropped, conv.n_dropped - first)
+    return Fit(prompt, conv.n_dropped - first)
 
 
 def _next_turn_start(conv: Conversation, index: int) -> int | None:

@@ -48,6 +48,12 @@ class Vocab:
         self._pieces[token] = piece
         return piece
 
+    def special_text(self, token: int) -> str:
+        """A token's text with control tokens spelled out (``<|im_end|>``), as a template writes them."""
+        buf = ctypes.create_string_buffer(256)
+        n = llama.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, True)
+        return buf.raw[: max(0, n)].decode("utf-8", "replace")
+
     def is_eog(self, token: int) -> bool:
         return bool(llama.llama_vocab_is_eog(self.ptr, token))
 

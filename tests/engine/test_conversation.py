@@ -147,7 +147,7 @@ def test_a_message_larger_than_the_context_is_refused_and_nothing_is_lost(smollm
 
 def test_the_answer_ids_are_the_models_own_not_a_retokenisation(smollm_session):
     chat = Chat(smollm_session)
-    first = _final(chat.send(RunConfig(max_tokens=24), "Write the word 'hello' three times."))
+    first = _final(chat.send(RunConfig(max_tokens=60), "Write the word 'hello' three times."))
     _final(chat.send(RunConfig(max_tokens=4), "Again."))
     user, answer, again, _ = chat.conversation.messages
     prompt = smollm_session.last_prompt_tokens
@@ -158,6 +158,9 @@ def test_the_answer_ids_are_the_models_own_not_a_retokenisation(smollm_session):
     start = len(user.tokens)
     window = prompt[start: start + len(answer.tokens)]
     assert any(window[i: i + len(produced)] == produced for i in range(len(window) - len(produced) + 1))
+    # the end-of-turn token the model produced closes the turn once, not twice
+    if first.end_token is not None:
+        assert answer.tokens.count(first.end_token) == 1
 
 
 def test_persistence_round_trip_and_search(tmp_path, smollm_session):
