@@ -20,18 +20,12 @@ COMMANDS = "/regen, /clear, /save [TITLE], /load ID, /list, /quit"
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from engine import catalog
     from engine.chat import Chat
-    from engine.cli import _config_from, _ctrl_c_stops
+    from engine.cli import _ctrl_c_stops, run_setup
     from engine.conversation_store import ConversationStore
     from engine.session import Session
 
-    config = _config_from(args)
-    config.validate(args.batch_size)
-    model_path = catalog.resolve(args.model)
-    if config.mode == "speculative" and not args.model_draft:
-        raise SpecDecError("--mode speculative needs a draft model: pass -md PATH (or -md default)")
-    draft_path = catalog.resolve(args.model_draft) if args.model_draft and config.mode == "speculative" else None
+    config, model_path, draft_path = run_setup(args)
     store = ConversationStore()
     interactive = sys.stdin.isatty()
     with _ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,

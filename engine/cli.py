@@ -110,7 +110,6 @@ def _config_from(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from engine import catalog
     from engine.events import RunFinished, RunStarted, RunWarning, StepDone
     from engine.session import Session
     from engine.tuning.profile import model_sha256
@@ -121,12 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         prompt = args.prompt
     else:
         raise SpecDecError("no prompt given; pass -p TEXT or -f FILE")
-    config = _config_from(args)
-    config.validate(args.batch_size)
-    model_path = catalog.resolve(args.model)
-    if config.mode == "speculative" and not args.model_draft:
-        raise SpecDecError("--mode speculative needs a draft model: pass -md PATH (or -md default)")
-    draft_path = catalog.resolve(args.model_draft) if args.model_draft and config.mode == "speculative" else None
+    config, model_path, draft_path = run_setup(args)
     with _ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
                                           n_threads=args.threads, n_gpu_layers=args.gpu_layers,
                                           draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
@@ -191,6 +185,19 @@ def _ensure_profile(session) -> None:
             profile.load_or_measure(session)
         except profile.ProfileCancelled:
             pass
+
+
+def run_setup(args: argparse.Namespace):
+    """The run config of ``run``'s flags, checked, and the target and draft model paths they name."""
+    from engine import catalog
+
+    config = _config_from(args)
+    config.validate(args.batch_size)
+    model_path = catalog.resolve(args.model)
+    if config.mode == "speculative" and not args.model_draft:
+        raise SpecDecError("--mode speculative needs a draft model: pass -md PATH (or -md default)")
+    draft_path = catalog.resolve(args.model_draft) if args.model_draft and config.mode == "speculative" else None
+    return config, model_path, draft_path
 
 
 def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Namespace) -> dict:
