@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from engine.errors import SpecDecError
@@ -62,6 +63,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--color", action="store_true", help="colour accepted tokens (cyan: n-gram, green: draft)")
     p.add_argument("--kv-dump", action="store_true", help="print the KV cache cells after each step")
+    p.add_argument("--trace", metavar="FILE", default=None,
+                   help="record the run (every event, a KV snapshot after every step) as a JSON-lines trace "
+                        "that the app and `specdec replay` play back without the model")
     p.add_argument("--verify-kv", action="store_true",
                    help="check the KV mirror against llama.cpp's own dump before every decode")
     p.add_argument("--baseline", action="store_true",
@@ -110,8 +114,10 @@ def _config_from(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from engine import trace
     from engine.events import RunFinished, RunStarted, RunWarning, StepDone
     from engine.session import Session
+    from engine.trace import TraceRecorder
     from engine.tuning.profile import model_sha256
 
     if args.file:
@@ -134,7 +140,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if config.mode == "auto" and not args.no_predict:
             _ensure_profile(session)  # Auto prices its steps with it
         final: RunFinished | None = None
+        recorder = TraceRecorder() if args.trace else None
         for event in session.run(config, tokens, prompt_text=prompt, fresh_cancel=False):
+            if recorder is not None:
+                recorder.add(event)
+                if isinstance(event, StepDone) and session.memory.mirror_ok:
+                    recorder.add(session.kv_snapshot(event.step, config.n_sequences))
             if isinstance(event, RunStarted) and not args.json and config.mode == "lookahead":
                 la = config.lookahead
                 print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=sys.stderr)
@@ -148,6 +159,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             elif isinstance(event, RunFinished):
                 final = event
         assert final is not None
+        if recorder is not None:
+            trace.save(recorder.trace(), args.trace)
+            print(f"specdec: trace written to {args.trace}", file=sys.stderr)
         info = session.model.info
         stats = final.stats
         if args.verify_kv:
@@ -172,6 +186,43 @@ def cmd_run(args: argparse.Namespace) -> int:
             }, indent=2))
         else:
             _print_stats(config, stats, final.finish_reason)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Play a recorded trace back in the terminal at ``--speed`` times its recorded pace."""
+    from engine import trace
+    from engine.config import RunConfig
+    from engine.events import RunFinished, StepDone
+
+    recorded = trace.load(args.trace)
+    if args.speed <= 0:
+        raise SpecDecError("--speed must be above 0 (1 = as recorded, 4 = four times faster)")
+    replay = trace.Replay(recorded, args.speed)
+    config = RunConfig.from_dict(recorded.config)
+    if not args.json:
+        print(f"replaying {recorded.title} recorded {recorded.header.get('created', '?')} "
+              f"({recorded.duration_s:.2f} s at {args.speed:g}x)", file=sys.stderr)
+    last = time.perf_counter()
+    final = None
+    while not replay.done:
+        time.sleep(0.01)
+        now = time.perf_counter()
+        for event in replay.advance(now - last):
+            if isinstance(event, StepDone) and not args.json:
+                write_tokens(event, args.color)
+            elif isinstance(event, RunFinished):
+                final = event
+        last = now
+    if final is None:
+        print("\nspecdec: the recorded run failed", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"text": final.text, "token_ids": list(final.token_ids), "finish_reason": final.finish_reason,
+                          "config": recorded.config, "model": recorded.header.get("model", {}),
+                          "stats": final.stats}, indent=2))
+    else:
+        _print_stats(config, final.stats, final.finish_reason)
     return 0
 
 
@@ -502,6 +553,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_context_args(sw)
     sw.add_argument("-o", "--output", default="sweep-results", help="folder for results.json/.csv and the PNGs")
     sw.add_argument("--json", action="store_true", help="print the results as JSON")
+    rp = sub.add_parser("replay", help="play a recorded trace (specdec run --trace) back without the model")
+    rp.add_argument("trace", help="a .jsonl trace file")
+    rp.add_argument("--speed", type=float, default=1.0, help="times the recorded pace (0.25 to 4)")
+    rp.add_argument("--color", action="store_true", help="colour the tokens by source")
+    rp.add_argument("--json", action="store_true")
     probe = sub.add_parser("probe-exactness", help="measure whether batched decoding changes logits")
     probe.add_argument("-m", "--model", default="default")
     probe.add_argument("-t", "--threads", type=int, default=None)
@@ -517,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.chat_cli import cmd_chat
 
     handlers = {"run": cmd_run, "models": cmd_models, "probe-exactness": cmd_probe, "profile": cmd_profile,
-                "sweep": cmd_sweep, "chat": cmd_chat}
+                "sweep": cmd_sweep, "chat": cmd_chat, "replay": cmd_replay}
     try:
         return handlers[args.command](args)
     except SpecDecError as exc:

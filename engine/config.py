@@ -155,3 +155,14 @@ class RunConfig:
         elif self.mode in ("speculative", "lookup"):
             out.update(dataclasses.asdict(self.speculative))
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunConfig":
+        """The config :meth:`as_dict` wrote (a trace's, a saved setting's); unknown keys are ignored."""
+
+        def pick(kind):
+            names = {f.name for f in dataclasses.fields(kind)}
+            return kind(**{k: v for k, v in data.items() if k in names})
+
+        return cls(mode=data.get("mode", "plain"), max_tokens=int(data.get("max_tokens", 128)),
+                   sampling=pick(SamplingParams), lookahead=pick(LookaheadParams), speculative=pick(SpeculativeParams))

@@ -50,14 +50,50 @@ class RejectedDraft:
 
 @dataclass(frozen=True)
 class KvSnapshot:
+    """The KV cells after a step's decode (``seq_of_cell``: every branch and n-gram of the step in
+    place) and after the strategy kept what verification accepted (``kept_seq_of_cell``); a cell
+    used in the first and free in the second held a token verified and removed this step."""
+
     step: int
-    seq_of_cell: np.ndarray
-    pos_of_cell: np.ndarray
+    seq_of_cell: np.ndarray  # (n_seq, n_cells) bool
+    pos_of_cell: np.ndarray  # (n_cells,) int32, -1 free
     used: int
     holes: int
     largest_free_run: int = 0
     seq_pos_min: tuple[int, ...] = ()
     seq_pos_max: tuple[int, ...] = ()
+    kept_seq_of_cell: np.ndarray | None = None  # (n_seq, n_cells) bool; None: same as seq_of_cell
+    written_step: np.ndarray | None = None  # (n_cells,) int32: the run's step that wrote the cell, -1 before it
+
+    @property
+    def kept(self) -> np.ndarray:
+        return self.seq_of_cell if self.kept_seq_of_cell is None else self.kept_seq_of_cell
+
+    @property
+    def removed(self) -> np.ndarray:
+        """Cells that the step's decode wrote and verification then removed."""
+        return self.seq_of_cell.any(axis=0) & ~self.kept.any(axis=0)
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """One token of the batch a step sent to the target: what the step inspector draws."""
+
+    token: int
+    text: str
+    pos: int
+    seqs: tuple[int, ...]
+    logits: bool
+    role: str  # input | redecode | window | ngram | draft | suffix
+    verdict: str = ""  # accepted | rejected (the first mismatch of its candidate) | "" (not verified)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """The batch of a step's target decode, sent just before its StepDone."""
+
+    step: int
+    rows: tuple[BatchRow, ...]
 
 
 @dataclass(frozen=True)
@@ -82,4 +118,4 @@ class RunWarning:
     message: str
 
 
-Event = Union[RunStarted, StepDone, RejectedDraft, KvSnapshot, RunFinished, RunFailed, RunWarning]
+Event = Union[RunStarted, StepDone, StepBatch, RejectedDraft, KvSnapshot, RunFinished, RunFailed, RunWarning]

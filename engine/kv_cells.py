@@ -273,6 +273,15 @@ class KvMirror:
         self.caches = [KvCells(size, n_seq)]
         if n_swa > 0:
             self.caches.append(KvCells(size, n_seq, n_swa))
+        # which step of the current run wrote each main cell (-1: free, or kept from before the
+        # run); the run sets ``stamp`` before each decode. For the KV map's colouring by age.
+        self.written_at = np.full(size, -1, dtype=np.int32)
+        self.stamp = 0
+
+    def begin_run(self) -> None:
+        """A new run starts: the cells already there (a reused prefix) predate it."""
+        self.written_at[:] = -1
+        self.stamp = 0
 
     @property
     def base(self) -> KvCells:
@@ -283,10 +292,14 @@ class KvMirror:
         n = batch.n_tokens
         pos = batch.pos[:n].copy()
         seq_sets = [batch.seqs_of(i).copy() for i in range(n)]
+        before_pos, before_seqs = self.base.pos.copy(), self.base.seqs.copy()
         for cache in self.caches:
             if not cache.decode(pos, seq_sets, self.n_ubatch):
                 raise RuntimeError("KV mirror found no slot for a batch llama.cpp accepted")
-        self.after_last_decode = self.base.copy()
+        base = self.base
+        written = (base.pos != before_pos) | (base.seqs != before_seqs).any(axis=1)
+        self.written_at[written] = self.stamp
+        self.after_last_decode = base.copy()
 
     def on_seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
         for cache in self.caches:
@@ -308,3 +321,4 @@ class KvMirror:
         for cache in self.caches:
             cache.clear()
         self.after_last_decode = None
+        self.written_at[:] = -1

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
+
 from engine.context import ModelContext
 from engine.events import Event, KvSnapshot, RunFinished, RunStarted, RunWarning, StepDone
 from engine.strategies.common import FINISH_LENGTH, Runtime
@@ -53,13 +55,16 @@ def kv_snapshot(target: ModelContext, step: int, n_seq: int) -> KvSnapshot:
     n_seq = min(n_seq, cache.n_seq)
     holes, largest = cache.fragmentation()
     pos_min, pos_max = cache.seq_ranges()
+    kept = mirror.base
     return KvSnapshot(
         step=step,
         seq_of_cell=cache.seqs[:, :n_seq].T.copy(),  # a new array even when it is one column
-        pos_of_cell=cache.pos.copy(),
+        pos_of_cell=np.where(cache.pos >= 0, cache.pos, kept.pos).astype(np.int32),
         used=cache.used,
         holes=holes,
         largest_free_run=largest,
         seq_pos_min=tuple(int(v) for v in pos_min[:n_seq]),
         seq_pos_max=tuple(int(v) for v in pos_max[:n_seq]),
+        kept_seq_of_cell=None if kept is cache else kept.seqs[:, :n_seq].T.copy(),
+        written_step=mirror.written_at.copy(),
     )

@@ -62,7 +62,7 @@ def signal_prior(source: str, signal: tuple) -> float:
 # Without a profile, a decode of B tokens is assumed to cost 1 + COST_SLOPE·(B - 1) plain steps
 # until the run has timed decodes of that size (measured on this CPU: T(8)/T(1) ≈ 1.3).
 COST_SLOPE = 0.04
-MIN_GAIN = 1.0  # a tree must beat a plain step's one token per step-cost
+MIN_GAIN = 1.1  # a tree must beat a plain step by a margin: its prediction errs, a plain step cannot
 SHAPE_CHANGE_PRIOR = 0.05  # the graph rebuild a tree step causes, in plain steps, until measured
 MIN_REACH = 0.02  # candidates less likely than this to be reached are not worth a row
 DRAFT_MIN_RATE = 0.6
@@ -393,6 +393,7 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         # ---- verify: the target's token at each depth, following the nodes that have it --------
         emitted, proposers = [], []
         accepted_nodes: list[Node] = []
+        verdicts: dict[int, str] = {}
         row, parent = input_row, -1
         while True:
             chosen = rt.sampler.sample(rt.logits(row))
@@ -402,6 +403,7 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                 n = nodes[i]
                 calibrator.observe(n.source, n.signal, n.depth - 1, n.p, i == match)
                 report.count(report.offered, n.source)
+                verdicts[n.row] = "accepted" if i == match else "rejected"
             if match is None:
                 label, proposer = "sampled", "target"
             else:
@@ -446,6 +448,8 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             counters.record_positions(max(n.depth for n in nodes), n_accepted)
         decision = report.decide(nodes)
         if emitted:
+            roles = ["redecode"] * input_row + ["input"] + [n.source for n in nodes]
+            yield rt.step_batch(step, roles, verdicts)
             yield StepDone(step, tuple(emitted), len(nodes), n_accepted, t_decode, now - t_prev,
                            {"auto": {"decision": decision, "k": len(nodes), "branches": len(branches) if nodes else 0,
                                      "depth": max((n.depth for n in nodes), default=0),

@@ -15,7 +15,7 @@ import llama_cpp as llama
 from engine.batch import Batch
 from engine.config import RunConfig
 from engine.context import ModelContext
-from engine.events import Event, StepDone, TokenInfo, TokenSource
+from engine.events import BatchRow, Event, StepBatch, StepDone, TokenInfo, TokenSource
 from engine.memory import DecodeAborted, Memory, NoKvSlot
 from engine.sampling import Sampler, logits_row
 from engine.stats import RunCounters
@@ -101,11 +101,24 @@ class Runtime:
         """Decode ``self.batch``; on a full context or a cancel, record why and return None.
 
         Every decode of a generation step goes through here, so its shape is counted once."""
+        if self.memory.mirror is not None:
+            self.memory.mirror.stamp = self.counters.steps  # the step this decode belongs to
         dt = self.guarded(lambda: self.memory.decode(self.batch))
         if dt is not None:
             n = self.batch.n_tokens
             self.counters.record_decode(n, int(np.count_nonzero(self.batch.logits[:n])))
         return dt
+
+    def step_batch(self, step: int, roles: Sequence[str], verdicts: dict[int, str] | None = None) -> StepBatch:
+        """The batch the step just decoded (still in ``self.batch``), each row with its role and
+        what verification made of it, for the step inspector."""
+        b, piece = self.batch, self.vocab.piece
+        verdicts = verdicts or {}
+        rows = tuple(
+            BatchRow(int(b.token[i]), piece(int(b.token[i])).decode("utf-8", "replace"), int(b.pos[i]),
+                     tuple(int(s) for s in b.seqs_of(i)), bool(b.logits[i]), roles[i], verdicts.get(i, ""))
+            for i in range(b.n_tokens))
+        return StepBatch(step, rows)
 
     def guarded(self, call):
         """``call()``, or None with the finish reason recorded if a decode inside it found the
@@ -149,6 +162,8 @@ def begin_run(rt: Runtime, prompt: Sequence[int], *, prepare: Callable[[], None]
 
     Use as ``start = yield from begin_run(rt, prompt)``.
     """
+    if rt.memory.mirror is not None:
+        rt.memory.mirror.begin_run()
     row = decode_prompt(rt, prompt)
     if row is None:
         return None

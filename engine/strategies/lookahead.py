@@ -156,6 +156,10 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         t_decode = rt.decode()
         if t_decode is None:
             break
+        n_redecoded = input_row
+        roles = ["redecode"] * n_redecoded + ["input"] + ["ngram"] * cand_rows.size
+        roles += ["window"] * (batch.n_tokens - len(roles))
+        verdicts: dict[int, str] = {}
 
         # ---- verify: the target's choice at each position, walking the n-grams that still match --
         emitted = []
@@ -170,6 +174,7 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                     break
                 g_best = int(live[0])
                 verify_row = int(cand_rows[g_best, v - 1])
+                verdicts[verify_row] = "accepted"
                 seq_best = W + 1 + g_best
                 n_accepted += 1
             token = rt.sampler.sample(rt.logits(verify_row))
@@ -184,7 +189,10 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                 if v == N - 1:
                     active[:] = False
                 else:
-                    active &= candidates[:, v] == token
+                    matches = candidates[:, v] == token
+                    for g in np.flatnonzero(active & ~matches):  # each n-gram's first mismatch
+                        verdicts[int(cand_rows[g, v])] = "rejected"
+                    active &= matches
             if fits:
                 _advance_window(rt, window, pool, last_level_rows, fresh=v == 0)
 
@@ -206,6 +214,7 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         if g_cur:
             counters.record_positions(N - 1, n_accepted)
         if emitted:
+            yield rt.step_batch(step, roles, verdicts)
             yield StepDone(step, tuple(emitted), g_cur * (N - 1), n_accepted, t_decode, now - t_prev,
                            {"n_ngrams": g_cur, "pool_size": pool.n_total})
         t_prev = now

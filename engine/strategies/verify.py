@@ -134,6 +134,12 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         now = time.perf_counter()
         counters.record_step(len(emitted), len(proposals), n_accepted, t_decode)
         counters.record_positions(len(proposals), n_accepted)
+        if emitted:
+            role = "ngram" if rt.config.mode == "lookup" else "draft"
+            verdicts = {1 + i: "accepted" for i in range(n_accepted)}
+            if n_accepted < len(proposals):
+                verdicts[1 + n_accepted] = "rejected"
+            yield rt.step_batch(step, ("input",) + (role,) * len(proposals), verdicts)
         if rejected:
             yield RejectedDraft(step, tuple(rejected), tuple(rt.vocab.piece(t).decode("utf-8", "replace") for t in rejected))
         if emitted:

@@ -1,0 +1,313 @@
+"""Recorded runs: a run's events to and from a versioned JSON-lines file, and their replay.
+
+The first line is a header (format, version, when, which app, the run's config and model facts);
+every other line is one event with its time in seconds since the run started:
+
+    {"format": "specdec-trace", "version": 1, "created": "…", "app": "0.1.0", "config": {…}, "model": {…}}
+    {"t": 0.0, "type": "RunStarted", "data": {…}}
+    {"t": 0.012, "type": "StepBatch", "data": {"step": 1, "rows": [[token, text, pos, [seqs], logits, role, verdict], …]}}
+    {"t": 0.012, "type": "StepDone", "data": {…, "tokens": [[id, text, source], …]}}
+    {"t": 0.05, "type": "KvSnapshot", "data": {…, "n_cells": 4096, "n_seq": 1, "cells": [[cell, pos, seqs, kept, step], …]}}
+    …
+    {"t": 2.31, "type": "RunFinished", "data": {…}}
+
+A KV snapshot stores only the cells that changed since the trace's previous snapshot (a cell's
+sequences as a hex bitmask); loading rebuilds every snapshot in full. A trace loads whole or not
+at all: a truncated or corrupted file raises :class:`TraceError` naming the line.
+
+A replayed trace is just another event source: :class:`Replay` hands out the events whose time
+has come on a clock the caller drives (the window's timer, or the CLI's sleep), at any speed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from engine import __version__
+from engine.errors import SpecDecError
+from engine.events import (BatchRow, Event, KvSnapshot, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
+                           StepBatch, StepDone, TokenInfo)
+
+# What a trace keeps: a run's own events (a chat's conversation updates are not part of it)
+TRACE_EVENTS = (RunStarted, StepDone, StepBatch, RejectedDraft, KvSnapshot, RunFinished, RunFailed, RunWarning)
+FORMAT = "specdec-trace"
+VERSION = 1
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+class TraceError(SpecDecError):
+    """A trace file is missing, truncated, corrupted or of an unknown version."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A recorded run: its header and every event with its time (seconds since RunStarted)."""
+
+    header: dict
+    events: tuple[tuple[float, Event], ...]
+
+    @property
+    def duration_s(self) -> float:
+        return self.events[-1][0] if self.events else 0.0
+
+    @property
+    def finished(self) -> RunFinished | None:
+        last = self.events[-1][1] if self.events else None
+        return last if isinstance(last, RunFinished) else None
+
+    @property
+    def config(self) -> dict:
+        return self.header.get("config", {})
+
+    @property
+    def title(self) -> str:
+        mode = self.config.get("mode", "?")
+        return f"{mode} · {self.header.get('model', {}).get('name', 'unknown model')}"
+
+
+class TraceRecorder:
+    """Collects a run's events as they happen (on the engine's thread) into a :class:`Trace`."""
+
+    def __init__(self) -> None:
+        self._events: list[tuple[float, Event]] = []
+        self._t0: float | None = None
+        self._header: dict = {}
+
+    def add(self, event: Event, now: float | None = None) -> None:
+        if not isinstance(event, TRACE_EVENTS):
+            return
+        now = time.perf_counter() if now is None else now
+        if isinstance(event, RunStarted):
+            self._events, self._t0 = [], now
+            self._header = make_header(event)
+        if self._t0 is None:
+            return  # nothing before a run's start belongs to a trace
+        self._events.append((now - self._t0, event))
+
+    def trace(self) -> Trace | None:
+        return Trace(dict(self._header), tuple(self._events)) if self._events else None
+
+
+def make_header(started: RunStarted) -> dict:
+    return {"format": FORMAT, "version": VERSION, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "app": __version__, "config": started.config, "model": started.model}
+
+
+# ----------------------------------------------------------------------------- writing
+def save(trace: Trace, path: str | Path) -> None:
+    """Write ``trace`` as JSON lines (atomically: a reader never sees half a file)."""
+    from engine.jsonfile import write_text
+
+    write_text(Path(path), "".join(line + "\n" for line in dump_lines(trace)), shared=True)
+
+
+def dump_lines(trace: Trace) -> Iterator[str]:
+    yield json.dumps(trace.header, ensure_ascii=False)
+    kv = _KvEncoder()
+    for t, event in trace.events:
+        data = kv.encode(event) if isinstance(event, KvSnapshot) else _plain(event)
+        yield json.dumps({"t": round(t, 6), "type": type(event).__name__, "data": data}, ensure_ascii=False)
+
+
+def _plain(event: Event) -> dict:
+    out = {}
+    for f in fields(event):
+        value = getattr(event, f.name)
+        if f.name == "tokens":  # TokenInfo: [id, text, source]
+            value = [[t.id, t.text, t.source] for t in value]
+        elif f.name == "rows":  # BatchRow: [token, text, pos, seqs, logits, role, verdict]
+            value = [[r.token, r.text, r.pos, list(r.seqs), r.logits, r.role, r.verdict] for r in value]
+        out[f.name] = value
+    return out
+
+
+class _KvEncoder:
+    """Each snapshot as the cells that changed since the previous one."""
+
+    def __init__(self) -> None:
+        self.previous: tuple[np.ndarray, ...] | None = None
+
+    def encode(self, snap: KvSnapshot) -> dict:
+        n_seq, n_cells = snap.seq_of_cell.shape
+        state = _packed(snap)
+        prev = self.previous
+        if prev is None or prev[0].shape != state[0].shape or prev[1].shape != state[1].shape:
+            changed = np.flatnonzero((state[0] >= 0) | state[1].any(axis=1) | state[2].any(axis=1))
+        else:
+            changed = np.flatnonzero((state[0] != prev[0]) | (state[1] != prev[1]).any(axis=1)
+                                     | (state[2] != prev[2]).any(axis=1) | (state[3] != prev[3]))
+        self.previous = state
+        pos, during, kept, written = state
+        cells = [[int(c), int(pos[c]), during[c].tobytes().hex(), kept[c].tobytes().hex(), int(written[c])]
+                 for c in changed]
+        return {"step": snap.step, "n_cells": n_cells, "n_seq": n_seq, "used": snap.used, "holes": snap.holes,
+                "largest_free_run": snap.largest_free_run, "seq_pos_min": list(snap.seq_pos_min),
+                "seq_pos_max": list(snap.seq_pos_max), "delta": prev is not None, "cells": cells}
+
+
+def _packed(snap: KvSnapshot) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    n_cells = snap.seq_of_cell.shape[1]
+    written = snap.written_step if snap.written_step is not None else np.full(n_cells, -1, dtype=np.int32)
+    return (snap.pos_of_cell.astype(np.int32), np.packbits(snap.seq_of_cell.T, axis=1, bitorder="little"),
+            np.packbits(snap.kept.T, axis=1, bitorder="little"), written.astype(np.int32))
+
+
+# ----------------------------------------------------------------------------- reading
+def load(path: str | Path) -> Trace:
+    """Read a whole trace; raise :class:`TraceError` with the line at fault if it is not one."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise TraceError(f"there is no trace file at {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"the trace {path.name} could not be read ({exc})") from None
+    return parse(lines, path.name)
+
+
+def parse(lines: Iterable[str], name: str = "trace") -> Trace:
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        raise TraceError(f"the trace {name} is empty")
+    header = _json(lines[0], name, 1)
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise TraceError(f"{name} is not a SpecDec Studio trace (its first line has no \"format\": \"{FORMAT}\")")
+    if header.get("version") != VERSION:
+        raise TraceError(f"the trace {name} has format version {header.get('version')!r}; "
+                         f"this version of the app reads version {VERSION}")
+    decoder = _KvDecoder()
+    events: list[tuple[float, Event]] = []
+    for number, line in enumerate(lines[1:], start=2):
+        record = _json(line, name, number)
+        try:
+            t = float(record["t"])
+            event = _event(record["type"], record["data"], decoder)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise TraceError(f"the trace {name} is corrupted at line {number} ({type(exc).__name__}: {exc})") from None
+        events.append((t, event))
+    if not events or not isinstance(events[0][1], RunStarted):
+        raise TraceError(f"the trace {name} does not start with its run's start")
+    if not isinstance(events[-1][1], (RunFinished, RunFailed)):
+        raise TraceError(f"the trace {name} is truncated: it ends before its run finished (line {len(lines)})")
+    return Trace(header, tuple(events))
+
+
+def _json(line: str, name: str, number: int):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"the trace {name} is truncated or corrupted at line {number} ({exc.msg})") from None
+
+
+def _event(kind: str, data: dict, kv: "_KvDecoder") -> Event:
+    if kind == "StepDone":
+        return StepDone(data["step"], tuple(TokenInfo(int(i), str(text), src) for i, text, src in data["tokens"]),
+                        data["n_drafted"], data["n_accepted"], data["t_decode_s"], data["t_step_s"],
+                        dict(data.get("extra") or {}))
+    if kind == "StepBatch":
+        return StepBatch(data["step"], tuple(BatchRow(int(tok), str(text), int(pos), tuple(seqs), bool(logits), role,
+                                                      verdict)
+                                             for tok, text, pos, seqs, logits, role, verdict in data["rows"]))
+    if kind == "KvSnapshot":
+        return kv.decode(data)
+    if kind == "RunStarted":
+        return RunStarted(dict(data["config"]), dict(data["model"]), int(data["n_prompt"]), str(data["prompt_text"]))
+    if kind == "RunFinished":
+        return RunFinished(data["text"], tuple(data["token_ids"]), data["finish_reason"], _int_keys(data["stats"]),
+                           data.get("end_token"))
+    if kind == "RejectedDraft":
+        return RejectedDraft(data["step"], tuple(data["ids"]), tuple(data["texts"]))
+    if kind == "RunFailed":
+        return RunFailed(str(data["message"]))
+    if kind == "RunWarning":
+        return RunWarning(str(data["message"]))
+    raise ValueError(f"unknown event type {kind!r}")
+
+
+def _int_keys(value):
+    """JSON turned the integer keys of the stats' tables (tokens per step -> steps) into strings:
+    turn them back, so a replayed run's figures equal the recorded ones."""
+    if isinstance(value, dict):
+        keys_are_ints = bool(value) and all(isinstance(k, str) and k.lstrip("-").isdigit() for k in value)
+        return {(int(k) if keys_are_ints else k): _int_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_int_keys(v) for v in value]
+    return value
+
+
+class _KvDecoder:
+    def __init__(self) -> None:
+        self.state: tuple[np.ndarray, ...] | None = None
+
+    def decode(self, data: dict) -> KvSnapshot:
+        n_cells, n_seq = int(data["n_cells"]), int(data["n_seq"])
+        n_bytes = (n_seq + 7) // 8
+        if not data["delta"] or self.state is None or self.state[0].shape[0] != n_cells \
+                or self.state[1].shape[1] != n_bytes:
+            self.state = (np.full(n_cells, -1, dtype=np.int32), np.zeros((n_cells, n_bytes), dtype=np.uint8),
+                          np.zeros((n_cells, n_bytes), dtype=np.uint8), np.full(n_cells, -1, dtype=np.int32))
+        pos, during, kept, written = (a.copy() for a in self.state)
+        for cell, p, seqs, kept_seqs, step in data["cells"]:
+            pos[cell] = p
+            during[cell] = np.frombuffer(bytes.fromhex(seqs), dtype=np.uint8)
+            kept[cell] = np.frombuffer(bytes.fromhex(kept_seqs), dtype=np.uint8)
+            written[cell] = step
+        self.state = (pos, during, kept, written)
+        seq_of_cell = np.unpackbits(during, axis=1, count=n_seq, bitorder="little").astype(bool).T.copy()
+        kept_of_cell = np.unpackbits(kept, axis=1, count=n_seq, bitorder="little").astype(bool).T.copy()
+        same = np.array_equal(seq_of_cell, kept_of_cell)
+        return KvSnapshot(int(data["step"]), seq_of_cell, pos.copy(), int(data["used"]), int(data["holes"]),
+                          int(data["largest_free_run"]), tuple(data["seq_pos_min"]), tuple(data["seq_pos_max"]),
+                          None if same else kept_of_cell, written.copy())
+
+
+# ----------------------------------------------------------------------------- replay
+class Replay:
+    """Hands out a trace's events as a clock the caller drives passes their recorded times.
+
+    ``advance(dt)`` moves the replay's clock on by ``dt`` seconds of wall time (times ``speed``)
+    and returns the events now due; ``seek_end`` returns all that remain. Pausing is simply not
+    advancing."""
+
+    def __init__(self, trace: Trace, speed: float = 1.0) -> None:
+        self.trace = trace
+        self.speed = speed
+        self.clock = 0.0  # recorded seconds
+        self.index = 0
+
+    @property
+    def done(self) -> bool:
+        return self.index >= len(self.trace.events)
+
+    def advance(self, wall_dt: float) -> list[Event]:
+        self.clock += wall_dt * self.speed
+        return self._until(self.clock)
+
+    def next_step(self) -> list[Event]:
+        """Every event up to and including the next StepDone (or the end): one step forward."""
+        out = []
+        while not self.done:
+            t, event = self.trace.events[self.index]
+            self.index += 1
+            self.clock = max(self.clock, t)
+            out.append(event)
+            if isinstance(event, StepDone):
+                break
+        return out
+
+    def seek_end(self) -> list[Event]:
+        return self._until(float("inf"))
+
+    def _until(self, t_limit: float) -> list[Event]:
+        events = self.trace.events
+        start = self.index
+        while self.index < len(events) and events[self.index][0] <= t_limit:
+            self.index += 1
+        return [e for _, e in events[start:self.index]]

@@ -1,0 +1,201 @@
+"""Recorded runs: every event survives a trace file exactly, a damaged trace is refused with a clear
+sentence, and each step's batch says what was sent and what verification made of it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from engine import trace
+from engine.config import LookaheadParams, RunConfig, SpeculativeParams
+from engine.events import KvSnapshot, RunFinished, RunStarted, StepBatch, StepDone
+from engine.trace import Replay, TraceError, TraceRecorder
+from tests.conftest import CODE_PROMPT
+
+CONFIGS = {
+    "plain": RunConfig(max_tokens=24),
+    "lookahead": RunConfig(mode="lookahead", max_tokens=40, lookahead=LookaheadParams(4, 3, 4)),
+    "lookup": RunConfig(mode="lookup", max_tokens=40, speculative=SpeculativeParams(k=4)),
+    "auto": RunConfig(mode="auto", max_tokens=40),
+}
+
+
+def _record(session, config: RunConfig) -> trace.Trace:
+    """As ``specdec run --trace`` records: every event, and a KV snapshot after every step."""
+    recorder = TraceRecorder()
+    for event in session.run(config, session.tokenize_prompt(CODE_PROMPT)):
+        recorder.add(event)
+        if isinstance(event, StepDone):
+            recorder.add(session.kv_snapshot(event.step, config.n_sequences))
+    return recorder.trace()
+
+
+@pytest.fixture(scope="module")
+def recorded(smollm_session) -> dict[str, trace.Trace]:
+    return {name: _record(smollm_session, config) for name, config in CONFIGS.items()}
+
+
+def _same_event(a, b) -> bool:
+    if isinstance(a, KvSnapshot):
+        return (isinstance(b, KvSnapshot) and a.step == b.step and a.used == b.used and a.holes == b.holes
+                and np.array_equal(a.seq_of_cell, b.seq_of_cell) and np.array_equal(a.kept, b.kept)
+                and np.array_equal(a.pos_of_cell, b.pos_of_cell) and np.array_equal(a.written_step, b.written_step))
+    if isinstance(a, StepDone):  # the extra dict's tuples come back as lists
+        return (a.step, a.tokens, a.n_drafted, a.n_accepted, a.t_decode_s) == \
+            (b.step, b.tokens, b.n_drafted, b.n_accepted, b.t_decode_s) and \
+            json.dumps(a.extra) == json.dumps(b.extra)
+    return a == b
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_trace_round_trip_is_exact(recorded, name, tmp_path):
+    original = recorded[name]
+    path = tmp_path / f"{name}.jsonl"
+    trace.save(original, path)
+    loaded = trace.load(path)
+    assert loaded.header["format"] == trace.FORMAT and loaded.header["version"] == trace.VERSION
+    assert loaded.config == original.config
+    assert len(loaded.events) == len(original.events)
+    for (t0, a), (t1, b) in zip(original.events, loaded.events):
+        assert abs(t0 - t1) < 1e-5
+        assert _same_event(a, b), (type(a).__name__, a, b)
+    assert loaded.finished.text == original.finished.text
+    assert loaded.finished.stats == original.finished.stats
+
+
+def test_kv_snapshots_are_stored_as_changes(recorded, tmp_path):
+    path = tmp_path / "lookahead.jsonl"
+    trace.save(recorded["lookahead"], path)
+    lines = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    kv = [line for line in lines if line["type"] == "KvSnapshot"]
+    assert len(kv) > 3
+    full = kv[0]["data"]
+    assert not full["delta"]
+    # every later snapshot carries fewer cells than the cache uses: only what the step changed
+    assert all(line["data"]["delta"] and len(line["data"]["cells"]) < line["data"]["used"] for line in kv[2:])
+
+
+def test_replay_hands_out_every_event_in_order(recorded):
+    original = recorded["lookup"]
+    replay = Replay(original, speed=4.0)
+    got = []
+    while not replay.done:
+        got += replay.advance(0.01)
+    assert got == [e for _, e in original.events]
+    # stepping: each call ends with the next step's StepDone
+    replay = Replay(original)
+    first = replay.next_step()
+    assert isinstance(first[0], RunStarted) and isinstance(first[-1], StepDone) and first[-1].step == 0
+    second = replay.next_step()
+    assert isinstance(second[-1], StepDone) and second[-1].step == 1
+    assert replay.seek_end()[-1] == original.finished
+
+
+@pytest.mark.parametrize("damage", ["cut_mid_line", "cut_at_line", "garbage_line", "bad_version", "not_a_trace",
+                                    "empty", "missing_field"])
+def test_damaged_trace_is_refused_with_one_sentence(recorded, tmp_path, damage):
+    path = tmp_path / "run.jsonl"
+    trace.save(recorded["plain"], path)
+    text = path.read_text()
+    lines = text.splitlines()
+    if damage == "cut_mid_line":
+        text = text[: len(text) - len(lines[-1]) // 2 - 1]
+    elif damage == "cut_at_line":
+        text = "\n".join(lines[:-1]) + "\n"
+    elif damage == "garbage_line":
+        text = "\n".join(lines[:3] + ["{not json"] + lines[3:])
+    elif damage == "bad_version":
+        text = "\n".join([lines[0].replace('"version": 1', '"version": 99')] + lines[1:])
+    elif damage == "not_a_trace":
+        text = '{"hello": 1}\n' + "\n".join(lines[1:])
+    elif damage == "empty":
+        text = ""
+    elif damage == "missing_field":
+        broken = json.loads(lines[2])
+        broken["data"].pop("step", None)
+        broken["data"].pop("text", None)
+        text = "\n".join(lines[:2] + [json.dumps(broken)] + lines[3:])
+    path.write_text(text)
+    with pytest.raises(TraceError) as err:
+        trace.load(path)
+    message = str(err.value)
+    assert "\n" not in message and "run.jsonl" in message
+    assert any(word in message for word in ("truncated", "corrupted", "version", "not a SpecDec", "empty"))
+
+
+def test_missing_trace_file_names_the_path(tmp_path):
+    with pytest.raises(TraceError, match="no trace file"):
+        trace.load(tmp_path / "nowhere.jsonl")
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_step_batch_describes_the_decode_and_its_verdicts(recorded, name):
+    events = [e for _, e in recorded[name].events]
+    batches = {e.step: e for e in events if isinstance(e, StepBatch)}
+    steps = [e for e in events if isinstance(e, StepDone) and e.step > 0]
+    assert steps and all(s.step in batches for s in steps)
+    config = CONFIGS[name]
+    candidate_roles = {"plain": set(), "lookahead": {"ngram"}, "lookup": {"ngram"},
+                       "auto": {"ngram", "suffix", "draft"}}[name]
+    for s in steps:
+        rows = batches[s.step].rows
+        inputs = [r for r in rows if r.role == "input"]
+        assert len(inputs) == 1 and inputs[0].logits
+        # the accepted rows are the step's accepted tokens, in order
+        accepted = [r for r in rows if r.verdict == "accepted"]
+        assert len(accepted) == s.n_accepted
+        assert [r.token for r in accepted] == [t.id for t in s.tokens[: s.n_accepted]]
+        assert all(r.role in candidate_roles for r in accepted)
+        # a mismatch is a candidate the target did not choose, never the step's input
+        assert all(r.role in candidate_roles for r in rows if r.verdict == "rejected")
+        if name == "lookahead":
+            W = config.lookahead.W
+            assert {r.role for r in rows} <= {"redecode", "input", "ngram", "window"}
+            assert all(max(r.seqs) <= config.n_sequences - 1 for r in rows)
+            assert any(r.role == "window" for r in rows) and W > 1
+        if name == "lookup" and s.n_drafted > s.n_accepted:
+            assert sum(r.verdict == "rejected" for r in rows) == 1  # the first mismatch, where it stopped
+    # a token's position: the input row sits right after the previous steps' tokens
+    started = events[0]
+    n_emitted = 1  # step 0's token
+    for s in steps:
+        input_row = next(r for r in batches[s.step].rows if r.role == "input")
+        assert input_row.pos == started.n_prompt + n_emitted - 1
+        n_emitted += len(s.tokens)
+
+
+def test_kv_snapshot_ages_and_removals(recorded):
+    events = [e for _, e in recorded["lookup"].events]
+    snaps = [e for e in events if isinstance(e, KvSnapshot)]
+    started = events[0]
+    last = snaps[-1]
+    used = last.kept.any(axis=0)
+    pos = last.pos_of_cell[used]
+    written = last.written_step[used]
+    assert (written[pos < started.n_prompt] == 0).all()  # the prompt: written before step 1
+    generated = np.argsort(pos[pos >= started.n_prompt])
+    assert (np.diff(written[pos >= started.n_prompt][generated]) >= 0).all()  # later positions, later steps
+    # a step that rejected drafts shows the cells it removed
+    rejecting = {e.step for e in events if isinstance(e, StepDone) and e.n_drafted > e.n_accepted}
+    assert rejecting
+    assert any(s.removed.any() for s in snaps if s.step in rejecting)
+    assert all(s.removed.sum() == 0 for s in snaps
+               if s.step not in rejecting and s.step in {e.step for e in events if isinstance(e, StepDone)})
+
+
+def test_cli_run_writes_a_trace_and_replay_plays_it(smollm_path, tmp_path, capsys):
+    from engine.cli import main
+
+    path = tmp_path / "cli.jsonl"
+    assert main(["run", "-m", str(smollm_path), "--mode", "lookahead", "-n", "16", "-p", CODE_PROMPT,
+                 "--trace", str(path), "--json", "-t", "2"]) == 0
+    ran = json.loads(capsys.readouterr().out)
+    assert main(["replay", str(path), "--speed", "4", "--json"]) == 0
+    replayed = json.loads(capsys.readouterr().out)
+    assert replayed["token_ids"] == ran["token_ids"] and replayed["text"] == ran["text"]
+    assert replayed["stats"]["tokens_per_second"] == pytest.approx(ran["stats"]["tokens_per_second"])
+    path.write_text(path.read_text()[:-40])
+    assert main(["replay", str(path)]) == 2
+    assert "truncated" in capsys.readouterr().err
