@@ -12,7 +12,6 @@ import collections
 import queue
 import sys
 import threading
-import time
 import traceback
 from dataclasses import dataclass
 
@@ -171,9 +170,98 @@ class ConversationList:
     query: str = ""
 
 
+@dataclass(frozen=True)
+class TraceReady:
+    """A run ended: its recording, ready to save, replay or inspect."""
+
+    trace: object  # engine.trace.Trace
+
+
+@dataclass(frozen=True)
+class Paused:
+    """The run waits after ``step`` (``paused`` False: it runs freely again)."""
+
+    step: int
+    paused: bool
+
+
+@dataclass(frozen=True)
+class _Race:
+    config: object
+    text: str
+    chat: bool
+
+
+@dataclass(frozen=True)
+class RaceProgress:
+    """A race's run is decoding: ``which`` is "plain" or the strategy's mode."""
+
+    which: str
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class RaceReady:
+    """Both runs of a race, recorded one after the other, to be replayed on a common clock."""
+
+    plain: object  # engine.trace.Trace
+    strategy: object  # engine.trace.Trace
+
+
+class StepGate:
+    """Lets a run pause between steps and go on one decode at a time.
+
+    The engine thread calls :meth:`wait` after each step; it returns at once unless paused, in
+    which case it blocks until the GUI resumes, grants one step, or Stop is pressed."""
+
+    def __init__(self, cancel: threading.Event) -> None:
+        self._cond = threading.Condition()
+        self._cancel = cancel
+        self.paused = False
+        self._grants = 0
+
+    def pause(self) -> None:
+        with self._cond:
+            self.paused = True
+            self._grants = 0
+
+    def resume(self) -> None:
+        with self._cond:
+            self.paused = False
+            self._cond.notify_all()
+
+    def step(self) -> None:
+        """One more step, then wait again."""
+        with self._cond:
+            self.paused = True
+            self._grants += 1
+            self._cond.notify_all()
+
+    def wake(self) -> None:
+        """Stop was pressed: let the waiting run see it."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait(self, on_pause=None) -> None:
+        with self._cond:
+            if not self.paused or self._cancel.is_set():
+                return
+            if self._grants:
+                self._grants -= 1
+                return
+            if on_pause is not None:
+                on_pause()
+            while self.paused and not self._grants and not self._cancel.is_set():
+                self._cond.wait(0.1)
+            if self._grants:
+                self._grants -= 1
+
+
 _QUIT = object()
 GIL_SWITCH_INTERVAL_S = 0.0005
-SNAPSHOT_INTERVAL_S = 0.05  # KV-map pictures during a run at most every 50 ms (and one at its end)
+# The KV map's picture after every step: the step inspector shows any step's cells before and after,
+# and a recorded run keeps them all. Copying the cells costs ~0.1 ms a step (1 % of a plain step
+# here); the window paints only the newest picture, at its own rate.
 SHUTDOWN_WAIT_S = 3.0
 
 
@@ -192,6 +280,7 @@ class EngineWorker:
         # job (so a Stop pressed while that job waits in the queue or is being prepared counts),
         # never by the engine itself.
         self._cancel = threading.Event()
+        self.gate = StepGate(self._cancel)
         self._last_prompt_tokens: list[int] = []
         # The conversation lives here, on the engine thread; the window is sent views of it.
         self._conversation = None  # engine.conversation.Conversation
@@ -241,6 +330,22 @@ class EngineWorker:
     def stop(self) -> None:
         """Stop the job running now and any the window queued before this call."""
         self._cancel.set()
+        self.gate.wake()
+
+    def pause(self) -> None:
+        """Hold the running (or next) run after its current step."""
+        self.gate.pause()
+
+    def resume(self) -> None:
+        self.gate.resume()
+
+    def step_once(self) -> None:
+        """Let a paused run decode one more step."""
+        self.gate.step()
+
+    def race(self, config, text: str, *, chat: bool) -> None:
+        """Plain, then ``config``, on the same prompt, one after the other (never both at once)."""
+        self._submit(_Race(config, text, chat))
 
     def start(self) -> None:
         # Between two decodes the engine thread needs the GIL for a millisecond or two; with the
@@ -304,6 +409,8 @@ class EngineWorker:
             self._draft(command.path)
         elif isinstance(command, _Run):
             self._run(command)
+        elif isinstance(command, _Race):
+            self._race(command)
         elif isinstance(command, _Baseline):
             self._baseline(command)
         elif isinstance(command, _Profile):
@@ -374,6 +481,7 @@ class EngineWorker:
 
     def _run(self, command: _Run) -> None:
         from engine.events import RunFinished, StepDone
+        from engine.trace import TraceRecorder
 
         session = self._require_session()
         if command.chat:
@@ -393,16 +501,21 @@ class EngineWorker:
         self._last_prompt_tokens = list(session.last_prompt_tokens)
         self._emit(RunRequested(command.config, user_text, command.chat))
         finished = False
-        snapshot_at = 0.0
+        recorder = TraceRecorder()
         try:
             for event in events:
                 finished = finished or isinstance(event, RunFinished)
                 self._emit(event)
-                # The KV map's pictures, at the rate the window can use (the engine sends only the last)
-                if isinstance(event, StepDone) and time.perf_counter() - snapshot_at >= SNAPSHOT_INTERVAL_S \
-                        and session.memory.mirror_ok:
-                    self._emit(session.kv_snapshot(event.step, command.config.n_sequences))
-                    snapshot_at = time.perf_counter()
+                recorder.add(event)
+                if isinstance(event, StepDone):
+                    if session.memory.mirror_ok:  # the KV map's picture of this step
+                        snapshot = session.kv_snapshot(event.step, command.config.n_sequences)
+                        self._emit(snapshot)
+                        recorder.add(snapshot)
+                    self.gate.wait(on_pause=lambda step=event.step: self._emit(Paused(step, True)))
+            recorded = recorder.trace()
+            if recorded is not None and finished:
+                self._emit(TraceReady(recorded))
         finally:
             if command.chat:  # a failed turn keeps what it wrote (marked interrupted): show it
                 self._conversation_store().set_last_opened(self._conversation.id)
@@ -410,6 +523,40 @@ class EngineWorker:
                     self._emit_conversation_list()
                 else:
                     self._show_conversation()
+
+    def _race(self, command: _Race) -> None:
+        """Record plain and the strategy one after the other on the same prompt; the window
+        replays both on a common clock. Neither run reuses the other's cache, so both decode
+        the whole prompt."""
+        from engine.config import RunConfig
+        from engine.events import RunFailed, RunFinished, StepDone
+        from engine.trace import TraceRecorder
+
+        session = self._require_session()
+        if command.chat and session.has_chat_template:
+            tokens = session.chat_tokens([("user", command.text)])
+        else:
+            tokens = session.tokenize_prompt(command.text)
+        plain = RunConfig(mode="plain", max_tokens=command.config.max_tokens, sampling=command.config.sampling)
+        traces = []
+        for which, config in (("plain", plain), (command.config.mode, command.config)):
+            recorder = TraceRecorder()
+            n_tokens = 0
+            for event in session.run(config, tokens, prompt_text=command.text, fresh_cancel=False):
+                recorder.add(event)
+                if isinstance(event, StepDone):
+                    n_tokens += len(event.tokens)
+                    if session.memory.mirror_ok:
+                        recorder.add(session.kv_snapshot(event.step, config.n_sequences))
+                    self._emit(RaceProgress(which, n_tokens))
+                elif isinstance(event, RunFailed):
+                    self._emit(event)
+                    return
+                elif isinstance(event, RunFinished) and event.finish_reason == "cancelled":
+                    self._emit(RunFailed("the race was stopped"))
+                    return
+            traces.append(recorder.trace())
+        self._emit(RaceReady(traces[0], traces[1]))
 
     # ------------------------------------------------------------------ conversations
     def _conversation_store(self):

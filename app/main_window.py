@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 from app.engine_worker import (BaselineDone, ConversationList, DraftLoaded, EngineWorker, ExactnessReady, LoadFailed,
-                               LoadStarted, ModelLoaded, ProfileProgress, ProfileReady, ProfileStarted, RunRequested,
-                               SavedSweeps)
+                               LoadStarted, ModelLoaded, Paused, ProfileProgress, ProfileReady, ProfileStarted,
+                               RaceProgress, RaceReady, RunRequested, SavedSweeps, TraceReady)
+from app.replay import TracePlayer
 from app.qt import QtCore, QtGui, QtWidgets, Qt
 from app.theme import THEMES, apply_theme
 from app.transcript import Turn, figures_line, render_completion, render_conversation, render_run
@@ -22,11 +23,14 @@ from app.widgets.conversation_list import ConversationSidebar
 from app.widgets.decision_strip import DecisionStrip
 from app.widgets.kv_map import KvMapView
 from app.widgets.model_picker import ModelBar
+from app.widgets.race_view import RaceView
 from app.widgets.stats_panel import StatsPanel
+from app.widgets.step_inspector import RunRecord, StepInspector
 from app.widgets.sweep_view import ProfilePlot
-from app.widgets.token_stream import SOURCE_COLOURS, SOURCE_LABELS, TokenStream
+from app.widgets.token_stream import PRESENTATION_COLOURS, SOURCE_COLOURS, SOURCE_LABELS, TokenStream
 from app.widgets.tune_panel import TunePanel
-from engine.config import DEFAULT_N_CTX
+from engine.config import DEFAULT_N_CTX, MODES
+from engine.trace import SPEEDS
 
 PAINT_INTERVAL_MS = 33  # ~30 Hz: the window never repaints per token
 # The plots and the KV map cost far more to paint than text, and on a 2-core machine every
@@ -68,6 +72,14 @@ class MainWindow(QtWidgets.QMainWindow):
         self._latest_snapshot = None
         self._figures_painted_at = 0.0
         self._run_started_at = 0.0
+        self.record = RunRecord()  # the shown run's steps, for the step inspector
+        self.last_trace = None  # engine.trace.Trace of the last run (live or loaded)
+        self.replaying = False  # a recorded trace is playing into the window
+        self.paused = False  # the live run (or replay) holds after its current step
+        self.presenting = False
+        self.player = TracePlayer(self)
+        self.player.events.connect(lambda _lane, events: self._handle_events(events))
+        self.player.finished.connect(self._replay_finished)
         self._build()
         self._restore_settings()
         self._paint_timer = QtCore.QTimer(self)
@@ -108,23 +120,37 @@ class MainWindow(QtWidgets.QMainWindow):
         self.error_label.setStyleSheet("color: #c0392b; font-weight: 600;")
         self.error_label.setWordWrap(True)
 
-        legend = QtWidgets.QHBoxLayout()
-        for source in ("sampled", "accepted_ngram", "accepted_draft", "rejected"):
-            swatch = QtWidgets.QLabel(SOURCE_LABELS[source])
-            colour = SOURCE_COLOURS[source]
-            style = f"color: {colour};" if colour else ""
-            if source == "rejected":
-                style += " text-decoration: line-through;"
-            if source.startswith("accepted"):
-                style += " font-weight: 600;"
-            swatch.setStyleSheet(style)
-            legend.addWidget(swatch)
-        legend.addStretch(1)
+        self.legend = QtWidgets.QLabel()  # one wrapping label: it never widens the window
+        self.legend.setWordWrap(True)
+        self._style_legend(SOURCE_COLOURS)
+
+        self.replay_bar = QtWidgets.QWidget()
+        rb = QtWidgets.QHBoxLayout(self.replay_bar)
+        rb.setContentsMargins(0, 0, 0, 0)
+        self.replay_label = QtWidgets.QLabel("")
+        self.replay_label.setWordWrap(True)
+        self.replay_label.setTextFormat(Qt.RichText)  # bold through markup: a style sheet would pin its font
+        self.replay_speed = QtWidgets.QComboBox()
+        for speed in SPEEDS:
+            self.replay_speed.addItem(f"{speed:g}×", speed)
+        self.replay_speed.setCurrentIndex(SPEEDS.index(1.0))
+        self.replay_speed.currentIndexChanged.connect(lambda _i: self.player.set_speed(self.replay_speed.currentData()))
+        self.replay_restart = QtWidgets.QPushButton("Restart")
+        self.replay_restart.clicked.connect(lambda: self.last_trace is not None and self.play_trace(self.last_trace))
+        self.replay_close = QtWidgets.QPushButton("Close replay")
+        self.replay_close.clicked.connect(self.close_replay)
+        rb.addWidget(self.replay_label, 1)
+        rb.addWidget(QtWidgets.QLabel("speed"))
+        rb.addWidget(self.replay_speed)
+        rb.addWidget(self.replay_restart)
+        rb.addWidget(self.replay_close)
+        self.replay_bar.setVisible(False)
 
         centre = QtWidgets.QWidget()
         cl = QtWidgets.QVBoxLayout(centre)
         cl.setContentsMargins(0, 0, 0, 0)
-        cl.addLayout(legend)
+        cl.addWidget(self.replay_bar)
+        cl.addWidget(self.legend)
         cl.addWidget(self.stream, 1)
         self.decisions = DecisionStrip()
         self.decisions_box = QtWidgets.QWidget()
@@ -133,6 +159,7 @@ class MainWindow(QtWidgets.QMainWindow):
         decisions_legend = QtWidgets.QLabel("Auto's steps: " + self.decisions.legend_html()
                                             + " — height: tokens emitted; hover for the step")
         decisions_legend.setStyleSheet("font-size: 9pt;")
+        decisions_legend.setWordWrap(True)
         db.addWidget(decisions_legend)
         db.addWidget(self.decisions)
         self.decisions_box.setVisible(False)
@@ -143,6 +170,11 @@ class MainWindow(QtWidgets.QMainWindow):
         cl.addWidget(self.conversation_note)
         cl.addWidget(self.error_label)
         cl.addWidget(self.input)
+        self.race = RaceView()
+        self.race.race_requested.connect(self.start_race)
+        self.centre_tabs = QtWidgets.QTabWidget()
+        self.centre_tabs.addTab(centre, "Stream")
+        self.centre_tabs.addTab(self.race, "Race")
 
         self.kv_map = KvMapView()
         self.stats = StatsPanel()
@@ -177,8 +209,13 @@ class MainWindow(QtWidgets.QMainWindow):
         pl.addWidget(self.exactness_label)
         pl.addWidget(self.exactness_button)
 
+        self.inspector = StepInspector()
+        self.inspector.set_record(self.record)
+        self.inspector.pause_toggled.connect(self.set_paused)
+        self.inspector.forward_requested.connect(self._step_engine)
         right = QtWidgets.QTabWidget()
         right.addTab(live, "Live")
+        right.addTab(self.inspector, "Inspect")
         right.addTab(self.tune, "Tune")
         right.addTab(profile_page, "Profile")
         self.right_tabs = right
@@ -197,7 +234,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
         self.splitter = QtWidgets.QSplitter(Qt.Horizontal)
         self.splitter.addWidget(left)
-        self.splitter.addWidget(centre)
+        self.splitter.addWidget(self.centre_tabs)
         self.splitter.addWidget(right)
         self.splitter.setSizes([340, 620, 520])
 
@@ -219,10 +256,44 @@ class MainWindow(QtWidgets.QMainWindow):
         file_menu.addAction("Export conversation as Markdown…", lambda: self.export_conversation("markdown"))
         file_menu.addAction("Export conversation as HTML…", lambda: self.export_conversation("html"))
         file_menu.addAction("System message…", self.edit_system_message)
+        file_menu.addSeparator()
+        file_menu.addAction("Open trace…", self.open_trace_dialog, QtGui.QKeySequence("Ctrl+O"))
+        self.demo_menu = file_menu.addMenu("Demo traces")
+        self._fill_demo_menu()
+        file_menu.addAction("Save run trace…", self.save_trace_dialog, QtGui.QKeySequence("Ctrl+S"))
+        export_menu = file_menu.addMenu("Export run")
+        export_menu.addAction("Report (one HTML file)…", lambda: self.export_dialog("report"))
+        export_menu.addAction("Transcript as HTML…", lambda: self.export_dialog("transcript"))
+        export_menu.addAction("Figures as JSON…", lambda: self.export_dialog("figures"))
+        export_menu.addAction("KV map as PNG…", lambda: self.export_dialog("kv_png"))
+        export_menu.addAction("Plots as PNG…", lambda: self.export_dialog("plots_png"))
         edit_menu = self.menuBar().addMenu("&Edit")
         edit_menu.addAction("Copy conversation as text", self.copy_text)
         edit_menu.addAction("Copy conversation as HTML (with colours)", self.copy_html)
         view_menu = self.menuBar().addMenu("&View")
+        self.presentation_action = view_menu.addAction("Presentation mode", self.toggle_presentation,
+                                                       QtGui.QKeySequence(Qt.Key_F11))
+        self.presentation_action.setCheckable(True)
+        self.presentation_action.setShortcutContext(Qt.ApplicationShortcut)
+        kv_menu = view_menu.addMenu("KV map colouring")
+        for name in ("sequence", "writer", "age"):
+            kv_menu.addAction(f"By {name}", lambda n=name: self.kv_map.set_colouring(n))
+        run_menu = self.menuBar().addMenu("&Run")
+        self.pause_action = run_menu.addAction("Pause / resume", self.toggle_pause)
+        self.step_action = run_menu.addAction("Step forward", self.step_forward)
+        self.back_action = run_menu.addAction("Step back", self.step_back)
+        self.reset_action = run_menu.addAction("Reset", self.reset_demo)
+        run_menu.addAction("Race against plain", self.start_race)
+        # Presentation keys: active in presentation mode only (elsewhere they are typing)
+        self.presentation_keys = [(self.pause_action, Qt.Key_Space), (self.step_action, Qt.Key_Right),
+                                  (self.back_action, Qt.Key_Left), (self.reset_action, Qt.Key_R)]
+        self.mode_actions = []
+        for i, mode in enumerate(MODES[:5]):
+            action = QtGui.QAction(f"Mode: {mode}", self, triggered=lambda _c=False, m=mode: self.choose_mode(m))
+            action.setShortcut(QtGui.QKeySequence(str(i + 1)))
+            action.setEnabled(False)
+            self.addAction(action)
+            self.mode_actions.append(action)
         theme_menu = view_menu.addMenu("Theme")
         self._theme_group = QtGui.QActionGroup(self)
         for theme in THEMES:
@@ -330,12 +401,17 @@ class MainWindow(QtWidgets.QMainWindow):
         self.worker.start_run(config, text, chat=turn.chat, regenerate=regenerate, edit_index=edit_index)
 
     def _chat_shown(self) -> bool:
-        return self.input.chat_mode.isChecked() and self.has_chat_template
+        """The stream shows the conversation (not a completion, nor a replayed trace)."""
+        return self.input.chat_mode.isChecked() and self.has_chat_template and not self.replaying
 
-    def start_run(self) -> None:
-        if self.running or not self.model_loaded:
+    def start_run(self, reuse_last_prompt: bool = False) -> None:
+        if self.running or not self.model_loaded or self.player.active:
             return
+        if self.replaying:
+            self.close_replay()
         text = self.input.text()
+        if not text.strip() and reuse_last_prompt and self.live is not None:
+            text = self.live.user  # presentation: space runs the last prompt again
         if not text.strip():
             self.error_label.setText("Type a message or a prompt first.")
             return
@@ -394,8 +470,6 @@ class MainWindow(QtWidgets.QMainWindow):
             self.worker.conversation("system", text=text)
 
     def export_conversation(self, kind: str) -> None:
-        from engine import transcript
-
         if self.conversation is None or not self.conversation.messages:
             self.statusBar().showMessage("Nothing to export yet")
             return
@@ -525,25 +599,44 @@ class MainWindow(QtWidgets.QMainWindow):
 
     # ------------------------------------------------------------------ events
     def drain_events(self) -> None:
-        from engine.chat import ConversationChanged
-        from engine.events import KvSnapshot, RejectedDraft, RunFailed, RunFinished, RunWarning, StepDone
-
         events = self.worker.drain()
-        if not events:
-            return
+        if events:
+            self._handle_events(events)
+
+    def _handle_events(self, events: list) -> None:
+        """Events from the engine thread, or from a replayed trace: drawn the same way."""
+        from engine.chat import ConversationChanged
+        from engine.events import (KvSnapshot, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
+                                   StepBatch, StepDone)
+
         for event in events:
+            if isinstance(event, (StepDone, StepBatch, KvSnapshot, RunStarted, RunFinished)):
+                self.record.add(event)
             if isinstance(event, StepDone):
                 self._on_step(event)
+            elif isinstance(event, StepBatch):
+                pass
             elif isinstance(event, RejectedDraft):
                 self._pending_rejected[event.step] = event.texts
             elif isinstance(event, KvSnapshot):
                 self._latest_snapshot = event
+            elif isinstance(event, RunStarted):
+                self._on_started(event)
             elif isinstance(event, RunRequested):
                 self.last_run_mode = event.config.mode
-                la = event.config.lookahead
-                self.kv_map.set_roles(la.W if event.config.mode == "lookahead" else 0)
-                self.decisions.clear()
-                self.decisions_box.setVisible(event.config.mode == "auto")
+            elif isinstance(event, TraceReady):
+                self.last_trace = event.trace
+            elif isinstance(event, Paused):
+                self.inspector.paused_run = True
+                self.inspector.refresh()
+                self.statusBar().showMessage(f"Paused after step {event.step}: Step decodes one more, "
+                                             "Resume runs on")
+            elif isinstance(event, RaceProgress):
+                self.race.on_progress(event.which, event.n_tokens)
+            elif isinstance(event, RaceReady):
+                self.running = False
+                self.race.start(event.plain, event.strategy)
+                self.statusBar().showMessage("Race measured: replaying both runs on a common clock")
             elif isinstance(event, RunFinished):
                 self._on_finished(event)
             elif isinstance(event, RunWarning):
@@ -575,8 +668,20 @@ class MainWindow(QtWidgets.QMainWindow):
                 self._latest_snapshot = None
             self.stats.refresh()
             self.decisions.update()
+            self.inspector.refresh()
         self.stream.scroll_to_end()
         self._update_buttons()
+
+    def _on_started(self, event) -> None:
+        """A run (live or replayed) starts: the views learn its shape."""
+        config = event.config
+        self.last_run_mode = config.get("mode", "plain")
+        window = int(config.get("W", 0)) if self.last_run_mode == "lookahead" else 0
+        self.kv_map.begin_run(window, event.n_prompt)
+        self.decisions.clear()
+        self.decisions_box.setVisible(self.last_run_mode == "auto")
+        self.inspector.paused_run = False
+        self.inspector.set_record(self.record)
 
     def _on_step(self, event) -> None:
         turn = self.live
@@ -590,16 +695,19 @@ class MainWindow(QtWidgets.QMainWindow):
                 for t, p in zip(event.tokens, proposers)]
         if auto:
             self.decisions.add(event.step, auto, len(event.tokens))
+        self.kv_map.add_tokens(t.source for t in event.tokens)
         if rejected:  # the drafts were tried where the target's own token now stands
             ghosts = [(text, "rejected", event.step, -1, acceptance, "") for text in rejected]
             runs = runs[:-1] + ghosts + runs[-1:]
         for run in runs:
             turn.runs.append(run)
             render_run(self.stream, *run)
-        self.stats.add_step(event, time.perf_counter() - self._run_started_at)
+        elapsed = self.player.clock if self.replaying else time.perf_counter() - self._run_started_at
+        self.stats.add_step(event, elapsed)
 
     def _on_finished(self, event) -> None:
         self.running = False
+        self.inspector.paused_run = False
         self.last_finished = event
         turn = self.live
         if turn is not None:
@@ -749,7 +857,7 @@ class MainWindow(QtWidgets.QMainWindow):
                                          + (" — the previous model stays loaded" if event.previous_model_kept else ""))
 
     def _update_buttons(self) -> None:
-        idle = self.model_loaded and not self.running
+        idle = self.model_loaded and not self.running and not self.player.active
         valid = self.controls.error is None
         self.input.run.setEnabled(idle and valid)
         self.run_action.setEnabled(idle and valid)
@@ -765,6 +873,270 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tune.set_model_ready(idle)
         self.remeasure_button.setEnabled(idle and not self.profiling)
         self.exactness_button.setEnabled(idle)
+        self.race.start_button.setEnabled(idle)
+
+    # ------------------------------------------------------------------ demo: pause, step, replay, race
+    def set_paused(self, paused: bool) -> None:
+        """Hold the run (live or replayed) after its current step, or let it run on."""
+        self.paused = paused
+        if self.replaying:
+            self.player.set_paused(paused)
+        elif paused:
+            self.worker.pause()
+        else:
+            self.worker.resume()
+            self.inspector.paused_run = False
+        self.inspector.set_paused(paused)
+        if paused:
+            self.right_tabs.setCurrentWidget(self.inspector)
+        self._update_buttons()
+
+    def toggle_pause(self) -> None:
+        """Space: run if idle, else pause or resume."""
+        if not self.running and not self.player.active:
+            self.start_run(reuse_last_prompt=True)
+            return
+        self.set_paused(not self.paused)
+
+    def _step_engine(self) -> None:
+        """One more decode of the paused run (or one more step of the replay)."""
+        if self.replaying and self.player.active:
+            self.set_paused(True)
+            self.player.step()
+        elif self.running:
+            if not self.paused:
+                self.set_paused(True)
+            self.worker.step_once()
+
+    def step_forward(self) -> None:
+        self.right_tabs.setCurrentWidget(self.inspector)
+        self.inspector.forward()
+
+    def step_back(self) -> None:
+        self.right_tabs.setCurrentWidget(self.inspector)
+        self.inspector.back()
+
+    def reset_demo(self) -> None:
+        """R: stop what runs, and clear the stream, the figures and the inspector."""
+        if self.running:
+            self.stop_run()
+        if self.replaying:
+            self.close_replay()
+        self.set_paused(False)
+        self.completion = None
+        self.live = None
+        self.record.clear()
+        self.inspector.set_record(self.record)
+        self.stats.reset()
+        self.decisions.clear()
+        if self._chat_shown() and not self.running:
+            self.new_conversation()
+        self._render_all()
+        self.statusBar().showMessage("Reset")
+
+    def choose_mode(self, mode: str) -> None:
+        self.controls.set_values({"mode": mode})
+        self.statusBar().showMessage(f"Mode: {mode} (the next run)")
+
+    def start_race(self) -> None:
+        if self.running or not self.model_loaded:
+            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
+            return
+        text = self.input.text().strip() or (self.live.user if self.live is not None else "")
+        if not text:
+            self.error_label.setText("Type a prompt first: the race runs it with plain decoding and the chosen mode.")
+            return
+        config = self._valid_config()
+        if config is None:
+            return
+        if config.mode == "plain":
+            self.error_label.setText("Choose a mode other than plain to race against plain decoding.")
+            return
+        self.running = True
+        self.centre_tabs.setCurrentWidget(self.race)
+        self.race.on_progress("plain", 0)
+        self._update_buttons()
+        self.worker.race(config, text, chat=self._chat_shown_setting())
+
+    def _chat_shown_setting(self) -> bool:
+        return self.input.chat_mode.isChecked() and self.has_chat_template
+
+    # ------------------------------------------------------------------ traces
+    def _fill_demo_menu(self) -> None:
+        from engine import demo_traces
+
+        self.demo_menu.clear()
+        shipped = demo_traces.shipped()
+        for path in shipped:
+            self.demo_menu.addAction(demo_traces.label(path), lambda p=str(path): self.open_trace(p))
+        self.demo_menu.setEnabled(bool(shipped))
+
+    def open_trace_dialog(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a recorded run", "", "Traces (*.jsonl)")
+        if path:
+            self.open_trace(path)
+
+    def open_trace(self, path: str) -> bool:
+        """Load a trace and play it into the window; a bad file changes nothing on screen."""
+        from engine.trace import TraceError, load
+
+        if self.running:
+            self.statusBar().showMessage("Wait for the run to end before replaying a trace")
+            return False
+        try:
+            trace = load(path)
+        except TraceError as exc:
+            self.error_label.setText(str(exc)[0].upper() + str(exc)[1:] + ".")
+            return False
+        self.error_label.setText("")
+        self.play_trace(trace)
+        return True
+
+    def play_trace(self, trace) -> None:
+        started = trace.events[0][1]
+        self.player.stop()
+        self.replaying = True
+        self.last_trace = trace
+        self.centre_tabs.setCurrentIndex(0)
+        turn = Turn(user=started.prompt_text, chat=False, mode=trace.config.get("mode", "plain"))
+        self.live = self.completion = turn
+        self._pending_rejected.clear()
+        self.stats.reset()
+        self._render_all()
+        model = trace.header.get("model", {})
+        self.replay_label.setText(f"<b>Replaying a recorded {trace.config.get('mode', '?')} run</b> of "
+                                  f"{model.get('name', 'a model')} ({trace.header.get('created', '')[:10]}) — "
+                                  "no model needed")
+        self.replay_bar.setVisible(True)
+        self._run_started_at = time.perf_counter()
+        self.player.play([trace], self.replay_speed.currentData(), paused=self.paused)
+        self._update_buttons()
+
+    def _replay_finished(self) -> None:
+        self.statusBar().showMessage("Replay finished: Restart plays it again")
+        self._update_buttons()
+
+    def close_replay(self) -> None:
+        self.player.stop()
+        self.replaying = False
+        self.replay_bar.setVisible(False)
+        self._render_all()
+        self._update_buttons()
+
+    def save_trace_dialog(self) -> None:
+        if self.last_trace is None:
+            self.statusBar().showMessage("No finished run to save yet")
+            return
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Save the run's trace", "run.jsonl", "Traces (*.jsonl)")
+        if path:
+            self.save_trace(path)
+
+    def save_trace(self, path: str) -> None:
+        from engine import trace
+
+        try:
+            trace.save(self.last_trace, path)
+        except OSError as exc:
+            self.error_label.setText(f"Could not write {path}: {exc.strerror or exc}.")
+            return
+        self.statusBar().showMessage(f"Trace saved to {path}")
+
+    # ------------------------------------------------------------------ exports
+    EXPORTS = {"report": ("Report", "html"), "transcript": ("Transcript", "html"), "figures": ("Figures", "json"),
+               "kv_png": ("KV map", "png"), "plots_png": ("Plots", "png")}
+
+    def export_dialog(self, kind: str) -> None:
+        title, suffix = self.EXPORTS[kind]
+        if self.last_trace is None and kind in ("report", "transcript", "figures"):
+            self.statusBar().showMessage("No finished run to export yet")
+            return
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, f"Export {title.lower()}", f"run-{kind}.{suffix}",
+                                                        f"{title} (*.{suffix})")
+        if path:
+            self.export_run(kind, path)
+
+    def export_run(self, kind: str, path: str) -> list[str]:
+        """Write one export of the shown run; returns the files written."""
+        from app import exports
+
+        try:
+            written = exports.write(self, kind, Path(path))
+        except (OSError, ValueError) as exc:
+            self.error_label.setText(f"Could not export to {path}: {getattr(exc, 'strerror', None) or exc}.")
+            return []
+        self.statusBar().showMessage("Exported " + ", ".join(str(p) for p in written))
+        return [str(p) for p in written]
+
+    # ------------------------------------------------------------------ presentation
+    def toggle_presentation(self) -> None:
+        self.set_presentation(not self.presenting)
+
+    def set_presentation(self, on: bool) -> None:
+        """Full screen, large type, high contrast, tuning hidden, keyboard-driven."""
+        self.presenting = on
+        self.presentation_action.setChecked(on)
+        for widget in (self.splitter.widget(0), self.model_bar, self.input):
+            widget.setVisible(not on)
+        for index, name in enumerate(("Live", "Inspect", "Tune", "Profile")):
+            self.right_tabs.setTabVisible(index, not on or name in ("Live", "Inspect"))
+        for action, key in self.presentation_keys:
+            action.setShortcut(QtGui.QKeySequence(key) if on else QtGui.QKeySequence())
+            if action not in self.actions():
+                self.addAction(action)
+        for action in self.mode_actions:
+            action.setEnabled(on)
+        if on:
+            self._geometry_before = self.saveGeometry()
+            apply_theme(QtWidgets.QApplication.instance(), "dark")
+            self.stream.colours = PRESENTATION_COLOURS
+            self._style_legend(PRESENTATION_COLOURS)
+            self.showFullScreen()
+            self.stream.setFocus()
+            self.statusBar().showMessage("Presentation: space run/pause · → step · ← back · R reset · "
+                                         "1–5 mode · F11 leave")
+        else:
+            self.showNormal()
+            if getattr(self, "_geometry_before", None) is not None:
+                self.restoreGeometry(self._geometry_before)
+            self.stream.colours = SOURCE_COLOURS
+            self._style_legend(SOURCE_COLOURS)
+            self.set_theme(str(self.settings.value("theme", "system")))
+        base = self.palette().color(QtGui.QPalette.Base)
+        self.kv_map.set_background(base)
+        self.inspector.set_background(base)
+        self._scale_fonts()
+        self._render_all()
+
+    def _style_legend(self, colours: dict) -> None:
+        parts = []
+        for source in ("sampled", "accepted_ngram", "accepted_draft", "rejected"):
+            colour = colours[source]
+            style = f"color: {colour};" if colour else ""
+            if source == "rejected":
+                style += " text-decoration: line-through;"
+            if source.startswith("accepted"):
+                style += " font-weight: 600;"
+            parts.append(f"<span style='{style}'>{SOURCE_LABELS[source]}</span>")
+        self.legend.setText(" &nbsp;&nbsp; ".join(parts))
+
+    def _scale_fonts(self) -> None:
+        """Presentation type grows with the window (about 1 point per 55 pixels of width)."""
+        scale = max(1.0, min(3.0, self.width() / 1280)) if self.presenting else 1.0
+        base = QtWidgets.QApplication.instance().font()
+        font = QtGui.QFont(base)
+        font.setPointSizeF(base.pointSizeF() * (1.25 * scale if self.presenting else 1.0))
+        self.centralWidget().setFont(font)
+        self.statusBar().setFont(font)
+        stream_font = self.stream.font()
+        stream_font.setPointSizeF(11 * (1.6 * scale if self.presenting else 1.0))
+        self.stream.setFont(stream_font)
+        self.race.set_font_scale(1.6 * scale if self.presenting else 1.0)
+        self.inspector.picture.set_scale(1.4 * scale if self.presenting else 1.0)
+
+    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self.presenting:
+            self._scale_fonts()
 
     # ------------------------------------------------------------------ clipboard
     def copy_text(self) -> None:

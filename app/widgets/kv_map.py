@@ -1,8 +1,17 @@
-"""The KV-cache cell map: one row per sequence, one column per cell, coloured by membership.
+"""The KV-cache cell map: one row per sequence, one column per cell, in three colourings.
+
+- **by sequence** (the default): which role owns each cell — sequence 0 (the input / accepted
+  text), the lookahead window, the verification n-grams, or several at once;
+- **by writer**: what put the token there — the prompt, a token the target sampled, an accepted
+  n-gram or draft token, a speculative token still in the cache (a lookahead window);
+- **by age**: the step that wrote the cell, newest brightest.
+
+In every colouring the cells the step's decode wrote and verification then removed are drawn in
+their own colour, so a rollback is visible as it happens.
 
 Drawn with pyqtgraph's fast path: a uint8 image of constant shape per run, a 256-entry lookup
-table and explicit levels (no auto-levelling). Rows are sequences; the run's roles colour them:
-sequence 0 (the input / accepted text), the lookahead window, the verification n-grams.
+table and explicit levels (no auto-levelling). Colours are Okabe and Ito's palette, which reads
+for colour-blind viewers.
 """
 
 from __future__ import annotations
@@ -14,10 +23,24 @@ from app.qt import QtGui, QtWidgets, pg
 pg.setConfigOptions(imageAxisOrder="row-major")
 
 EMPTY, SHARED, SEQ0, WINDOW, VERIFY = 0, 1, 2, 3, 4
-_COLOURS = {EMPTY: (0, 0, 0, 0), SHARED: (120, 144, 176, 255), SEQ0: (52, 152, 219, 255),
-            WINDOW: (230, 126, 34, 255), VERIFY: (10, 165, 192, 255)}
-LEGEND = [("shared by several sequences", SHARED), ("sequence 0 only", SEQ0),
-          ("lookahead window only", WINDOW), ("verification n-gram only", VERIFY)]
+PROMPT, SAMPLED, ACCEPTED_NGRAM, ACCEPTED_DRAFT, SPECULATIVE, REMOVED = 5, 6, 7, 8, 9, 10
+AGE_FIRST, AGE_LEVELS = 16, 240  # values 16..255: the age ramp, newest last
+_COLOURS = {EMPTY: (0, 0, 0, 0), SHARED: (120, 144, 176, 255), SEQ0: (0, 114, 178, 255),
+            WINDOW: (230, 159, 0, 255), VERIFY: (0, 158, 115, 255),
+            PROMPT: (153, 153, 153, 255), SAMPLED: (86, 180, 233, 255), ACCEPTED_NGRAM: (0, 158, 115, 255),
+            ACCEPTED_DRAFT: (230, 159, 0, 255), SPECULATIVE: (240, 228, 66, 255), REMOVED: (213, 94, 0, 255)}
+COLOURINGS = ("sequence", "writer", "age")
+LEGENDS = {
+    "sequence": [("shared by several sequences", SHARED), ("sequence 0 only", SEQ0),
+                 ("lookahead window only", WINDOW), ("verification n-gram only", VERIFY),
+                 ("verified, then removed this step", REMOVED)],
+    "writer": [("prompt", PROMPT), ("sampled by the target", SAMPLED), ("accepted n-gram", ACCEPTED_NGRAM),
+               ("accepted draft", ACCEPTED_DRAFT), ("speculative, still cached", SPECULATIVE),
+               ("verified, then removed this step", REMOVED)],
+    "age": [("older", AGE_FIRST), ("written this step", 255), ("verified, then removed this step", REMOVED)],
+}
+WRITER_OF_SOURCE = {"sampled": SAMPLED, "accepted_ngram": ACCEPTED_NGRAM, "accepted_draft": ACCEPTED_DRAFT}
+AGE_SPAN = 64  # steps over which the age ramp runs from newest to oldest
 
 
 def _lookup_table(background: tuple[int, int, int]) -> np.ndarray:
@@ -27,7 +50,14 @@ def _lookup_table(background: tuple[int, int, int]) -> np.ndarray:
     for value, rgba in _COLOURS.items():
         if value != EMPTY:
             lut[value] = rgba
+    ramp = pg.colormap.get("viridis").map(np.linspace(0.0, 1.0, AGE_LEVELS), mode="byte")
+    lut[AGE_FIRST:] = ramp
     return lut
+
+
+def _colour(value: int, lut: np.ndarray) -> tuple[int, int, int]:
+    r, g, b, _ = lut[value]
+    return int(r), int(g), int(b)
 
 
 def membership_image(seq_of_cell: np.ndarray, window: int) -> np.ndarray:
@@ -40,6 +70,45 @@ def membership_image(seq_of_cell: np.ndarray, window: int) -> np.ndarray:
         role[window + 1 :] = VERIFY
     image = np.where(seq_of_cell, role[:, None], EMPTY).astype(np.uint8)
     image[:, counts > 1] = np.where(seq_of_cell[:, counts > 1], SHARED, EMPTY)
+    return np.ascontiguousarray(image)
+
+
+def writer_of_cell(snapshot, n_prompt: int, sources: np.ndarray) -> np.ndarray:
+    """uint8 per cell: what wrote it. ``sources[i]`` is the writer value of the run's i-th
+    generated token, which sits at position ``n_prompt + i`` of sequence 0."""
+    pos = snapshot.pos_of_cell
+    kept0 = snapshot.kept[0]
+    index = pos - n_prompt
+    writer = np.full(pos.shape, SPECULATIVE, dtype=np.uint8)
+    writer[pos < 0] = EMPTY
+    writer[(pos >= 0) & (pos < n_prompt)] = PROMPT
+    known = kept0 & (index >= 0) & (index < len(sources))
+    writer[known] = sources[index[known]]
+    return writer
+
+
+def age_of_cell(snapshot) -> np.ndarray:
+    """uint8 per cell on the age ramp: the step that wrote it, the snapshot's step brightest."""
+    written = snapshot.written_step if snapshot.written_step is not None else np.zeros_like(snapshot.pos_of_cell)
+    age = np.clip(snapshot.step - written, 0, AGE_SPAN).astype(np.float32)
+    return (255 - np.round(age * (AGE_LEVELS - 1) / AGE_SPAN)).astype(np.uint8)
+
+
+def cell_image(snapshot, colouring: str, window: int, n_prompt: int = 0,
+               sources: np.ndarray | None = None) -> np.ndarray:
+    """The map's uint8 image (sequences × cells) of ``snapshot`` in ``colouring``."""
+    seqs = snapshot.seq_of_cell
+    if colouring == "sequence":
+        image = membership_image(seqs, window)
+    else:
+        if colouring == "writer":
+            per_cell = writer_of_cell(snapshot, n_prompt, sources if sources is not None else np.zeros(0, np.uint8))
+        else:
+            per_cell = age_of_cell(snapshot)
+        image = np.where(seqs, per_cell[None, :], EMPTY).astype(np.uint8)
+    removed = snapshot.removed if snapshot.kept_seq_of_cell is not None else None
+    if removed is not None and removed.any():
+        image[:, removed] = np.where(seqs[:, removed], REMOVED, EMPTY)
     return np.ascontiguousarray(image)
 
 
@@ -60,41 +129,83 @@ class KvMapView(QtWidgets.QWidget):
                                             "and sequences; drag to pan, wheel to zoom.")
         self.hover_label.setWordWrap(True)
         self.figures = QtWidgets.QLabel("")
-        legend = QtWidgets.QHBoxLayout()
-        for text, value in LEGEND:
-            swatch = QtWidgets.QLabel()
-            r, g, b, _ = _COLOURS[value]
-            swatch.setFixedSize(12, 12)
-            swatch.setStyleSheet(f"background: rgb({r},{g},{b}); border: 1px solid #555;")
-            legend.addWidget(swatch)
-            legend.addWidget(QtWidgets.QLabel(text))
-        legend.addStretch(1)
+        self.figures.setWordWrap(True)
+        self.colouring_box = QtWidgets.QComboBox()
+        for name in COLOURINGS:
+            self.colouring_box.addItem(f"by {name}", name)
+        self.colouring_box.setToolTip("Colour the cells by the sequences that hold them, by what wrote them "
+                                      "(prompt, sampled, accepted n-gram or draft), or by the step that wrote them")
+        self.colouring_box.currentIndexChanged.connect(lambda _i: self._recolour())
+        self.legend = QtWidgets.QLabel()
+        self.legend.setWordWrap(True)
+        self.top = QtWidgets.QWidget()
+        top = QtWidgets.QHBoxLayout(self.top)
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(QtWidgets.QLabel("Colour:"))
+        top.addWidget(self.colouring_box)
+        top.addWidget(self.legend, 1)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.top)
         layout.addWidget(self.plot, 1)
-        layout.addLayout(legend)
         layout.addWidget(self.figures)
         layout.addWidget(self.hover_label)
         self.snapshot = None
         self.window = 0
+        self.n_prompt = 0
+        self.sources = np.zeros(0, dtype=np.uint8)  # writer value of each generated token
         self.follow = True  # keep the newest cells in view until the user pans or zooms
         self.plot.getViewBox().sigRangeChangedManually.connect(self._stop_following)
         self._shape: tuple[int, int] | None = None
         self.set_background(self.palette().color(QtGui.QPalette.Base))
         self.image.hoverEvent = self._hover
 
+    @property
+    def colouring(self) -> str:
+        return self.colouring_box.currentData()
+
+    def set_colouring(self, colouring: str) -> None:
+        self.colouring_box.setCurrentIndex(max(0, COLOURINGS.index(colouring)))
+
     def set_background(self, colour: QtGui.QColor) -> None:
         self.plot.setBackground(colour)
         self._lut = _lookup_table((colour.red(), colour.green(), colour.blue()))
         self.image.setLookupTable(self._lut)
+        self._update_legend()
 
     def set_roles(self, window: int) -> None:
         """Sequences 1..window are the lookahead window; later ones verification n-grams."""
         self.window = window
 
+    def begin_run(self, window: int, n_prompt: int) -> None:
+        """A new run: its lookahead window (0 for none) and prompt length, for the colourings."""
+        self.window = window
+        self.n_prompt = n_prompt
+        self.sources = np.zeros(0, dtype=np.uint8)
+
+    def add_tokens(self, sources) -> None:
+        """The writer of each token a step emitted (their token sources), in order."""
+        values = np.fromiter((WRITER_OF_SOURCE.get(s, SAMPLED) for s in sources), dtype=np.uint8)
+        self.sources = np.concatenate([self.sources, values])
+
+    def _update_legend(self) -> None:
+        parts = []
+        for text, value in LEGENDS[self.colouring]:
+            r, g, b = _colour(value, self._lut)
+            parts.append(f"<span style='color: rgb({r},{g},{b}); font-size: 14pt;'>■</span>&nbsp;{text}")
+        self.legend.setText(" &nbsp; ".join(parts))
+
+    def _recolour(self) -> None:
+        self._update_legend()
+        if self.snapshot is not None:
+            self.set_snapshot(self.snapshot)
+
+    def image_of(self, snapshot) -> np.ndarray:
+        return cell_image(snapshot, self.colouring, self.window, self.n_prompt, self.sources)
+
     def set_snapshot(self, snapshot) -> None:
         self.snapshot = snapshot
-        image = membership_image(snapshot.seq_of_cell, self.window)
+        image = self.image_of(snapshot)
         first = self._shape != image.shape
         self.image.setImage(image, autoLevels=False, levels=(0, 255), lut=self._lut)
         used_top = int(np.flatnonzero(snapshot.pos_of_cell >= 0).max(initial=-1)) + 1
@@ -109,9 +220,11 @@ class KvMapView(QtWidgets.QWidget):
         if self.follow:  # the newest cells, where the step's branches are
             self.plot.setXRange(max(0, used_top - self.FOLLOW_CELLS), used_top + 4, padding=0)
         self.frame.setData([0, used_top, used_top, 0, 0], [0, 0, n_seq, n_seq, 0])
+        removed = int(snapshot.removed.sum()) if snapshot.kept_seq_of_cell is not None else 0
         self.figures.setText(
-            f"used cells {snapshot.used} · holes {snapshot.holes} · largest empty run {snapshot.largest_free_run} · "
-            f"{n_seq} sequence{'s' if n_seq != 1 else ''} × {image.shape[1]} cells"
+            f"step {snapshot.step} · used cells {snapshot.used} · holes {snapshot.holes} · "
+            f"largest empty run {snapshot.largest_free_run} · {n_seq} sequence{'s' if n_seq != 1 else ''} × "
+            f"{image.shape[1]} cells" + (f" · {removed} removed by verification" if removed else "")
         )
 
     FOLLOW_CELLS = 160
@@ -128,6 +241,10 @@ class KvMapView(QtWidgets.QWidget):
         if 0 <= seq < snap.seq_of_cell.shape[0] and 0 <= cell < snap.seq_of_cell.shape[1]:
             members = np.flatnonzero(snap.seq_of_cell[:, cell]).tolist()
             pos = int(snap.pos_of_cell[cell])
+            written = int(snap.written_step[cell]) if snap.written_step is not None else -1
+            when = "before this run" if written < 0 else ("with the prompt" if written == 0 else f"at step {written}")
+            gone = " · removed by verification" if snap.kept_seq_of_cell is not None and snap.removed[cell] else ""
             self.hover_label.setText(
-                f"cell {cell} · " + ("empty" if pos < 0 else f"position {pos} · sequences {members}")
+                f"cell {cell} · " + ("empty" if pos < 0 and not members
+                                     else f"position {pos} · sequences {members} · written {when}{gone}")
             )

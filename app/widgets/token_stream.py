@@ -17,6 +17,18 @@ SOURCE_COLOURS = {
     "meta": "#8a8f98",
     "dropped": "#a5a8ad",  # messages the model no longer sees (context overflow)
 }
+# Presentation mode: high contrast on black, and the two accepted kinds told apart by a blue and an
+# orange that colour-blind viewers separate too (Okabe and Ito's palette).
+PRESENTATION_COLOURS = {
+    **SOURCE_COLOURS,
+    "sampled": "#ffffff",
+    "accepted_ngram": "#56b4e9",  # sky blue
+    "accepted_draft": "#e69f00",  # orange
+    "rejected": "#d55e00",  # vermillion, struck out
+    "prompt": "#bbbbbb",
+    "user": "#ffffff",
+    "meta": "#bbbbbb",
+}
 # the sources that are generated text (everything else is decoration: user turns, stats lines)
 TOKEN_SOURCES = ("sampled", "accepted_ngram", "accepted_draft")
 SOURCE_LABELS = {
@@ -46,6 +58,7 @@ class TokenStream(QtWidgets.QTextEdit):
         self.setFont(font)
         self.show_rejected = False
         self.mark_steps = False
+        self.colours = SOURCE_COLOURS  # or PRESENTATION_COLOURS
         # per token: (start, end, source, id, step, step acceptance, proposer); starts kept apart
         # for bisect. The proposer is the Auto source that proposed an accepted token ("" otherwise).
         self._token_meta: list[tuple[int, int, str, int, int, float, str]] = []
@@ -60,7 +73,7 @@ class TokenStream(QtWidgets.QTextEdit):
 
     def _format(self, source: str, step: int) -> QtGui.QTextCharFormat:
         fmt = QtGui.QTextCharFormat()
-        colour = SOURCE_COLOURS.get(source)
+        colour = self.colours.get(source)
         if colour:
             fmt.setForeground(QtGui.QColor(colour))
         if source == "rejected":

@@ -1,0 +1,248 @@
+"""The demo features, offscreen on the real default model: pause and step one decode at a time,
+the step inspector, replayed traces, the race, presentation mode, exports, KV colourings."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from app.main_window import MainWindow
+from app.qt import QtCore, Qt
+from app.widgets import kv_map
+from app.widgets.token_stream import PRESENTATION_COLOURS
+from engine import demo_traces, trace
+from tests.app.test_main_window import colours_by_source, run
+from tests.conftest import CODE_PROMPT
+
+TIMEOUT_MS = 120_000
+LOOKAHEAD = {"mode": "lookahead", "W": 4, "N": 3, "G": 4, "max_tokens": 40}
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, smollm_drafts, monkeypatch):
+    monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))
+    settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
+    settings.setValue("threads", 2)
+    settings.setValue("chat", "false")
+    win = MainWindow("default", settings=settings)
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: win.model_loaded, timeout=TIMEOUT_MS)
+    yield win
+    win.close()
+
+
+def _finish_replay(window, qtbot) -> None:
+    qtbot.waitUntil(lambda: not window.player.active, timeout=TIMEOUT_MS)
+    window.drain_events()
+
+
+def test_stepping_one_decode_at_a_time_equals_a_free_run(window, qtbot):
+    # Two free runs: the second reuses the prompt's cells as the stepped run will (a fresh prompt
+    # decode and a reused one may differ at a near tie; the engine's tests check those margins).
+    run(window, qtbot, CODE_PROMPT, **LOOKAHEAD)
+    run(window, qtbot, CODE_PROMPT, **LOOKAHEAD)
+    free = window.last_finished.token_ids
+
+    window.inspector.pause_button.setChecked(True)  # paused before the run: it holds after step 0
+    window.input.set_text(CODE_PROMPT)
+    window.start_run()
+    qtbot.waitUntil(lambda: window.inspector.paused_run, timeout=TIMEOUT_MS)
+    assert window.record.step_numbers == [0]
+    for expected in range(1, 6):  # → decodes exactly one more step each time
+        window.step_forward()
+        qtbot.waitUntil(lambda e=expected: window.record.step_numbers[-1] == e, timeout=TIMEOUT_MS)
+        qtbot.wait(150)
+        window.drain_events()
+        assert window.record.step_numbers[-1] == expected
+        assert window.inspector.current == expected
+    # the inspector draws the step's batch: input, window and candidate rows with their sequences
+    rows = window.inspector.picture.rows
+    assert {r.role for r in rows} >= {"input", "window"}
+    assert max(len(r.seqs) for r in rows) > 1
+    assert window.inspector.kv_before.snapshot is not None and window.inspector.kv_after.snapshot is not None
+    assert window.inspector.kv_before.snapshot.step < window.inspector.kv_after.snapshot.step
+    assert "Step 5" in window.inspector.summary.text()
+    window.step_back()
+    assert window.inspector.current == 4
+    window.set_paused(False)
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert window.last_finished.token_ids == free
+
+
+def test_a_replayed_trace_reproduces_text_colours_and_figures(window, qtbot, tmp_path):
+    run(window, qtbot, CODE_PROMPT, mode="lookup", k=4, max_tokens=48)
+    live_text = window.stream.toPlainText()
+    live_colours = colours_by_source(window)
+    live_figures = {name: label.text() for name, label in window.stats.values.items()}
+    live_steps = window.record.step_numbers
+    path = tmp_path / "run.jsonl"
+    window.save_trace(str(path))
+    assert trace.load(path).finished.token_ids == window.last_finished.token_ids
+
+    window.replay_speed.setCurrentIndex(trace.SPEEDS.index(4.0))
+    assert window.open_trace(str(path))
+    assert window.replaying and not window.replay_bar.isHidden()
+    _finish_replay(window, qtbot)
+    assert window.stream.toPlainText() == live_text
+    assert colours_by_source(window) == live_colours
+    assert {name: label.text() for name, label in window.stats.values.items()} == live_figures
+    assert window.record.step_numbers == live_steps
+    # the inspector works on the replayed steps too
+    window.step_back()
+    assert window.inspector.current == live_steps[-2]
+
+    # a damaged trace: one sentence, and nothing on screen changes
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text(path.read_text()[:-30])
+    assert not window.open_trace(str(damaged))
+    assert "truncated" in window.error_label.text()
+    assert window.stream.toPlainText() == live_text
+    window.close_replay()
+    assert not window.replaying
+
+
+def test_race_replays_plain_and_the_strategy_side_by_side(window, qtbot):
+    window.controls.set_values({"mode": "lookup", "k": 4, "max_tokens": 40})
+    window.input.set_text(CODE_PROMPT)
+    window.race.speed.setCurrentIndex(trace.SPEEDS.index(4.0))
+    window.start_race()
+    qtbot.waitUntil(lambda: window.race.traces is not None, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.race.player.active, timeout=TIMEOUT_MS)
+    left, right = window.race.left, window.race.right
+    assert left.finished is not None and right.finished is not None
+    # lossless: both lanes show the same text; the strategy needs fewer steps
+    assert left.stream.generated_text() == right.stream.generated_text() == right.finished.text
+    assert right.n_steps < left.n_steps
+    expected = right.finished.stats["tokens_per_second"] / left.finished.stats["tokens_per_second"]
+    assert window.race.speedup.text() == f"{expected:.2f}× plain"
+    assert "one after the other" in window.race.note.text()
+    assert not window.running
+
+
+def test_presentation_mode_is_keyboard_driven(window, qtbot):
+    normal_size = window.stream.font().pointSizeF()
+    window.show()
+    qtbot.waitExposed(window)
+    window.set_presentation(True)
+    window.activateWindow()
+    qtbot.waitUntil(lambda: window.isActiveWindow(), timeout=5000)
+    assert window.windowState() & Qt.WindowFullScreen
+    assert window.splitter.widget(0).isHidden() and window.model_bar.isHidden()
+    assert not window.right_tabs.isTabVisible(2)  # tuning hidden
+    assert window.stream.font().pointSizeF() > normal_size
+    assert window.stream.colours is PRESENTATION_COLOURS
+    window.input.set_text(CODE_PROMPT)
+    window.controls.set_values({"max_tokens": 24})
+    qtbot.keyClick(window, Qt.Key_4)  # modes 1–5: plain, lookahead, speculative, lookup, auto
+    assert window.controls.config().mode == "lookup"
+    qtbot.keyClick(window, Qt.Key_Space)  # run
+    assert window.running
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert window.last_finished.stats["n_predict"] == 24
+    last = window.record.step_numbers[-1]
+    qtbot.keyClick(window, Qt.Key_Left)
+    assert window.inspector.current < last
+    qtbot.keyClick(window, Qt.Key_Right)
+    assert window.inspector.current == last
+    qtbot.keyClick(window, Qt.Key_R)
+    assert window.stream.toPlainText() == "" and not window.record.steps
+    # the accepted colours of presentation mode are the colour-blind-safe pair
+    qtbot.keyClick(window, Qt.Key_Space)
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert colours_by_source(window).get("accepted_draft") == {PRESENTATION_COLOURS["accepted_draft"]}
+    window.set_presentation(False)
+    assert not window.windowState() & Qt.WindowFullScreen
+    assert not window.splitter.widget(0).isHidden() and window.right_tabs.isTabVisible(2)
+    assert window.stream.font().pointSizeF() == pytest.approx(normal_size)
+
+
+class _Structure(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.tokens: list[tuple[str, str]] = []
+        self.images = 0
+        self._source: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "img" and a.get("src", "").startswith("data:image/png;base64,"):
+            self.images += 1
+        self._source = a.get("data-source") if tag == "span" else None
+
+    def handle_data(self, data):
+        if self._source is not None:
+            self.tokens.append((data, self._source))
+            self._source = None
+
+
+def test_exports_carry_the_tokens_with_their_sources(window, qtbot, tmp_path):
+    run(window, qtbot, CODE_PROMPT, mode="lookup", k=4, max_tokens=32)
+    final = window.last_finished
+    written = {}
+    for kind in ("report", "transcript", "figures", "kv_png", "plots_png"):
+        suffix = window.EXPORTS[kind][1]
+        written[kind] = window.export_run(kind, str(tmp_path / f"out-{kind}.{suffix}"))
+        assert written[kind], kind
+    report = _Structure()
+    report.feed((tmp_path / "out-report.html").read_text())
+    assert {"output", "figures", "settings", "steps", "plots"} <= report.ids
+    assert report.images >= 2  # the KV map and the plots, embedded
+    assert "".join(text for text, _ in report.tokens) == final.text
+    assert {s for _, s in report.tokens} >= {"sampled", "accepted_draft"}
+    transcript = _Structure()
+    transcript.feed((tmp_path / "out-transcript.html").read_text())
+    assert "".join(text for text, _ in transcript.tokens) == final.text
+    figures = json.loads((tmp_path / "out-figures.json").read_text())
+    assert figures["stats"]["n_predict"] == 32 and figures["config"]["mode"] == "lookup"
+    for path in written["kv_png"] + written["plots_png"]:
+        assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert len(written["plots_png"]) >= 2
+
+
+def test_kv_colourings_show_writers_ages_and_rollbacks(window, qtbot):
+    run(window, qtbot, CODE_PROMPT, mode="lookup", k=4, max_tokens=40)
+    record = window.record
+    view = window.kv_map
+    rejecting = [s for s, e in record.steps.items() if e.n_drafted > e.n_accepted and s in record.snapshots]
+    assert rejecting
+    snap = record.snapshots[rejecting[0]]
+    for colouring in kv_map.COLOURINGS:
+        view.set_colouring(colouring)
+        image = view.image_of(snap)
+        assert (image == kv_map.REMOVED).any(), colouring  # the rollback shows in every colouring
+    view.set_colouring("writer")
+    image = view.image_of(record.snapshots[record.step_numbers[-1]])
+    values = set(np.unique(image).tolist())
+    assert {kv_map.PROMPT, kv_map.SAMPLED, kv_map.ACCEPTED_DRAFT} <= values  # prompt lookup's are drafts
+    view.set_colouring("age")
+    image = view.image_of(record.snapshots[record.step_numbers[-1]])
+    ages = image[image >= kv_map.AGE_FIRST]
+    assert ages.max() == 255 and ages.min() < 255  # this step's cells brightest, older ones darker
+
+
+def test_shipped_demo_traces_play_without_a_model(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))
+    settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
+    win = MainWindow(autoload=False, settings=settings)
+    qtbot.addWidget(win)
+    shipped = demo_traces.shipped()
+    assert {p.stem for p in shipped} >= {"lookahead_on_python_code", "prompt_lookup_on_python_code",
+                                         "draft_model_on_a_chat_answer"}
+    assert win.demo_menu.isEnabled() and len(win.demo_menu.actions()) == len(shipped)
+    win.replay_speed.setCurrentIndex(trace.SPEEDS.index(4.0))
+    for path in shipped:
+        recorded = trace.load(path)
+        assert win.open_trace(str(path))
+        _finish_replay(win, qtbot)
+        assert win.stream.generated_text() == recorded.finished.text
+        assert win.last_finished.stats == recorded.finished.stats
+    win.close()
