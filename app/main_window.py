@@ -97,6 +97,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.model_bar.load_requested.connect(self.load_model)
         self.model_bar.draft_requested.connect(self.choose_draft)
         self.model_bar.fetch_requested.connect(self.fetch_default)
+        self.model_bar.demo_requested.connect(self.open_trace)
 
         self.controls = ControlsPanel()
         self.controls.changed.connect(self._update_buttons)

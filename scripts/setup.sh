@@ -24,7 +24,8 @@ import sys
 sys.exit(0 if sys.version_info >= (3, 11) else 1)
 PY
 
-# Qt's offscreen and xcb platforms need a few system libraries a bare Debian image lacks.
+# Qt's offscreen and xcb platforms need a few system libraries a bare Debian image lacks (and the
+# tests, with --all, a headless Chromium).
 if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
     missing=()
     for pkg in libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libdbus-1-3 libglib2.0-0 \
@@ -32,9 +33,14 @@ if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
                libxcb-xkb1 libxcb-shape0 libxcb-randr0; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
     done
+    # the tests open the exported HTML report in a real browser engine (headless)
+    if (( fetch_all )) && ! command -v chromium >/dev/null; then
+        missing+=(chromium)
+    fi
     if (( ${#missing[@]} )); then
-        echo "installing system libraries for Qt: ${missing[*]}"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        echo "installing system packages: ${missing[*]}"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "${missing[@]}" >/dev/null
     fi
 fi
 

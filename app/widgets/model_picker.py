@@ -16,6 +16,7 @@ class ModelBar(QtWidgets.QWidget):
     load_requested = Signal(str)  # a model path or a known name
     draft_requested = Signal(object)  # a path, or None for no draft
     fetch_requested = Signal()
+    demo_requested = Signal(str)  # a shipped trace's path
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -49,9 +50,21 @@ class ModelBar(QtWidgets.QWidget):
         self.banner_text = QtWidgets.QLabel("No model on disk yet.")
         self.fetch_button = QtWidgets.QPushButton("Download the default model (98 MB)")
         self.open_button = QtWidgets.QPushButton("Open a .gguf file…")
+        # the recorded demos need no model: a talk can start before (or without) the download
+        self.demo_button = QtWidgets.QToolButton()
+        self.demo_button.setText("Play a recorded demo")
+        self.demo_button.setPopupMode(QtWidgets.QToolButton.InstantPopup)
+        demo_menu = QtWidgets.QMenu(self.demo_button)
+        from engine import demo_traces
+
+        for path in demo_traces.shipped():
+            demo_menu.addAction(demo_traces.label(path), lambda p=str(path): self.demo_requested.emit(p))
+        self.demo_button.setMenu(demo_menu)
+        self.demo_button.setVisible(bool(demo_menu.actions()))
         banner_row.addWidget(self.banner_text, 1)
         banner_row.addWidget(self.fetch_button)
         banner_row.addWidget(self.open_button)
+        banner_row.addWidget(self.demo_button)
         self.banner.hide()
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
