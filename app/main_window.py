@@ -218,6 +218,7 @@ class MainWindow(QtWidgets.QMainWindow):
         right.addTab(live, "Live")
         right.addTab(self.inspector, "Inspect")
         right.addTab(self.tune, "Tune")
+        right.currentChanged.connect(lambda _i: self.inspector.isVisible() and self.inspector.refresh())
         right.addTab(profile_page, "Profile")
         self.right_tabs = right
 
@@ -669,7 +670,8 @@ class MainWindow(QtWidgets.QMainWindow):
                 self._latest_snapshot = None
             self.stats.refresh()
             self.decisions.update()
-            self.inspector.refresh()
+            if self.inspector.isVisible():  # its pictures cost GUI time the engine's threads need
+                self.inspector.refresh()
         self.stream.scroll_to_end()
         self._update_buttons()
 
