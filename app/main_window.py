@@ -178,6 +178,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.centre_tabs.addTab(self.race, "Race")
 
         self.kv_map = KvMapView()
+        self.kv_map.set_token_colours(SOURCE_COLOURS)
         self.stats = StatsPanel()
         self.stats.baseline_button.clicked.connect(self.measure_baseline)
         live = QtWidgets.QSplitter(Qt.Vertical)
@@ -211,6 +212,8 @@ class MainWindow(QtWidgets.QMainWindow):
         pl.addWidget(self.exactness_button)
 
         self.inspector = StepInspector()
+        for view in (self.inspector.kv_before, self.inspector.kv_after):
+            view.set_token_colours(SOURCE_COLOURS)
         self.inspector.set_record(self.record)
         self.inspector.pause_toggled.connect(self.set_paused)
         self.inspector.forward_requested.connect(self._step_engine)
@@ -218,7 +221,7 @@ class MainWindow(QtWidgets.QMainWindow):
         right.addTab(live, "Live")
         right.addTab(self.inspector, "Inspect")
         right.addTab(self.tune, "Tune")
-        right.currentChanged.connect(lambda _i: self.inspector.isVisible() and self.inspector.refresh())
+        right.currentChanged.connect(lambda _i: right.currentWidget() is self.inspector and self.inspector.refresh())
         right.addTab(profile_page, "Profile")
         self.right_tabs = right
 
@@ -348,8 +351,9 @@ class MainWindow(QtWidgets.QMainWindow):
         apply_theme(app, theme)
         for action in self._theme_group.actions():
             action.setChecked(action.data() == theme)
-        base = self.palette().color(QtGui.QPalette.Base)
+        base = QtWidgets.QApplication.palette().color(QtGui.QPalette.Base)  # the window's follows by event
         self.kv_map.set_background(base)
+        self.inspector.set_background(base)
         self.stats.set_background(base)
         self.tune.set_background(base)
         self.profile_plot.setBackground(base)
@@ -670,7 +674,7 @@ class MainWindow(QtWidgets.QMainWindow):
                 self._latest_snapshot = None
             self.stats.refresh()
             self.decisions.update()
-            if self.inspector.isVisible():  # its pictures cost GUI time the engine's threads need
+            if self.right_tabs.currentWidget() is self.inspector:  # its pictures cost GUI time the engine needs
                 self.inspector.refresh()
         self.stream.scroll_to_end()
         self._update_buttons()
@@ -1090,10 +1094,15 @@ class MainWindow(QtWidgets.QMainWindow):
             action.setEnabled(on)
         if on:
             self._geometry_before = self.saveGeometry()
+            self._splitter_before = self.splitter.saveState()
             apply_theme(QtWidgets.QApplication.instance(), "dark")
             self.stream.colours = PRESENTATION_COLOURS
             self._style_legend(PRESENTATION_COLOURS)
+            for view in (self.kv_map, self.inspector.kv_before, self.inspector.kv_after):
+                view.set_token_colours(PRESENTATION_COLOURS)
             self.showFullScreen()
+            width = self.width()
+            self.splitter.setSizes([0, int(width * 0.55), int(width * 0.45)])  # the stream and the inspector
             self.stream.setFocus()
             self.statusBar().showMessage("Presentation: space run/pause · → step · ← back · R reset · "
                                          "1–5 mode · F11 leave")
@@ -1101,12 +1110,16 @@ class MainWindow(QtWidgets.QMainWindow):
             self.showNormal()
             if getattr(self, "_geometry_before", None) is not None:
                 self.restoreGeometry(self._geometry_before)
+                self.splitter.restoreState(self._splitter_before)
             self.stream.colours = SOURCE_COLOURS
             self._style_legend(SOURCE_COLOURS)
+            for view in (self.kv_map, self.inspector.kv_before, self.inspector.kv_after):
+                view.set_token_colours(SOURCE_COLOURS)
             self.set_theme(str(self.settings.value("theme", "system")))
-        base = self.palette().color(QtGui.QPalette.Base)
+        base = QtWidgets.QApplication.palette().color(QtGui.QPalette.Base)  # the window's follows by event
         self.kv_map.set_background(base)
         self.inspector.set_background(base)
+        self.stats.set_background(base)
         self._scale_fonts()
         self._render_all()
 

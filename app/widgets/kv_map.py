@@ -27,7 +27,7 @@ PROMPT, SAMPLED, ACCEPTED_NGRAM, ACCEPTED_DRAFT, SPECULATIVE, REMOVED = 5, 6, 7,
 AGE_FIRST, AGE_LEVELS = 16, 240  # values 16..255: the age ramp, newest last
 _COLOURS = {EMPTY: (0, 0, 0, 0), SHARED: (120, 144, 176, 255), SEQ0: (0, 114, 178, 255),
             WINDOW: (230, 159, 0, 255), VERIFY: (0, 158, 115, 255),
-            PROMPT: (153, 153, 153, 255), SAMPLED: (86, 180, 233, 255), ACCEPTED_NGRAM: (0, 158, 115, 255),
+            PROMPT: (153, 153, 153, 255), SAMPLED: (96, 112, 196, 255), ACCEPTED_NGRAM: (0, 158, 115, 255),
             ACCEPTED_DRAFT: (230, 159, 0, 255), SPECULATIVE: (240, 228, 66, 255), REMOVED: (213, 94, 0, 255)}
 COLOURINGS = ("sequence", "writer", "age")
 LEGENDS = {
@@ -43,13 +43,16 @@ WRITER_OF_SOURCE = {"sampled": SAMPLED, "accepted_ngram": ACCEPTED_NGRAM, "accep
 AGE_SPAN = 64  # steps over which the age ramp runs from newest to oldest
 
 
-def _lookup_table(background: tuple[int, int, int]) -> np.ndarray:
+def _lookup_table(background: tuple[int, int, int], overrides: dict[int, str] | None = None) -> np.ndarray:
     lut = np.zeros((256, 4), dtype=np.uint8)
     lut[:, :3] = background
     lut[:, 3] = 255
     for value, rgba in _COLOURS.items():
         if value != EMPTY:
             lut[value] = rgba
+    for value, hex_colour in (overrides or {}).items():
+        colour = QtGui.QColor(hex_colour)
+        lut[value] = (colour.red(), colour.green(), colour.blue(), 255)
     ramp = pg.colormap.get("viridis").map(np.linspace(0.0, 1.0, AGE_LEVELS), mode="byte")
     lut[AGE_FIRST:] = ramp
     return lut
@@ -157,6 +160,8 @@ class KvMapView(QtWidgets.QWidget):
         self.follow = True  # keep the newest cells in view until the user pans or zooms
         self.plot.getViewBox().sigRangeChangedManually.connect(self._stop_following)
         self._shape: tuple[int, int] | None = None
+        self._overrides: dict[int, str] = {}
+        self._background = (255, 255, 255)
         self.set_background(self.palette().color(QtGui.QPalette.Base))
         self.image.hoverEvent = self._hover
 
@@ -169,9 +174,20 @@ class KvMapView(QtWidgets.QWidget):
 
     def set_background(self, colour: QtGui.QColor) -> None:
         self.plot.setBackground(colour)
-        self._lut = _lookup_table((colour.red(), colour.green(), colour.blue()))
+        self._background = (colour.red(), colour.green(), colour.blue())
+        self._refresh_lut()
+
+    def set_token_colours(self, colours: dict) -> None:
+        """Colour accepted cells as the token stream colours accepted tokens (its palette)."""
+        self._overrides = {ACCEPTED_NGRAM: colours["accepted_ngram"], ACCEPTED_DRAFT: colours["accepted_draft"]}
+        self._refresh_lut()
+
+    def _refresh_lut(self) -> None:
+        self._lut = _lookup_table(self._background, self._overrides)
         self.image.setLookupTable(self._lut)
         self._update_legend()
+        if self.snapshot is not None:
+            self.set_snapshot(self.snapshot)
 
     def set_roles(self, window: int) -> None:
         """Sequences 1..window are the lookahead window; later ones verification n-grams."""
