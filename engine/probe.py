@@ -123,6 +123,29 @@ def plain_top2_margin(session: Session, prompt: Sequence[int], prefix: Sequence[
     return float(top2[1] - top2[0])
 
 
+def shared_cache_deviation(session: Session, context: Sequence[int], others: Sequence[Sequence[int]]) -> float:
+    """Largest logit difference for ``context``'s last token decoded alone against decoded in
+    sequence 1 of a cache whose sequence 0 holds another prompt (each of ``others``).
+
+    Batch decoding of many prompts shares one cache: a prompt's attention then runs over more
+    cells (the others' masked out), which sums in another order. On SmolLM2 that moved logits by
+    up to ~0.6 here, so a near-tie can flip. Empties the target's cache."""
+    session.ensure_sequences(2)
+    target = session.target
+    n_vocab = session.vocab.n_tokens
+    target.forget()
+    row = target.memory.decode_tokens(target.batch, list(context), 0, 0)
+    alone = logits_row(target.ctx, row, n_vocab).copy()
+    worst = 0.0
+    for other in others:
+        target.forget()
+        target.memory.decode_tokens(target.batch, list(other), 0, 0)
+        row = target.memory.decode_tokens(target.batch, list(context), 0, 1)
+        worst = max(worst, float(np.abs(logits_row(target.ctx, row, n_vocab) - alone).max()))
+    target.forget()
+    return worst
+
+
 def deviation_for_batch(result: dict, batch_size: int, n_cells: int = 0) -> float:
     """The largest deviation a strategy whose batches hold up to ``batch_size`` tokens can meet,
     in a context that reaches ``n_cells`` cells (prompt plus generated tokens)."""

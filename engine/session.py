@@ -108,6 +108,17 @@ class Session:
             self.target.close()
         self.target = target
 
+    def ensure_sequences(self, n_seq: int, *, draft: bool = False) -> None:
+        """Room for ``n_seq`` sequences in the target context (and the draft's, with ``draft``):
+        batch decoding gives each prompt its own. A context is made again only when it is too
+        small, which empties its cache."""
+        if n_seq > self.n_seq_max:
+            self._make_context(n_seq)
+        if draft and self.draft is not None and n_seq > self.draft.n_seq_max:
+            grown = ModelContext.create(self.draft_model, self.settings, n_seq, self.budget, self._abort_cb)
+            self.draft.close()
+            self.draft = grown
+
     # ----------------------------------------------------------------------------- draft model
     def load_draft(self, path: str | Path) -> ModelInfo:
         """Load a draft model for speculative decoding; raises if its vocabulary does not match.

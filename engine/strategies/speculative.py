@@ -28,8 +28,13 @@ class DraftModelDrafter:
     """
 
     def __init__(self, draft: ModelContext, sampler: Sampler, p_min: float, n_vocab_target: int,
-                 is_eog=lambda _token: False, cancel=None, n_reused: int = 0, keep_probs: bool = False) -> None:
+                 is_eog=lambda _token: False, cancel=None, n_reused: int = 0, keep_probs: bool = False,
+                 seq: int = 0) -> None:
         self.draft = draft
+        # the draft context's sequence this drafter owns (batch decoding gives each prompt its own);
+        # sequence 0's tokens are the context's own record, which prefix reuse reads
+        self.seq = seq
+        self._cached: list[int] = []
         self.n_reused = n_reused
         self.keep_probs = keep_probs  # record each greedy proposal's probability (Auto calibrates on it)
         self.last_probs: list[float] = []
@@ -43,20 +48,25 @@ class DraftModelDrafter:
 
     @property
     def cached(self) -> list[int]:
-        return self.draft.cached
+        return self.draft.cached if self.seq == 0 else self._cached
 
     def begin(self, prompt: Sequence[int]) -> None:
         """Decode the prompt exactly as the target did (same reused prefix, same chunks): a draft
         that is the target itself then holds bit-identical KV values, so it agrees with the target
         on every token even where large batches are not batch-invariant."""
-        n_keep = self.draft.keep_prefix(prompt, limit=self.n_reused)
+        if self.seq == 0:
+            n_keep = self.draft.keep_prefix(prompt, limit=self.n_reused)
+        else:
+            self.draft.memory.seq_rm(self.seq, -1, -1)
+            self._cached.clear()
+            n_keep = 0
         self._decode_chunks(prompt[n_keep:], n_keep)
 
     def settle(self, context: Sequence[int]) -> None:
         """Trim the draft's cache to the longest prefix it shares with the accepted context."""
         common = self._common_prefix(context)
         if common < len(self.cached):
-            self.draft.memory.seq_rm(0, common, -1)
+            self.draft.memory.seq_rm(self.seq, common, -1)
             del self.cached[common:]
 
     def _common_prefix(self, context: Sequence[int]) -> int:
@@ -71,13 +81,13 @@ class DraftModelDrafter:
     def _sync(self, context: Sequence[int]) -> int:
         """Make the draft cache hold ``context``; return the batch row of the newest token's logits."""
         common = min(self._common_prefix(context), len(context) - 1)  # always decode the newest token
-        self.draft.memory.seq_rm(0, common, -1)
+        self.draft.memory.seq_rm(self.seq, common, -1)
         del self.cached[common:]
         return self._decode_chunks(context[common:], common)
 
     def _decode_chunks(self, tokens: Sequence[int], start_pos: int) -> int:
         """Decode ``tokens`` from ``start_pos`` on the draft's cache; return the last logits row."""
-        row = self.draft.memory.decode_tokens(self.draft.batch, list(tokens), start_pos)
+        row = self.draft.memory.decode_tokens(self.draft.batch, list(tokens), start_pos, self.seq)
         self.cached.extend(tokens)
         return row
 
@@ -122,7 +132,7 @@ class DraftModelDrafter:
             if self.cancel is not None and self.cancel.is_set():
                 break
             d.batch.clear()
-            row = d.batch.add(token, len(self.cached), (0,), True)
+            row = d.batch.add(token, len(self.cached), (self.seq,), True)
             d.memory.decode(d.batch)
             self.cached.append(token)
         self.last_probs = probs

@@ -93,7 +93,7 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         if draft is None:  # the draft model's decode was stopped (or its cache filled)
             break
         counters.t_draft_s += draft.t_draft_s
-        proposals = _through_end_of_generation(draft.tokens[:k], rt.vocab.is_eog)
+        proposals = through_end_of_generation(draft.tokens[:k], rt.vocab.is_eog)
 
         # ---- verify: the input token and every proposal in one target batch --------------------
         batch.clear()
@@ -104,25 +104,7 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         if t_decode is None:
             break
 
-        emitted = []
-        n_accepted = 0
-        for i in range(len(proposals) + 1):
-            logits = rt.logits(i)
-            if i == len(proposals):  # every proposal accepted: the target adds one of its own
-                chosen, accepted = sampler.sample(logits), False
-            elif sampler.greedy:
-                chosen = int(np.argmax(logits))
-                accepted = chosen == proposals[i]
-            else:
-                q = draft.dists[i] if draft.dists is not None else None
-                accepted, chosen = sampler.accept_draft(sampler.distribution(logits), q, proposals[i])
-            info = out.push(chosen, "accepted_draft" if accepted else "sampled")
-            if info is not None:
-                emitted.append(info)
-            context.append(chosen)
-            n_accepted += accepted
-            if not accepted or out.done:
-                break
+        emitted, n_accepted = verify_proposals(sampler, rt.logits, 0, proposals, draft.dists, out, context)
 
         # ---- the target's cache keeps the input token and the accepted proposals ----------------
         n_past += 1 + n_accepted
@@ -152,7 +134,35 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
             break
 
 
-def _through_end_of_generation(tokens: list[int], is_eog) -> list[int]:
+def verify_proposals(sampler, logits_of_row, first_row: int, proposals: Sequence[int],
+                     dists: list[np.ndarray] | None, out, context: list[int]) -> tuple[list, int]:
+    """Verify ``proposals``, decoded in batch rows ``first_row + 1 …`` after the input token's
+    row ``first_row``: keep each while the target agrees (greedy: its argmax; stochastic: the
+    speculative sampling rule with the drafter's ``dists``), then add the target's own token.
+    Pushes the emitted tokens to ``out`` and ``context``; returns them and the accepted count."""
+    emitted = []
+    n_accepted = 0
+    for i in range(len(proposals) + 1):
+        logits = logits_of_row(first_row + i)
+        if i == len(proposals):  # every proposal accepted: the target adds one of its own
+            chosen, accepted = sampler.sample(logits), False
+        elif sampler.greedy:
+            chosen = int(np.argmax(logits))
+            accepted = chosen == proposals[i]
+        else:
+            q = dists[i] if dists is not None else None
+            accepted, chosen = sampler.accept_draft(sampler.distribution(logits), q, proposals[i])
+        info = out.push(chosen, "accepted_draft" if accepted else "sampled")
+        if info is not None:
+            emitted.append(info)
+        context.append(chosen)
+        n_accepted += accepted
+        if not accepted or out.done:
+            break
+    return emitted, n_accepted
+
+
+def through_end_of_generation(tokens: list[int], is_eog) -> list[int]:
     """The proposals up to and including the first end-of-generation token: nothing after it can
     be emitted, so verifying it would only count as rejected."""
     for i, token in enumerate(tokens):

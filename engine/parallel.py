@@ -1,0 +1,303 @@
+"""Many prompts decoded together, as llama.cpp's ``examples/parallel``: P slots share one context,
+each slot a sequence of its own, and every step one ``llama_batch`` carries each busy slot's input
+token and its drafts. Each slot has its own drafter (prompt lookup's n-gram cache, or a draft
+model on its own sequence of the draft's context), its own adaptive k, sampler and figures. A
+prompt that finishes frees its sequence's cells and the next prompt in the queue takes the slot.
+
+Every prompt's tokens are those of its single run: a slot's prompt is decoded alone, in the
+chunks a single run uses (so its KV values are bit-identical), and verification is
+draft-then-verify's own (:func:`engine.strategies.verify.verify_proposals`). Only a model whose
+kernels are not batch-invariant can flip a near-tie (see the exactness probe).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from engine.config import RunConfig
+from engine.errors import ConfigError
+from engine.events import KvSnapshot, TokenInfo
+from engine.memory import DecodeAborted, NoKvSlot
+from engine.sampling import Sampler, logits_row
+from engine.stats import RunCounters
+from engine.strategies.common import FINISH_CANCELLED, FINISH_CONTEXT_FULL, FINISH_LENGTH, Output
+from engine.strategies.verify import AdaptiveK, through_end_of_generation, verify_proposals
+
+BATCH_MODES = ("plain", "lookup", "speculative")
+FINISH_ERROR = "error"  # the prompt could not run (it does not fit in a slot): nothing decoded
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    id: str
+    tokens: tuple[int, ...]
+    max_tokens: int | None = None  # this prompt's own limit, or the config's
+
+
+@dataclass(frozen=True)
+class BatchStarted:
+    n_jobs: int
+    parallel: int
+    config: dict
+
+
+@dataclass(frozen=True)
+class JobStarted:
+    job_id: str
+    slot: int
+    n_prompt: int
+
+
+@dataclass(frozen=True)
+class JobStep:
+    job_id: str
+    slot: int
+    step: int
+    tokens: tuple[TokenInfo, ...]
+    n_drafted: int
+    n_accepted: int
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    job_id: str
+    slot: int
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str
+    stats: dict
+
+
+@dataclass(frozen=True)
+class BatchFinished:
+    stats: dict
+
+
+@dataclass
+class _Slot:
+    seq: int
+    job: BatchJob | None = None
+    output: Output | None = None
+    sampler: Sampler | None = None
+    counters: RunCounters | None = None
+    drafter: object | None = None
+    k_control: AdaptiveK | None = None
+    context: list[int] = field(default_factory=list)
+    n_past: int = 0
+    token: int = -1
+    step: int = 0
+    t_start: float = 0.0
+
+
+def run_batch(session, config: RunConfig, jobs: Sequence[BatchJob], parallel: int) -> Iterator[object]:
+    """Validate now; return the generator of the batch's events (the last is BatchFinished)."""
+    if config.mode not in BATCH_MODES:
+        raise ConfigError(f"batch decoding runs {', '.join(BATCH_MODES)}; {config.mode!r} is not one of them yet")
+    if parallel < 1:
+        raise ConfigError(f"--parallel must be at least 1, got {parallel}")
+    config.validate(session.n_batch)
+    if config.mode == "speculative" and session.draft is None:
+        raise ConfigError("speculative decoding needs a draft model; pass -md PATH")
+    k_max = 0 if config.mode == "plain" else max(config.speculative.k, config.speculative.k_max)
+    if parallel * (k_max + 1) > session.n_batch:
+        raise ConfigError(f"{parallel} prompts × (k + 1) = {parallel * (k_max + 1)} tokens a step exceed the "
+                          f"batch of {session.n_batch}; lower --parallel or k")
+    session.ensure_sequences(parallel, draft=config.mode == "speculative")
+    return _batch_events(session, config, list(jobs), parallel, k_max)
+
+
+def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: int, k_max: int) -> Iterator[object]:
+    target = session.target
+    memory, batch, vocab, cancel = target.memory, target.batch, session.vocab, session.cancel_flag
+    target.forget()
+    if session.draft is not None and config.mode == "speculative":
+        session.draft.forget()
+    slot_cells = session.n_ctx // parallel  # a slot's share of the unified cache
+    slots = [_Slot(seq) for seq in range(parallel)]
+    queue = deque(jobs)
+    yield BatchStarted(len(jobs), parallel, config.as_dict())
+    t0 = time.perf_counter()
+    n_steps = n_rows = n_tokens = 0
+    while True:
+        if cancel.is_set():
+            for slot in slots:
+                if slot.job is not None:
+                    yield _finish(slot, memory, FINISH_CANCELLED)
+            while queue:
+                job = queue.popleft()
+                yield JobFinished(job.id, -1, "", (), FINISH_CANCELLED, {"n_predict": 0})
+            break
+        # ---- free slots take the next prompts ---------------------------------------------------
+        for slot in slots:
+            while slot.job is None and queue:
+                job = queue.popleft()
+                need = len(job.tokens) + (job.max_tokens or config.max_tokens) + k_max + 1
+                if need > slot_cells:
+                    yield JobFinished(job.id, slot.seq, "", (), FINISH_ERROR, {
+                        "n_predict": 0, "error": f"the prompt needs {need} cells but each of the {parallel} "
+                                                 f"slots has {slot_cells}; raise the context or lower --parallel"})
+                    continue
+                for event in _start(slot, job, session, config):
+                    if isinstance(event, JobStep):  # the first token, sampled from the prompt
+                        n_tokens += len(event.tokens)
+                    yield event
+        busy = [s for s in slots if s.job is not None]
+        if not busy:
+            break
+        # ---- one batch: every busy slot's input token and drafts, each in its own sequence ------
+        batch.clear()
+        proposals: dict[int, tuple[int, list[int], list | None]] = {}  # seq -> (first row, drafts, dists)
+        for slot in busy:
+            room = min(slot.k_control.k if slot.k_control else 0,
+                       slot.output.max_tokens - len(slot.output.ids) - 1)
+            drafts, dists = [], None
+            if room > 0 and slot.drafter is not None:
+                draft = _guarded(lambda: slot.drafter.propose(slot.context, room), slot)
+                if draft is None:
+                    continue
+                drafts = through_end_of_generation(draft.tokens[:room], vocab.is_eog)
+                dists = draft.dists
+                slot.counters.t_draft_s += draft.t_draft_s
+            first = batch.add(slot.token, slot.n_past, (slot.seq,), True)
+            for i, t in enumerate(drafts):
+                batch.add(t, slot.n_past + 1 + i, (slot.seq,), True)
+            proposals[slot.seq] = (first, drafts, dists)
+        if cancel.is_set():
+            continue
+        n_in_batch = batch.n_tokens
+        if n_in_batch == 0:  # every busy slot's drafter stopped: they finish below
+            yield from _finish_done(busy, memory)
+            continue
+        try:
+            t_decode = memory.decode(batch)
+        except NoKvSlot:
+            for slot in busy:
+                yield _finish(slot, memory, FINISH_CONTEXT_FULL)
+            continue
+        except DecodeAborted:
+            continue  # the cancel is seen at the top of the loop
+        n_steps += 1
+        n_rows += n_in_batch
+        # ---- verify each slot against its rows; keep its accepted cells ----------------------------
+        for slot in busy:
+            if slot.seq not in proposals:
+                continue
+            first, drafts, dists = proposals[slot.seq]
+            emitted, n_accepted = verify_proposals(slot.sampler, lambda row: logits_row(target.ctx, row, vocab.n_tokens),
+                                                   first, drafts, dists, slot.output, slot.context)
+            slot.n_past += 1 + n_accepted
+            memory.seq_rm(slot.seq, slot.n_past, -1)
+            slot.token = slot.context[-1]
+            if slot.drafter is not None:
+                slot.drafter.settle(slot.context)
+            slot.counters.record_decode(n_in_batch, n_in_batch)
+            slot.counters.record_step(len(emitted), len(drafts), n_accepted, t_decode)
+            if drafts:
+                slot.counters.record_positions(len(drafts), n_accepted)
+            if slot.k_control is not None:
+                slot.k_control.update(len(drafts), n_accepted)
+            n_tokens += len(emitted)
+            if emitted:
+                yield JobStep(slot.job.id, slot.seq, slot.step, tuple(emitted), len(drafts), n_accepted)
+            slot.step += 1
+        yield from _finish_done(busy, memory)
+    elapsed = time.perf_counter() - t0
+    yield BatchFinished({"n_jobs": len(jobs), "parallel": parallel, "n_predict": n_tokens, "steps": n_steps,
+                         "mean_batch_tokens": n_rows / n_steps if n_steps else 0.0, "t_total_s": elapsed,
+                         "tokens_per_second": n_tokens / elapsed if elapsed > 0 else 0.0})
+
+
+def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[object]:
+    """Decode the job's prompt into the slot's sequence (alone, in a single run's chunks) and
+    sample its first token."""
+    target, vocab = session.target, session.vocab
+    slot.job = job
+    slot.output = Output(vocab, job.max_tokens or config.max_tokens)
+    slot.sampler = Sampler(config.sampling)
+    slot.counters = RunCounters()
+    slot.context = list(job.tokens)
+    slot.step = 1
+    slot.drafter = _drafter(slot, session, config)
+    slot.k_control = AdaptiveK(config.speculative) if config.mode != "plain" else None
+    yield JobStarted(job.id, slot.seq, len(job.tokens))
+    t0 = time.perf_counter()
+    target.memory.seq_rm(slot.seq, -1, -1)
+    try:
+        row = target.memory.decode_tokens(target.batch, list(job.tokens), 0, slot.seq)
+        if slot.drafter is not None:
+            slot.drafter.begin(job.tokens)
+    except NoKvSlot:
+        yield _finish(slot, target.memory, FINISH_CONTEXT_FULL)
+        return
+    except DecodeAborted:
+        yield _finish(slot, target.memory, FINISH_CANCELLED)
+        return
+    slot.counters.n_prompt = len(job.tokens)
+    slot.counters.t_encode_s = time.perf_counter() - t0
+    token = slot.sampler.sample(logits_row(target.ctx, row, vocab.n_tokens))
+    info = slot.output.push(token, "sampled")
+    slot.t_start = time.perf_counter()
+    slot.counters.record_step(1 if info else 0, 0, 0, 0.0)
+    slot.context.append(token)
+    slot.n_past = len(job.tokens)
+    slot.token = token
+    if info is not None:
+        yield JobStep(job.id, slot.seq, 0, (info,), 0, 0)
+    if slot.output.done:
+        yield _finish(slot, target.memory, slot.output.finish_reason)
+
+
+def _drafter(slot: _Slot, session, config: RunConfig):
+    if config.mode == "lookup":
+        from engine.strategies.lookup import DRAFTERS
+
+        params = config.speculative
+        return DRAFTERS[params.lookup](params.ngram_min, params.ngram_max)
+    if config.mode == "speculative":
+        from engine.strategies.speculative import DraftModelDrafter
+
+        return DraftModelDrafter(session.draft, slot.sampler, config.speculative.p_min, session.vocab.n_tokens,
+                                 session.vocab.is_eog, session.cancel_flag, seq=slot.seq)
+    return None
+
+
+def _guarded(call, slot: _Slot):
+    try:
+        return call()
+    except NoKvSlot:
+        slot.output.finish(FINISH_CONTEXT_FULL)
+    except DecodeAborted:
+        slot.output.finish(FINISH_CANCELLED)
+    return None
+
+
+def _finish_done(slots: list[_Slot], memory) -> Iterator[JobFinished]:
+    for slot in slots:
+        if slot.job is not None and slot.output.done:
+            yield _finish(slot, memory, slot.output.finish_reason)
+
+
+def _finish(slot: _Slot, memory, reason: str) -> JobFinished:
+    """The job is done: its sequence's cells are freed for the next prompt."""
+    out, job, counters = slot.output, slot.job, slot.counters
+    out.finish(reason or FINISH_LENGTH)
+    if slot.t_start:
+        counters.t_generate_s = time.perf_counter() - slot.t_start
+    memory.seq_rm(slot.seq, -1, -1)
+    if slot.drafter is not None and hasattr(slot.drafter, "draft"):
+        slot.drafter.draft.memory.seq_rm(slot.seq, -1, -1)
+        slot.drafter.cached.clear()
+    event = JobFinished(job.id, slot.seq, out.text(), tuple(out.ids), out.finish_reason, counters.as_dict())
+    slot.job = slot.output = slot.drafter = slot.k_control = None
+    slot.t_start = 0.0
+    return event
+
+
+def kv_snapshot(session, parallel: int) -> KvSnapshot:
+    """The shared cache with every slot's sequence, for the Batch view's KV map."""
+    from engine.runner import kv_snapshot as snapshot
+
+    return snapshot(session.target, 0, parallel)

@@ -1,0 +1,144 @@
+"""Batch decoding of many prompts: every prompt's output equals its single run, a finished prompt
+frees its sequence (the KV mirror still equal to llama.cpp's dump), Stop ends every prompt."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import probe
+from engine.config import RunConfig, SpeculativeParams
+from engine.events import RunFinished
+from engine.parallel import BatchFinished, BatchJob, JobFinished, JobStarted, JobStep, run_batch
+from engine.session import Session
+from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
+from tests.engine.lossless import assert_lossless
+
+PROMPTS = [  # six prompts of different lengths
+    "The capital of France is",
+    CODE_PROMPT,
+    PROSE_PROMPT,
+    "List three colours:\n1.",
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+]
+N_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def session(smollm_path, smollm_drafts):
+    with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS, draft_path=smollm_drafts["default-q3_k_m"],
+                 verify_kv=True) as s:
+        yield s
+
+
+def _jobs(session) -> list[BatchJob]:
+    return [BatchJob(f"p{i}", tuple(session.tokenize_prompt(p))) for i, p in enumerate(PROMPTS)]
+
+
+def _single(session, config, tokens) -> tuple[int, ...]:
+    final = [e for e in session.run(config, list(tokens)) if isinstance(e, RunFinished)][0]
+    return final.token_ids
+
+
+def _batch(session, config, jobs, parallel) -> list:
+    return list(run_batch(session, config, jobs, parallel))
+
+
+CONFIGS = {
+    "plain": RunConfig(max_tokens=N_TOKENS),
+    "lookup": RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=3)),
+    "speculative": RunConfig(mode="speculative", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=3)),
+}
+
+
+@pytest.fixture(scope="module")
+def single_outputs(session) -> dict[str, list[tuple[int, ...]]]:
+    jobs = _jobs(session)
+    plain = [_single(session, CONFIGS["plain"], job.tokens) for job in jobs]
+    return {"plain": plain}
+
+
+@pytest.fixture(scope="module")
+def shared_cache_deviation(session, single_outputs) -> float:
+    """How far a prompt's logits move when its cells share the cache with another prompt's
+    (measured, per prompt, at the end of its single run's output)."""
+    jobs = _jobs(session)
+    worst = 0.0
+    for job, out in zip(jobs, single_outputs["plain"]):
+        others = [j.tokens for j in jobs if j is not job][:2]
+        worst = max(worst, probe.shared_cache_deviation(session, [*job.tokens, *out[:-1]], others))
+    return worst
+
+
+@pytest.mark.parametrize("mode", list(CONFIGS))
+@pytest.mark.parametrize("parallel", [1, 2, 4])
+def test_every_prompt_equals_its_single_run(session, single_outputs, shared_cache_deviation, mode, parallel):
+    if mode == "speculative" and parallel == 4:
+        parallel = 3  # the draft context's sequences grow too; 3 keeps the run short
+    jobs = _jobs(session)
+    events = _batch(session, CONFIGS[mode], jobs, parallel)
+    finished = {e.job_id: e for e in events if isinstance(e, JobFinished)}
+    assert set(finished) == {job.id for job in jobs}
+    for job, expected in zip(jobs, single_outputs["plain"]):
+        got = finished[job.id]
+        assert got.finish_reason in ("length", "stop")
+        if parallel == 1:  # one sequence: the very cells and kernels of the single run
+            assert got.token_ids == expected, (mode, parallel, job.id)
+        else:  # a near-tie may flip where sharing the cache moved the logits more than plain's margin
+            assert_lossless(session, job.tokens, expected, got.token_ids, shared_cache_deviation,
+                            f"{mode} P={parallel} {job.id}")
+        # the streamed steps add up to the final text
+        steps = [e for e in events if isinstance(e, JobStep) and e.job_id == job.id]
+        assert "".join(t.text for s in steps for t in s.tokens) == got.text
+    # at most `parallel` prompts at once, in distinct sequences
+    started = [e for e in events if isinstance(e, JobStarted)]
+    assert {e.slot for e in started} == set(range(min(parallel, len(jobs))))
+    summary = events[-1]
+    assert isinstance(summary, BatchFinished)
+    assert summary.stats["n_predict"] == sum(len(e.token_ids) for e in finished.values())
+    if parallel > 1:
+        assert summary.stats["mean_batch_tokens"] > 1.0  # slots really shared decodes
+    assert session.memory.verifier.n_checked > 0  # the mirror was checked against llama.cpp's dump
+
+
+def test_a_finished_prompt_frees_its_sequence(session):
+    jobs = _jobs(session)[:3]
+    jobs[0] = BatchJob(jobs[0].id, jobs[0].tokens, max_tokens=3)  # ends long before the others
+    run = run_batch(session, CONFIGS["lookup"], jobs, 3)
+    mirror = session.memory.mirror
+    freed_while_others_ran = False
+    for event in run:
+        if isinstance(event, JobFinished) and event.job_id == jobs[0].id:
+            assert event.token_ids and len(event.token_ids) == 3
+            assert mirror.base.seq_pos_max(event.slot) == -1  # its cells are free
+            others = [s for s in range(3) if s != event.slot]
+            freed_while_others_ran = all(mirror.base.seq_pos_max(s) >= 0 for s in others)
+    assert freed_while_others_ran
+    # a queue longer than the slots: the freed slot takes the next prompt
+    events = _batch(session, CONFIGS["plain"], [BatchJob(f"q{i}", j.tokens, max_tokens=4 + 6 * i)
+                                                for i, j in enumerate(_jobs(session))], 2)
+    starts = [e for e in events if isinstance(e, JobStarted)]
+    assert len(starts) == 6 and {e.slot for e in starts} == {0, 1}
+
+
+def test_stop_ends_every_prompt(session):
+    jobs = _jobs(session)
+    session.cancel_flag.clear()
+    finished = []
+    for event in run_batch(session, CONFIGS["plain"], jobs, 2):
+        if isinstance(event, JobStep) and event.step == 2:
+            session.cancel()
+        if isinstance(event, JobFinished):
+            finished.append(event)
+    session.cancel_flag.clear()
+    assert {e.job_id for e in finished} == {j.id for j in jobs}
+    assert all(e.finish_reason == "cancelled" for e in finished)
+    assert sum(1 for e in finished if e.token_ids) == 2  # the two running; the queued never started
+
+
+def test_a_prompt_too_long_for_its_slot_is_reported_not_run(session):
+    long = BatchJob("long", tuple(session.tokenize_prompt(CODE_PROMPT * 20)))
+    events = _batch(session, CONFIGS["plain"], [long, _jobs(session)[0]], 4)
+    finished = {e.job_id: e for e in events if isinstance(e, JobFinished)}
+    assert finished["long"].finish_reason == "error" and "cells" in finished["long"].stats["error"]
+    assert finished["p0"].finish_reason == "length"
