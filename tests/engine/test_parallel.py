@@ -142,3 +142,25 @@ def test_a_prompt_too_long_for_its_slot_is_reported_not_run(session):
     finished = {e.job_id: e for e in events if isinstance(e, JobFinished)}
     assert finished["long"].finish_reason == "error" and "cells" in finished["long"].stats["error"]
     assert finished["p0"].finish_reason == "length"
+
+
+def test_cli_batch_writes_one_line_per_prompt_in_input_order(smollm_path, tmp_path, capsys):
+    import json
+
+    from engine.cli import main
+
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"x{i}", "prompt": p}) + "\n" for i, p in enumerate(PROMPTS[:3]))
+                       + json.dumps({"id": "short", "prompt": PROMPTS[3], "max_tokens": 2}) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["batch", "-m", str(smollm_path), "-f", str(prompts), "--parallel", "2", "--mode", "lookup",
+                 "-n", "12", "-o", str(out), "-t", str(N_THREADS)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["id"] for line in lines] == ["x0", "x1", "x2", "short"]
+    assert all(set(line) == {"id", "text", "token_ids", "finish_reason", "stats"} for line in lines)
+    assert [len(line["token_ids"]) for line in lines] == [12, 12, 12, 2]
+    assert "4 prompts, 2 at a time" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1}\n')
+    assert main(["batch", "-m", str(smollm_path), "-f", str(bad)]) == 2
+    assert "needs an \"id\" and a \"prompt\"" in capsys.readouterr().err
