@@ -193,6 +193,22 @@ class _Race:
 
 
 @dataclass(frozen=True)
+class _Batch:
+    config: object
+    source: str  # "shipped" or a JSON-lines file of {"id", "prompt"} (or the prompt-set format)
+    count: int
+    parallel: int
+    chat: bool
+
+
+@dataclass(frozen=True)
+class BatchKv:
+    """The KV map of a batch: the P sequences sharing the cache."""
+
+    snapshot: object
+
+
+@dataclass(frozen=True)
 class RaceProgress:
     """A race's run is decoding: ``which`` is "plain" or the strategy's mode."""
 
@@ -343,6 +359,10 @@ class EngineWorker:
         """Let a paused run decode one more step."""
         self.gate.step()
 
+    def run_batch(self, config, source: str, count: int, parallel: int, *, chat: bool) -> None:
+        """Decode ``count`` prompts from ``source``, ``parallel`` at a time in one context."""
+        self._submit(_Batch(config, source, count, parallel, chat))
+
     def race(self, config, text: str, *, chat: bool) -> None:
         """Plain, then ``config``, on the same prompt, one after the other (never both at once)."""
         self._submit(_Race(config, text, chat))
@@ -411,6 +431,8 @@ class EngineWorker:
             self._run(command)
         elif isinstance(command, _Race):
             self._race(command)
+        elif isinstance(command, _Batch):
+            self._batch(command)
         elif isinstance(command, _Baseline):
             self._baseline(command)
         elif isinstance(command, _Profile):
@@ -557,6 +579,28 @@ class EngineWorker:
                     return
             traces.append(recorder.trace())
         self._emit(RaceReady(traces[0], traces[1]))
+
+    def _batch(self, command: _Batch) -> None:
+        import time
+
+        from engine import parallel
+        from engine.tuning import prompts
+        from engine.tuning.sweep import prompt_tokens
+
+        session = self._require_session()
+        chosen = prompts.shipped() if command.source == "shipped" else prompts.load_file(command.source)
+        chosen = chosen[: command.count]
+        jobs = [parallel.BatchJob(p.id, tuple(prompt_tokens(session, p, command.chat))) for p in chosen]
+        shown_at = 0.0
+        for event in parallel.run_batch(session, command.config, jobs, command.parallel):
+            self._emit(event)
+            # the shared cache's picture, at the rate the window can use
+            if isinstance(event, parallel.JobStep) and time.perf_counter() - shown_at >= 0.05 \
+                    and session.memory.mirror_ok:
+                self._emit(BatchKv(parallel.kv_snapshot(session, command.parallel)))
+                shown_at = time.perf_counter()
+        if session.memory.mirror_ok:
+            self._emit(BatchKv(parallel.kv_snapshot(session, command.parallel)))
 
     # ------------------------------------------------------------------ conversations
     def _conversation_store(self):

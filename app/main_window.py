@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app.engine_worker import (BaselineDone, ConversationList, DraftLoaded, EngineWorker, ExactnessReady, LoadFailed,
-                               LoadStarted, ModelLoaded, Paused, ProfileProgress, ProfileReady, ProfileStarted,
+from app.engine_worker import (BaselineDone, BatchKv, ConversationList, DraftLoaded, EngineWorker, ExactnessReady,
+                               LoadFailed, LoadStarted, ModelLoaded, Paused, ProfileProgress, ProfileReady, ProfileStarted,
                                RaceProgress, RaceReady, RunRequested, SavedSweeps, TraceReady)
 from app.replay import TracePlayer
 from app.qt import QtCore, QtGui, QtWidgets, Qt
 from app.theme import THEMES, apply_theme
 from app.transcript import Turn, figures_line, render_completion, render_conversation, render_run
+from app.widgets.batch_view import BatchView
 from app.widgets.chat import ChatInput
 from app.widgets.controls import ControlsPanel
 from app.widgets.conversation_list import ConversationSidebar
@@ -176,6 +177,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self.centre_tabs = QtWidgets.QTabWidget()
         self.centre_tabs.addTab(centre, "Stream")
         self.centre_tabs.addTab(self.race, "Race")
+        self.batch_view = BatchView()
+        self.batch_view.batch_requested.connect(self.start_batch)
+        self.centre_tabs.addTab(self.batch_view, "Batch")
 
         self.kv_map = KvMapView()
         self.kv_map.set_token_colours(SOURCE_COLOURS)
@@ -637,6 +641,8 @@ class MainWindow(QtWidgets.QMainWindow):
                 self.inspector.refresh()
                 self.statusBar().showMessage(f"Paused after step {event.step}: Step decodes one more, "
                                              "Resume runs on")
+            elif self._on_batch_event(event):
+                pass
             elif isinstance(event, RaceProgress):
                 self.race.on_progress(event.which, event.n_tokens)
             elif isinstance(event, RaceReady):
@@ -881,6 +887,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.remeasure_button.setEnabled(idle and not self.profiling)
         self.exactness_button.setEnabled(idle)
         self.race.start_button.setEnabled(idle)
+        self.batch_view.run_button.setEnabled(idle)
 
     # ------------------------------------------------------------------ demo: pause, step, replay, race
     def set_paused(self, paused: bool) -> None:
@@ -964,6 +971,44 @@ class MainWindow(QtWidgets.QMainWindow):
         self.race.on_progress("plain", 0)
         self._update_buttons()
         self.worker.race(config, text, chat=self._chat_shown_setting())
+
+    def start_batch(self, source: str, count: int, parallel: int) -> None:
+        if self.running or not self.model_loaded:
+            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
+            return
+        config = self._valid_config()
+        if config is None:
+            return
+        if config.mode not in ("plain", "lookup", "speculative"):
+            self.error_label.setText("Batch decoding runs plain, prompt lookup or a draft model; choose one of them.")
+            return
+        self.running = True
+        self.error_label.setText("")
+        self.statusBar().showMessage(f"Batch: {count} prompts, {parallel} at a time…")
+        self._update_buttons()
+        self.worker.run_batch(config, source, count, parallel, chat=self._chat_shown_setting())
+
+    def _on_batch_event(self, event) -> bool:
+        from engine import parallel
+
+        view = self.batch_view
+        if isinstance(event, parallel.BatchStarted):
+            view.on_started(event)
+        elif isinstance(event, parallel.JobStarted):
+            view.on_job_started(event)
+        elif isinstance(event, parallel.JobStep):
+            view.on_step(event)
+        elif isinstance(event, parallel.JobFinished):
+            view.on_job_finished(event)
+        elif isinstance(event, BatchKv):
+            view.kv_map.set_snapshot(event.snapshot)
+        elif isinstance(event, parallel.BatchFinished):
+            self.running = False
+            view.on_finished(event)
+            self.statusBar().showMessage("Batch finished: " + view.summary.text())
+        else:
+            return False
+        return True
 
     def _chat_shown_setting(self) -> bool:
         return self.input.chat_mode.isChecked() and self.has_chat_template

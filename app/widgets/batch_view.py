@@ -1,0 +1,168 @@
+"""The Batch view: many prompts decoded together, P at a time in one context (``engine/parallel.py``).
+
+One lane per slot shows the prompt it decodes now, its tokens coloured by source as they arrive,
+and the slot's figures; the KV map shows the P sequences sharing the cache; the list below keeps
+every finished prompt. The mode, k and token budget are the run controls'.
+"""
+
+from __future__ import annotations
+
+from app.qt import QtCore, QtWidgets, Qt
+from app.widgets.kv_map import KvMapView
+from app.widgets.token_stream import TokenStream
+
+MAX_PARALLEL = 8
+
+
+class SlotLane(QtWidgets.QWidget):
+    def __init__(self, slot: int, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.slot = slot
+        self.title = QtWidgets.QLabel(f"slot {slot}: idle")
+        self.title.setWordWrap(True)
+        font = self.title.font()
+        font.setBold(True)
+        self.title.setFont(font)
+        self.stream = TokenStream()
+        self.counters = QtWidgets.QLabel("")
+        self.counters.setWordWrap(True)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(self.title)
+        layout.addWidget(self.stream, 1)
+        layout.addWidget(self.counters)
+        self.n_tokens = self.n_accepted = self.n_drafted = 0
+
+    def start(self, job_id: str, n_prompt: int) -> None:
+        self.stream.clear_stream()
+        self.title.setText(f"slot {self.slot}: {job_id} ({n_prompt} prompt tokens)")
+        self.n_tokens = self.n_accepted = self.n_drafted = 0
+        self.counters.setText("")
+
+    def add(self, event) -> None:
+        for t in event.tokens:
+            self.stream.append_text(t.text, t.source, event.step, t.id)
+        self.n_tokens += len(event.tokens)
+        self.n_drafted += event.n_drafted
+        self.n_accepted += event.n_accepted
+        acceptance = f" · accepted {self.n_accepted}/{self.n_drafted}" if self.n_drafted else ""
+        self.counters.setText(f"{self.n_tokens} tokens · step {event.step}{acceptance}")
+
+    def finish(self, event) -> None:
+        self.title.setText(self.title.text() + f" — {event.finish_reason}")
+
+
+class BatchView(QtWidgets.QWidget):
+    batch_requested = QtCore.Signal(str, int, int)  # prompt source ("shipped" or a path), count, parallel
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.source = QtWidgets.QComboBox()
+        self.source.addItem("shipped prompt sets", "shipped")
+        self.source.addItem("a JSON-lines file…", "file")
+        self.source.activated.connect(self._source_chosen)
+        self.count = QtWidgets.QSpinBox()
+        self.count.setRange(1, 1000)
+        self.count.setValue(8)
+        self.count.setToolTip("How many prompts to decode (from the start of the set)")
+        self.parallel = QtWidgets.QSpinBox()
+        self.parallel.setRange(1, MAX_PARALLEL)
+        self.parallel.setValue(4)
+        self.parallel.setToolTip("Prompts decoded at once: each has its own sequence of the shared context")
+        self.run_button = QtWidgets.QPushButton("Run batch")
+        self.run_button.setToolTip("Decode the prompts with the run controls' mode, k and max tokens")
+        self.run_button.clicked.connect(self._request)
+        bar = QtWidgets.QHBoxLayout()
+        for label, w in (("Prompts", self.source), ("count", self.count), ("at once (P)", self.parallel)):
+            bar.addWidget(QtWidgets.QLabel(label))
+            bar.addWidget(w)
+        bar.addWidget(self.run_button)
+        bar.addStretch(1)
+        self.summary = QtWidgets.QLabel("Many prompts share one context: one batch a step carries every slot's "
+                                        "token and drafts.")
+        self.summary.setWordWrap(True)
+        self.lanes_box = QtWidgets.QWidget()
+        self.lanes_layout = QtWidgets.QGridLayout(self.lanes_box)
+        self.lanes_layout.setContentsMargins(0, 0, 0, 0)
+        self.lanes: list[SlotLane] = []
+        self.kv_map = KvMapView()
+        self.kv_map.hover_label.hide()
+        self.kv_map.plot.setMinimumHeight(150)
+        self.finished = QtWidgets.QListWidget()
+        lower = QtWidgets.QSplitter(Qt.Horizontal)
+        lower.addWidget(self.kv_map)
+        lower.addWidget(self.finished)
+        lower.setSizes([600, 300])
+        split = QtWidgets.QSplitter(Qt.Vertical)
+        split.addWidget(self.lanes_box)
+        split.addWidget(lower)
+        split.setSizes([420, 320])
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addWidget(self.summary)
+        layout.addWidget(split, 1)
+        self.path: str | None = None
+        self.n_tokens = self.n_drafted = 0  # over the whole batch
+        self._set_lanes(self.parallel.value())
+
+    def _source_chosen(self, index: int) -> None:
+        if self.source.itemData(index) == "file":
+            path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Prompts (one JSON object per line)", "",
+                                                            "JSON lines (*.jsonl)")
+            if path:
+                self.path = path
+                self.source.setItemText(1, path.rsplit("/", 1)[-1])
+            else:
+                self.source.setCurrentIndex(0)
+
+    def _request(self) -> None:
+        source = self.path if self.source.currentData() == "file" and self.path else "shipped"
+        self.batch_requested.emit(source, self.count.value(), self.parallel.value())
+
+    def _set_lanes(self, parallel: int) -> None:
+        for lane in self.lanes:
+            lane.setParent(None)
+        self.lanes = [SlotLane(i) for i in range(parallel)]
+        columns = 2 if parallel > 2 else parallel
+        for i, lane in enumerate(self.lanes):
+            self.lanes_layout.addWidget(lane, i // columns, i % columns)
+
+    # ------------------------------------------------------------------ events
+    def on_started(self, event) -> None:
+        self._set_lanes(event.parallel)
+        self.finished.clear()
+        self.n_tokens = self.n_drafted = 0
+        self.kv_map.begin_run(0, 0)
+        self.summary.setText(f"{event.n_jobs} prompts, {event.parallel} at a time, mode "
+                             f"{event.config.get('mode')}…")
+
+    def on_job_started(self, event) -> None:
+        if 0 <= event.slot < len(self.lanes):
+            self.lanes[event.slot].start(event.job_id, event.n_prompt)
+
+    def on_step(self, event) -> None:
+        self.n_tokens += len(event.tokens)
+        self.n_drafted += event.n_drafted
+        if 0 <= event.slot < len(self.lanes):
+            self.lanes[event.slot].add(event)
+
+    def on_job_finished(self, event) -> None:
+        if 0 <= event.slot < len(self.lanes):
+            self.lanes[event.slot].finish(event)
+        detail = event.stats.get("error", "")
+        self.finished.addItem(f"{event.job_id}: {len(event.token_ids)} tokens, {event.finish_reason}"
+                              + (f" — {detail}" if detail else ""))
+
+    def on_finished(self, event) -> None:
+        s = event.stats
+        self.summary.setText(f"{s['n_jobs']} prompts, {s['parallel']} at a time: {s['n_predict']} tokens in "
+                             f"{s['t_total_s']:.2f} s = {s['tokens_per_second']:.1f} tokens/s together · "
+                             f"{s['steps']} steps of {s['mean_batch_tokens']:.1f} tokens on average")
+        for lane in self.lanes:
+            lane.stream.scroll_to_end()
+
+    def scroll(self) -> None:
+        for lane in self.lanes:
+            lane.stream.scroll_to_end()
