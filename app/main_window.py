@@ -979,8 +979,9 @@ class MainWindow(QtWidgets.QMainWindow):
         config = self._valid_config()
         if config is None:
             return
-        if config.mode not in ("plain", "lookup", "speculative"):
-            self.error_label.setText("Batch decoding runs plain, prompt lookup or a draft model; choose one of them.")
+        if config.mode == "lookahead":
+            self.error_label.setText("Batch decoding gives each prompt one sequence, and lookahead needs W + G + 1: "
+                                     "choose plain, speculative, prompt lookup or Auto.")
             return
         self.running = True
         self.error_label.setText("")

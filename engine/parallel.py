@@ -23,10 +23,11 @@ from engine.events import KvSnapshot, TokenInfo
 from engine.memory import DecodeAborted, NoKvSlot
 from engine.sampling import Sampler, logits_row
 from engine.stats import RunCounters
+from engine.strategies.auto import StepCost
 from engine.strategies.common import FINISH_CANCELLED, FINISH_CONTEXT_FULL, FINISH_LENGTH, Output
 from engine.strategies.verify import AdaptiveK, through_end_of_generation, verify_proposals
 
-BATCH_MODES = ("plain", "lookup", "speculative")
+BATCH_MODES = ("plain", "lookup", "speculative", "auto")
 FINISH_ERROR = "error"  # the prompt could not run (it does not fit in a slot): nothing decoded
 
 
@@ -102,6 +103,8 @@ def run_batch(session, config: RunConfig, jobs: Sequence[BatchJob], parallel: in
     if config.mode == "speculative" and session.draft is None:
         raise ConfigError("speculative decoding needs a draft model; pass -md PATH")
     k_max = 0 if config.mode == "plain" else max(config.speculative.k, config.speculative.k_max)
+    if config.mode == "auto":
+        k_max = config.speculative.k_max
     if parallel * (k_max + 1) > session.n_batch:
         raise ConfigError(f"{parallel} prompts × (k + 1) = {parallel * (k_max + 1)} tokens a step exceed the "
                           f"batch of {session.n_batch}; lower --parallel or k")
@@ -151,10 +154,13 @@ def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: in
         batch.clear()
         proposals: dict[int, tuple[int, list[int], list | None]] = {}  # seq -> (first row, drafts, dists)
         for slot in busy:
-            room = min(slot.k_control.k if slot.k_control else 0,
-                       slot.output.max_tokens - len(slot.output.ids) - 1)
+            budget = slot.output.max_tokens - len(slot.output.ids) - 1
+            room = min(slot.k_control.k, budget) if slot.k_control else budget
             drafts, dists = [], None
-            if room > 0 and slot.drafter is not None:
+            if isinstance(slot.drafter, AutoPlanner):
+                slot.drafter.cost.base = len(busy)
+                drafts = slot.drafter.plan(slot.context, max(0, min(room, k_max)))
+            elif room > 0 and slot.drafter is not None:
                 draft = _guarded(lambda: slot.drafter.propose(slot.context, room), slot)
                 if draft is None:
                     continue
@@ -186,13 +192,16 @@ def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: in
             if slot.seq not in proposals:
                 continue
             first, drafts, dists = proposals[slot.seq]
-            emitted, n_accepted = verify_proposals(slot.sampler, lambda row: logits_row(target.ctx, row, vocab.n_tokens),
-                                                   first, drafts, dists, slot.output, slot.context)
+            emitted, n_accepted = verify_proposals(
+                slot.sampler, lambda row: logits_row(target.ctx, row, vocab.n_tokens), first, drafts, dists,
+                slot.output, slot.context, "accepted_ngram" if config.mode == "auto" else "accepted_draft")
             slot.n_past += 1 + n_accepted
             memory.seq_rm(slot.seq, slot.n_past, -1)
             slot.token = slot.context[-1]
             if slot.drafter is not None:
                 slot.drafter.settle(slot.context)
+            if isinstance(slot.drafter, AutoPlanner):
+                slot.drafter.observe(n_accepted, n_in_batch, t_decode)
             slot.counters.record_decode(n_in_batch, n_in_batch)
             slot.counters.record_step(len(emitted), len(drafts), n_accepted, t_decode)
             if drafts:
@@ -221,7 +230,7 @@ def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[o
     slot.context = list(job.tokens)
     slot.step = 1
     slot.drafter = _drafter(slot, session, config)
-    slot.k_control = AdaptiveK(config.speculative) if config.mode != "plain" else None
+    slot.k_control = AdaptiveK(config.speculative) if config.mode not in ("plain", "auto") else None
     yield JobStarted(job.id, slot.seq, len(job.tokens))
     t0 = time.perf_counter()
     target.memory.seq_rm(slot.seq, -1, -1)
@@ -251,6 +260,8 @@ def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[o
 
 
 def _drafter(slot: _Slot, session, config: RunConfig):
+    if config.mode == "auto":
+        return AutoPlanner(slot.job.tokens, session._cost_curve())
     if config.mode == "lookup":
         from engine.strategies.lookup import DRAFTERS
 
@@ -287,6 +298,8 @@ def _finish(slot: _Slot, memory, reason: str) -> JobFinished:
     if slot.t_start:
         counters.t_generate_s = time.perf_counter() - slot.t_start
     memory.seq_rm(slot.seq, -1, -1)
+    if isinstance(slot.drafter, AutoPlanner):
+        counters.extra["auto"] = slot.drafter.report.as_dict(slot.drafter.calibrator)
     if slot.drafter is not None and hasattr(slot.drafter, "draft"):
         slot.drafter.draft.memory.seq_rm(slot.seq, -1, -1)
         slot.drafter.cached.clear()
@@ -294,6 +307,69 @@ def _finish(slot: _Slot, memory, reason: str) -> JobFinished:
     slot.job = slot.output = slot.drafter = slot.k_control = None
     slot.t_start = 0.0
     return event
+
+
+class BatchStepCost(StepCost):
+    """Auto's step cost inside a shared batch: ``base`` rows are decoded this step anyway (one
+    per busy slot), so a slot's k drafts cost T(base + k) / T(base) of what the step costs
+    without them, not T(1 + k) / T(1)."""
+
+    def __init__(self, curve) -> None:
+        super().__init__(curve)
+        self.base = 1
+
+    def relative(self, n_tokens: int) -> float:
+        if self.curve is None or self.base <= 1:
+            return super().relative(n_tokens)
+        return self.curve.relative(self.base - 1 + n_tokens) / self.curve.relative(self.base)
+
+    def return_penalty(self) -> float:
+        return 0.0  # the batch's shape changes every step anyway
+
+
+class AutoPlanner:
+    """Auto's per-step choice for one slot of a batch. A slot has one sequence, so its candidates
+    form a chain: the single source (n-gram cache or suffix match) whose tokens promise the most
+    emitted tokens per step cost, cut where that gain peaks; nothing when nothing pays."""
+
+    def __init__(self, prompt: Sequence[int], curve) -> None:
+        from engine.strategies.auto import AutoReport, Calibrator, Sources
+
+        self.sources = Sources(prompt)
+        self.calibrator = Calibrator()
+        self.cost = BatchStepCost(curve)
+        self.report = AutoReport()
+        self.nodes: list = []
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass  # the sources were built from the prompt
+
+    def settle(self, context: Sequence[int]) -> None:
+        pass  # the sources follow the context at the next plan
+
+    def plan(self, context: Sequence[int], room: int) -> list[int]:
+        from engine.strategies.auto import build_tree
+
+        best, best_gain = [], 1.0
+        if room > 0:
+            self.sources.advance(context)
+            for proposal in self.sources.propose(context, room, use_draft=False):
+                nodes, gain = build_tree([proposal], self.calibrator, self.cost, room)
+                if gain > best_gain:
+                    best, best_gain = nodes, gain
+        self.nodes = best
+        self.report.decide(best)
+        return [n.token for n in best]
+
+    def observe(self, n_accepted: int, n_tokens: int, t_decode: float) -> None:
+        """What verification made of the plan: the calibration and the step's timing learn."""
+        self.cost.observe(n_tokens, t_decode)
+        for i, node in enumerate(self.nodes[: n_accepted + 1]):
+            accepted = i < n_accepted
+            self.calibrator.observe(node.source, node.signal, node.depth - 1, node.p, accepted)
+            self.report.count(self.report.offered, node.source)
+            if accepted:
+                self.report.count(self.report.accepted, node.source)
 
 
 def kv_snapshot(session, parallel: int) -> KvSnapshot:

@@ -135,7 +135,8 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
 
 
 def verify_proposals(sampler, logits_of_row, first_row: int, proposals: Sequence[int],
-                     dists: list[np.ndarray] | None, out, context: list[int]) -> tuple[list, int]:
+                     dists: list[np.ndarray] | None, out, context: list[int],
+                     accepted_source: str = "accepted_draft") -> tuple[list, int]:
     """Verify ``proposals``, decoded in batch rows ``first_row + 1 …`` after the input token's
     row ``first_row``: keep each while the target agrees (greedy: its argmax; stochastic: the
     speculative sampling rule with the drafter's ``dists``), then add the target's own token.
@@ -152,7 +153,7 @@ def verify_proposals(sampler, logits_of_row, first_row: int, proposals: Sequence
         else:
             q = dists[i] if dists is not None else None
             accepted, chosen = sampler.accept_draft(sampler.distribution(logits), q, proposals[i])
-        info = out.push(chosen, "accepted_draft" if accepted else "sampled")
+        info = out.push(chosen, accepted_source if accepted else "sampled")
         if info is not None:
             emitted.append(info)
         context.append(chosen)

@@ -1,5 +1,5 @@
-"""Batch decoding of many prompts against the same prompts run one after another, plain and prompt
-lookup, for P = 1, 2, 4, 8 prompts at a time.
+"""Batch decoding of many prompts against the same prompts run one after another, plain, prompt
+lookup and Auto, for P = 1, 2, 4, 8 prompts at a time.
 
     .venv/bin/python tests/bench/batch.py [-n 64] [--prompts 8] [--rounds 2]
 
@@ -63,7 +63,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     configs = {"plain": RunConfig(max_tokens=args.n),
-               "lookup k=3": RunConfig(mode="lookup", max_tokens=args.n, speculative=SpeculativeParams(k=3))}
+               "lookup k=3": RunConfig(mode="lookup", max_tokens=args.n, speculative=SpeculativeParams(k=3)),
+               "auto": RunConfig(mode="auto", max_tokens=args.n)}
     with Session(model_path(), n_ctx=4096, n_threads=THREADS) as session:
         session.ensure_sequences(max(PARALLEL))
         prompts = shipped()[: args.prompts]

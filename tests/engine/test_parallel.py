@@ -48,6 +48,7 @@ CONFIGS = {
     "plain": RunConfig(max_tokens=N_TOKENS),
     "lookup": RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=3)),
     "speculative": RunConfig(mode="speculative", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=3)),
+    "auto": RunConfig(mode="auto", max_tokens=N_TOKENS),
 }
 
 
@@ -99,6 +100,9 @@ def test_every_prompt_equals_its_single_run(session, single_outputs, shared_cach
     if parallel > 1:
         assert summary.stats["mean_batch_tokens"] > 1.0  # slots really shared decodes
     assert session.memory.verifier.n_checked > 0  # the mirror was checked against llama.cpp's dump
+    if mode == "auto":  # each prompt's figures carry Auto's decisions
+        assert all("decisions" in e.stats["auto"] for e in finished.values())
+        assert any(s.n_accepted for s in events if isinstance(s, JobStep))
 
 
 def test_a_finished_prompt_frees_its_sequence(session):
