@@ -255,6 +255,122 @@ def _read_batch_file(path: Path) -> list[dict]:
     return records
 
 
+def cmd_distill(args: argparse.Namespace) -> int:
+    """Train a draft to agree with the target on the target's own text, then measure both drafts."""
+    from engine import catalog, distill
+    from engine.session import Session
+    from engine.tuning import prompts as prompt_sets
+    from engine.tuning.sweep import prompt_tokens
+
+    target_path, draft_path = catalog.resolve(args.target), catalog.resolve(args.draft)
+    out = Path(args.output)
+    chosen = prompt_sets.load_file(args.prompts)
+    held_out = prompt_sets.load_file(args.eval) if args.eval else chosen[3::4]
+    train_prompts = chosen if args.eval else [p for i, p in enumerate(chosen) if i % 4 != 3]
+    if not train_prompts or not held_out:
+        raise SpecDecError("distill needs prompts to train on and held-out ones to measure (--eval FILE, or 4+ prompts)")
+    with _ctrl_c_stops() as stop, Session(target_path, n_ctx=args.ctx_size, n_threads=args.threads,
+                                          cancel=stop) as session:
+        print(f"the target writes the training text: {len(train_prompts)} prompts × {args.n_predict} tokens…",
+              file=sys.stderr)
+
+        def show(p) -> None:
+            if p.phase == "train":
+                print(f"\rtraining: step {p.step}/{p.n_steps} · loss {p.loss:.3f} · ETA {p.eta_s:.0f} s   ",
+                      end="", file=sys.stderr, flush=True)
+
+        result = distill.distill_draft(session, draft_path, [prompt_tokens(session, p, True) for p in train_prompts],
+                                       args.steps, out, n_tokens=args.n_predict, keep_layers=args.keep_layers,
+                                       quant=args.quant, lr=args.lr, cancel=stop, progress=show)
+        print(file=sys.stderr)
+        stop.clear()
+        held = [prompt_tokens(session, p, True) for p in held_out]
+        report = {"corpus_tokens": result.n_corpus_tokens, "steps": result.steps, "stopped": result.stopped,
+                  "t_train_s": result.t_train_s, "loss_first": result.losses[0] if result.losses else None,
+                  "loss_last": result.losses[-1] if result.losses else None, "eval_losses": result.eval_losses,
+                  "output": str(out), "before": _measure_draft(session, result.start_path, held, args),
+                  "after": _measure_draft(session, out, held, args)}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"trained {report['steps']} steps in {report['t_train_s']:.1f} s on {report['corpus_tokens']} tokens: "
+              f"loss {report['loss_first']:.3f} → {report['loss_last']:.3f}; held-out loss "
+              + " → ".join(f"{x:.3f}" for x in report["eval_losses"]) + f"\nwrote {out}", file=sys.stderr)
+        for when in ("before", "after"):
+            m = report[when]
+            print(f"{when:6s}: greedy agreement {100 * m['agreement']:.1f} % · acceptance by position "
+                  + " ".join(f"{100 * a:.0f}%" for a in m["accept_per_position"])
+                  + f" · speculative k={args.draft_k} {m['speedup_measured']:.2f}× plain here"
+                  + (f" (predicted {m['speedup_predicted']:.2f}×)" if m["speedup_predicted"] else "")
+                  + f" · {m['speedup_flat']:.2f}× on a flat batch-cost curve", file=sys.stderr)
+    return 1 if stop.is_set() else 0
+
+
+def _measure_draft(session, draft_path: Path, prompts: list[list[int]], args) -> dict:
+    """A draft on held-out prompts: greedy agreement, speculative decoding's acceptance per
+    position and its speed-up over plain measured here, and predicted for this machine's
+    batch-cost profile and for hardware where a batch costs what one token does."""
+    from engine import distill
+    from engine.config import RunConfig, SpeculativeParams
+    from engine.events import RunFinished
+    from engine.tuning import cost_model, profile
+
+    agreement = distill.greedy_agreement(session, draft_path, prompts, args.n_predict)
+    session.load_draft(draft_path)
+    try:
+        plain_cfg = RunConfig(max_tokens=args.n_predict)
+        spec_cfg = RunConfig(mode="speculative", max_tokens=args.n_predict, speculative=SpeculativeParams(k=args.draft_k))
+        t_plain = t_spec = 0.0
+        n_plain = n_spec = 0
+        rates: list[list[float]] = [[] for _ in range(args.draft_k)]  # acceptance at each draft position
+        stats_all = []
+        for tokens in prompts:
+            for config in (plain_cfg, spec_cfg):
+                final = next(e for e in session.run(config, tokens) if isinstance(e, RunFinished))
+                s = final.stats
+                if config is plain_cfg:
+                    t_plain += s["t_generate_s"]
+                    n_plain += s["n_predict"]
+                else:
+                    t_spec += s["t_generate_s"]
+                    n_spec += s["n_predict"]
+                    stats_all.append(s)
+                    for i, rate in enumerate(s.get("accept_per_position", [])[: args.draft_k]):
+                        rates[i].append(rate)
+        draft_tps = _tokens_per_second_alone(session, prompts[0], args.n_predict)
+    finally:
+        session.unload_draft()
+    measured = (n_spec / t_spec) / (n_plain / t_plain) if t_spec and t_plain else 0.0
+    merged = stats_all[-1]
+    known = profile.cached(profile.profile_key(session))
+    predicted = cost_model.predict_from_stats(merged, known.curve, mode="speculative",
+                                              draft_curve=_flat(1.0 / draft_tps)) if known else None
+    flat = cost_model.predict_from_stats(merged, _flat(t_plain / max(n_plain, 1)), mode="speculative",
+                                         draft_curve=_flat(1.0 / draft_tps))
+    return {"agreement": agreement, "accept_per_position": [sum(r) / len(r) if r else 0.0 for r in rates],
+            "speedup_measured": measured, "speedup_predicted": predicted, "speedup_flat": flat or 0.0,
+            "tokens_per_step": merged.get("tokens_per_step")}
+
+
+def _flat(seconds: float):
+    """A batch-cost curve where a decode of any size costs one token's time (a GPU, roughly)."""
+    from engine.tuning.cost_model import CostCurve
+
+    return CostCurve((1, 512), (seconds, seconds), (seconds, seconds))
+
+
+def _tokens_per_second_alone(session, tokens: list[int], n: int) -> float:
+    """The draft model's own plain decoding speed (for the cost model's price of a draft token)."""
+    from engine.config import RunConfig
+    from engine.events import RunFinished
+    from engine.session import Session
+
+    with Session(session.draft_model.info.path if session.draft_model else None, n_ctx=session.n_ctx,
+                 n_threads=session.n_threads) as alone:
+        final = next(e for e in alone.run(RunConfig(max_tokens=n), tokens) if isinstance(e, RunFinished))
+    return final.stats["tokens_per_second"]
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     """Play a recorded trace back in the terminal at ``--speed`` times its recorded pace."""
     from engine import trace
@@ -623,6 +739,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(bt)
     bt.add_argument("--parallel", "-np", type=int, default=4, help="prompts decoded at once (sequences)")
     bt.add_argument("-o", "--output", default=None, help="write the results here (JSON lines); default stdout")
+    ds = sub.add_parser("distill", help="train a draft to agree with a target (llama.cpp's training API)")
+    ds.add_argument("--target", default="default", help="the target model")
+    ds.add_argument("--draft", required=True, help="the draft to start from (e.g. default-q2_k, or the target)")
+    ds.add_argument("--prompts", required=True, help="training prompts: a .jsonl file ({\"id\", \"prompt\"} per line)")
+    ds.add_argument("--eval", default=None, help="held-out prompts (default: every 4th training prompt)")
+    ds.add_argument("--steps", type=int, default=40, help="optimizer steps (64 tokens each)")
+    ds.add_argument("--keep-layers", type=int, default=None, help="start from the draft's first L blocks only")
+    ds.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate")
+    ds.add_argument("--quant", default="Q8_0", choices=("Q8_0", "Q4_K_M", "Q3_K_M", "Q2_K"),
+                    help="quantisation of the trained draft")
+    ds.add_argument("-n", "--n-predict", type=int, default=96, help="tokens the target writes per prompt")
+    ds.add_argument("-k", "--draft-k", type=int, default=4, help="k for the before/after speculative runs")
+    ds.add_argument("-o", "--output", required=True, help="the trained draft (.gguf)")
+    ds.add_argument("--json", action="store_true")
+    _add_context_args(ds)
     rp = sub.add_parser("replay", help="play a recorded trace (specdec run --trace) back without the model")
     rp.add_argument("trace", help="a .jsonl trace file")
     rp.add_argument("--speed", type=float, default=1.0, help="times the recorded pace (0.25 to 4)")
@@ -643,7 +774,8 @@ def main(argv: list[str] | None = None) -> int:
     from engine.chat_cli import cmd_chat
 
     handlers = {"run": cmd_run, "models": cmd_models, "probe-exactness": cmd_probe, "profile": cmd_profile,
-                "sweep": cmd_sweep, "chat": cmd_chat, "replay": cmd_replay, "batch": cmd_batch}
+                "sweep": cmd_sweep, "chat": cmd_chat, "replay": cmd_replay, "batch": cmd_batch,
+                "distill": cmd_distill}
     try:
         return handlers[args.command](args)
     except SpecDecError as exc:

@@ -1,0 +1,70 @@
+"""Draft training on llama.cpp's training API: a few steps on a tiny corpus of the target's own
+text lower the loss and write a GGUF that loads as a draft and drafts losslessly."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import catalog, distill
+from engine.config import RunConfig, SpeculativeParams
+from engine.events import RunFinished
+from engine.quantize import requantize
+from engine.session import Session
+from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
+
+PROMPTS = [CODE_PROMPT, PROSE_PROMPT, "List three colours:\n1.", "The capital of France is"]
+
+
+@pytest.fixture(scope="module")
+def trained(smollm_path, smollm_drafts, tmp_path_factory):
+    out = tmp_path_factory.mktemp("distill")
+    with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS) as session:
+        prompts = [session.tokenize_prompt(p) for p in PROMPTS]
+        corpus = distill.target_corpus(session, prompts, 96)
+    start = distill.dequantised_copy(smollm_drafts["default-q2_k"], out / "start-f32.gguf")
+    seen = []
+    result = distill.train(start, corpus, 20, out / "trained-f32.gguf", n_threads=N_THREADS, progress=seen.append)
+    quantised = requantize(result.f32_path, out / "trained-q8_0.gguf", "Q8_0")
+    return {"result": result, "path": quantised, "progress": seen, "corpus": corpus, "start": start, "out": out}
+
+
+def test_twenty_steps_lower_the_loss(trained):
+    result = trained["result"]
+    assert result.steps == 20 and not result.stopped
+    assert len(result.losses) == 20
+    assert result.losses[-1] < 0.7 * result.losses[0]
+    assert len(result.eval_losses) >= 2 and result.eval_losses[-1] < result.eval_losses[0]
+    steps = [p for p in trained["progress"] if p.phase == "train"]
+    assert [p.step for p in steps] == list(range(1, 21)) and steps[-1].eta_s == 0.0
+    assert trained["progress"][-1].phase == "done"
+
+
+def test_the_trained_draft_loads_and_drafts_losslessly(smollm_path, trained):
+    with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS, draft_path=trained["path"]) as session:
+        tokens = session.tokenize_prompt(CODE_PROMPT)
+        plain = [e for e in session.run(RunConfig(max_tokens=40), tokens) if isinstance(e, RunFinished)][0]
+        spec = [e for e in session.run(RunConfig(mode="speculative", max_tokens=40, speculative=SpeculativeParams(k=4)),
+                                       tokens) if isinstance(e, RunFinished)][0]
+        assert spec.token_ids == plain.token_ids
+        assert spec.stats["n_accept"] > 0
+        # it learnt the target's text: on the training prompts it agrees more than the draft it started from
+        prompts = [session.tokenize_prompt(p) for p in PROMPTS[:2]]
+        before = distill.greedy_agreement(session, catalog.derived_path("default-q2_k"), prompts, 48)
+        after = distill.greedy_agreement(session, trained["path"], prompts, 48)
+        assert after > before
+
+
+def test_a_cheaper_start_keeps_the_first_layers(trained):
+    fewer = distill.keep_first_layers(trained["start"], trained["out"] / "start-10.gguf", 10)
+    with Session(fewer, n_ctx=256, n_threads=N_THREADS) as session:
+        assert session.model.info.n_layer == 10
+        assert session.model.info.n_vocab > 0
+        out = session.complete(RunConfig(max_tokens=4), "The capital of France is")
+        assert len(out.token_ids) == 4
+    with pytest.raises(Exception, match="between 1 and"):
+        distill.keep_first_layers(trained["start"], trained["out"] / "bad.gguf", 99)
+
+
+def test_too_little_text_is_refused_in_one_sentence(trained):
+    with pytest.raises(distill.SpecDecError, match="needs at least"):
+        distill.train(trained["start"], trained["corpus"][:100], 2, trained["out"] / "x.gguf", n_threads=N_THREADS)
