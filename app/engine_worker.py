@@ -209,6 +209,26 @@ class BatchKv:
 
 
 @dataclass(frozen=True)
+class _Distill:
+    spec: dict  # app.widgets.distill_dialog.DistillDialog.spec()
+
+
+@dataclass(frozen=True)
+class DistillDone:
+    """A draft was trained (and is now loaded as the draft); its figures before and after."""
+
+    path: str
+    steps: int
+    stopped: bool
+    loss_first: float | None
+    loss_last: float | None
+    eval_losses: tuple[float, ...]
+    t_train_s: float
+    agreement_before: float
+    agreement_after: float
+
+
+@dataclass(frozen=True)
 class RaceProgress:
     """A race's run is decoding: ``which`` is "plain" or the strategy's mode."""
 
@@ -363,6 +383,10 @@ class EngineWorker:
         """Decode ``count`` prompts from ``source``, ``parallel`` at a time in one context."""
         self._submit(_Batch(config, source, count, parallel, chat))
 
+    def train_draft(self, spec: dict) -> None:
+        """Distil a draft for the loaded target (engine/distill.py), then load it as the draft."""
+        self._submit(_Distill(spec))
+
     def race(self, config, text: str, *, chat: bool) -> None:
         """Plain, then ``config``, on the same prompt, one after the other (never both at once)."""
         self._submit(_Race(config, text, chat))
@@ -433,6 +457,8 @@ class EngineWorker:
             self._race(command)
         elif isinstance(command, _Batch):
             self._batch(command)
+        elif isinstance(command, _Distill):
+            self._distill(command.spec)
         elif isinstance(command, _Baseline):
             self._baseline(command)
         elif isinstance(command, _Profile):
@@ -579,6 +605,31 @@ class EngineWorker:
                     return
             traces.append(recorder.trace())
         self._emit(RaceReady(traces[0], traces[1]))
+
+    def _distill(self, spec: dict) -> None:
+        from pathlib import Path
+
+        from engine import distill
+        from engine.tuning import prompts
+        from engine.tuning.sweep import prompt_tokens
+
+        session = self._require_session()
+        chosen = prompts.shipped() if spec["prompts"] == "shipped" else prompts.load_file(spec["prompts"])
+        chosen = chosen[: spec["count"]]
+        train = [prompt_tokens(session, p, True) for i, p in enumerate(chosen) if i % 4 != 3]
+        held = [prompt_tokens(session, p, True) for i, p in enumerate(chosen) if i % 4 == 3] or train[:1]
+        result = distill.distill_draft(session, Path(spec["draft"]), train, spec["steps"], Path(spec["output"]),
+                                       n_tokens=spec["n_tokens"], keep_layers=spec["keep_layers"],
+                                       cancel=self._cancel, progress=self._emit)
+        self._cancel.clear()  # a Stop ended the training early; the measurement still runs
+        n_check = min(48, spec["n_tokens"])
+        before = distill.greedy_agreement(session, Path(result.start_path), held, n_check)
+        after = distill.greedy_agreement(session, result.path, held, n_check)
+        self._emit(DistillDone(str(result.path), result.steps, result.stopped,
+                               result.losses[0] if result.losses else None,
+                               result.losses[-1] if result.losses else None, tuple(result.eval_losses),
+                               result.t_train_s, before, after))
+        self._draft(str(result.path))
 
     def _batch(self, command: _Batch) -> None:
         import time

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app.engine_worker import (BaselineDone, BatchKv, ConversationList, DraftLoaded, EngineWorker, ExactnessReady,
+from app.engine_worker import (BaselineDone, BatchKv, ConversationList, DistillDone, DraftLoaded, EngineWorker,
+                               ExactnessReady,
                                LoadFailed, LoadStarted, ModelLoaded, Paused, ProfileProgress, ProfileReady, ProfileStarted,
                                RaceProgress, RaceReady, RunRequested, SavedSweeps, TraceReady)
 from app.replay import TracePlayer
@@ -99,6 +100,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.model_bar.draft_requested.connect(self.choose_draft)
         self.model_bar.fetch_requested.connect(self.fetch_default)
         self.model_bar.demo_requested.connect(self.open_trace)
+        self.model_bar.train_draft_requested.connect(self.train_draft)
 
         self.controls = ControlsPanel()
         self.controls.changed.connect(self._update_buttons)
@@ -310,6 +312,13 @@ class MainWindow(QtWidgets.QMainWindow):
             action.setCheckable(True)
             action.setData(theme)
             self._theme_group.addAction(action)
+        self.training_bar = QtWidgets.QProgressBar()
+        self.training_bar.setMaximumWidth(420)
+        self.training_bar.setTextVisible(True)
+        self.training_bar.hide()
+        self.statusBar().addPermanentWidget(self.training_bar)
+        self.training = False
+        self._distill_summary: str | None = None
         self.statusBar().showMessage("Starting…")
         self._update_buttons()
 
@@ -643,6 +652,8 @@ class MainWindow(QtWidgets.QMainWindow):
                                              "Resume runs on")
             elif self._on_batch_event(event):
                 pass
+            elif self._on_distill_event(event):
+                pass
             elif isinstance(event, RaceProgress):
                 self.race.on_progress(event.which, event.n_tokens)
             elif isinstance(event, RaceReady):
@@ -659,6 +670,8 @@ class MainWindow(QtWidgets.QMainWindow):
             elif isinstance(event, ConversationList):
                 self.sidebar.set_items(event.items, event.current)
             elif isinstance(event, RunFailed):
+                self.training = False
+                self.training_bar.hide()
                 self.tune.on_failed()
                 self.sweeping = self.profiling = self.checking_exactness = False
                 self._on_failed(event.message)
@@ -854,9 +867,12 @@ class MainWindow(QtWidgets.QMainWindow):
             self.error_label.setText("")
         elif isinstance(event, DraftLoaded):
             self.draft_path = event.path
+            if event.path and self.model_bar.draft.findData(event.path) < 0:  # a draft made here (trained)
+                self.model_bar.draft.insertItem(1, Path(event.path).name, event.path)
             self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(event.path or ""), 0))
             self.controls.set_draft_loaded(event.path is not None)
-            self.statusBar().showMessage(f"Draft: {Path(event.path).name}" if event.path else "No draft model")
+            summary, self._distill_summary = self._distill_summary, None
+            self.statusBar().showMessage(summary or (f"Draft: {Path(event.path).name}" if event.path else "No draft model"))
         elif isinstance(event, LoadFailed):
             self.loading = self.loading and event.what == "draft"
             self.error_label.setText(event.message)
@@ -1007,6 +1023,56 @@ class MainWindow(QtWidgets.QMainWindow):
             self.running = False
             view.on_finished(event)
             self.statusBar().showMessage("Batch finished: " + view.summary.text())
+        else:
+            return False
+        return True
+
+    def train_draft(self) -> None:
+        """The draft menu's "Train a draft for this target…": ask how, then train on the engine thread."""
+        from engine import catalog
+        from app.widgets.distill_dialog import DistillDialog
+
+        # the draft menu shows the draft in use again (its "Train…" entry is an action, not a choice)
+        self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(self.draft_path or ""), 0))
+        if self.running or not self.model_loaded:
+            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
+            return
+        dialog = DistillDialog(self.model_bar.draft_candidates(), self.model_path, catalog.cache_dir(), self)
+        if dialog.exec() != QtWidgets.QDialog.Accepted:
+            return
+        self.start_training(dialog.spec())
+
+    def start_training(self, spec: dict) -> None:
+        self.running = self.training = True
+        self.training_bar.setRange(0, spec["steps"])
+        self.training_bar.setValue(0)
+        self.training_bar.setFormat("the target writes the training text…")
+        self.training_bar.show()
+        self.statusBar().showMessage("Training a draft (Stop ends it after the current epoch; what was trained is kept)")
+        self._update_buttons()
+        self.worker.train_draft(spec)
+
+    def _on_distill_event(self, event) -> bool:
+        from engine.distill import DistillProgress
+
+        if isinstance(event, DistillProgress):
+            if event.phase == "train":
+                self.training_bar.setValue(event.step)
+                self.training_bar.setFormat(f"training the draft: step %v/%m · loss {event.loss:.3f} · "
+                                            f"ETA {event.eta_s:.0f} s")
+            elif event.phase == "done":
+                self.training_bar.setFormat("measuring the draft before and after…")
+        elif isinstance(event, DistillDone):
+            self.running = self.training = False
+            self.training_bar.hide()
+            loss = f"loss {event.loss_first:.3f} → {event.loss_last:.3f}" if event.loss_first is not None else ""
+            # shown now, and again once the new draft has loaded (its load messages come after)
+            self._distill_summary = (
+                f"Draft trained{' (stopped early)' if event.stopped else ''}: {event.steps} steps in "
+                f"{event.t_train_s:.0f} s, {loss}; greedy agreement on held-out prompts "
+                f"{100 * event.agreement_before:.0f} % → {100 * event.agreement_after:.0f} %; "
+                f"loaded as the draft ({Path(event.path).name})")
+            self.statusBar().showMessage(self._distill_summary)
         else:
             return False
         return True

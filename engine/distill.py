@@ -71,15 +71,18 @@ class DistillResult:
 
 
 # ----------------------------------------------------------------------------- the corpus
-def target_corpus(session, prompts: Sequence[Sequence[int]], n_tokens: int) -> list[int]:
+def target_corpus(session, prompts: Sequence[Sequence[int]], n_tokens: int, cancel=None) -> list[int]:
     """The prompts followed by the target's greedy continuations, end to end: the text the draft
-    learns to predict (each label is the target's own token)."""
+    learns to predict (each label is the target's own token). A Stop (``cancel``) ends it."""
     from engine.config import RunConfig
     from engine.events import RunFinished
 
     corpus: list[int] = []
     for tokens in prompts:
-        final = next(e for e in session.run(RunConfig(max_tokens=n_tokens), list(tokens)) if isinstance(e, RunFinished))
+        if cancel is not None and cancel.is_set():
+            raise SpecDecError("draft training was stopped while the target wrote the training text")
+        final = next(e for e in session.run(RunConfig(max_tokens=n_tokens), list(tokens), fresh_cancel=False)
+                     if isinstance(e, RunFinished))
         corpus += [*tokens, *final.token_ids]
         if final.end_token is not None:
             corpus.append(final.end_token)
@@ -310,7 +313,7 @@ def distill_draft(session, draft_path: Path, prompts: Sequence[Sequence[int]], n
 
     if progress is not None:
         progress(DistillProgress("corpus", 0, n_steps))
-    corpus = target_corpus(session, prompts, n_tokens)
+    corpus = target_corpus(session, prompts, n_tokens, cancel)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".specdec-distill-", dir=out.parent) as tmp:
         tmp = Path(tmp)

@@ -10,6 +10,7 @@ from engine.config import DEFAULT_N_CTX
 
 OPEN_FILE = "__open__"
 NO_DRAFT = ""
+TRAIN_DRAFT = "__train__"
 
 
 class ModelBar(QtWidgets.QWidget):
@@ -17,6 +18,7 @@ class ModelBar(QtWidgets.QWidget):
     draft_requested = Signal(object)  # a path, or None for no draft
     fetch_requested = Signal()
     demo_requested = Signal(str)  # a shipped trace's path
+    train_draft_requested = Signal()  # "Train a draft for this target…" in the draft menu
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -114,6 +116,9 @@ class ModelBar(QtWidgets.QWidget):
             self.draft.setItemData(index, why or path, QtCore.Qt.ToolTipRole)
             if why is not None:
                 model.item(index).setEnabled(False)
+        self.draft.addItem("Train a draft for this target…", TRAIN_DRAFT)
+        self.draft.setItemData(self.draft.count() - 1, "Make a draft agree with this target: distil it on the "
+                               "target's own text with llama.cpp's training API", QtCore.Qt.ToolTipRole)
         i = self.draft.findData(current or NO_DRAFT)
         self.draft.setCurrentIndex(max(i, 0))
         self.draft.blockSignals(False)
@@ -127,7 +132,16 @@ class ModelBar(QtWidgets.QWidget):
 
     def _draft_chosen(self, index: int) -> None:
         data = self.draft.itemData(index)
+        if data == TRAIN_DRAFT:
+            self.train_draft_requested.emit()
+            return
         self.draft_requested.emit(data or None)
+
+    def draft_candidates(self) -> list[str]:
+        """The drafts listed that match the target's vocabulary."""
+        model = self.draft.model()
+        return [self.draft.itemData(i) for i in range(self.draft.count())
+                if self.draft.itemData(i) not in (NO_DRAFT, TRAIN_DRAFT) and model.item(i).isEnabled()]
 
     def open_file(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a GGUF model", str(Path.home()),

@@ -26,7 +26,7 @@ import llama_cpp as llama
 from engine.batch import Batch
 from engine.errors import SpecDecError
 from engine.jsonfile import write_json
-from engine.memory import Memory
+from engine.memory import DecodeAborted, Memory
 from engine.tuning.cost_model import CostCurve
 
 PROFILE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -160,7 +160,10 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
     sizes = [b for b in sizes if b <= batch.capacity]
     fill = len(fill_tokens)
     memory.clear()
-    memory.decode_tokens(batch, list(fill_tokens), 0)
+    try:  # a Stop can also interrupt a decode (the abort callback): the same cancel
+        memory.decode_tokens(batch, list(fill_tokens), 0)
+    except DecodeAborted:
+        raise ProfileCancelled("the batch-cost profile was stopped before it finished") from None
     filler = np.asarray(fill_tokens, dtype=np.int32)
 
     def timed(n: int, all_logits: bool) -> float:
@@ -169,7 +172,10 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
         batch.clear()
         for i in range(n):
             batch.add(int(filler[i % fill]), fill + i, (0,), all_logits or i == n - 1)
-        dt = memory.decode(batch)
+        try:
+            dt = memory.decode(batch)
+        except DecodeAborted:
+            raise ProfileCancelled("the batch-cost profile was stopped before it finished") from None
         memory.seq_rm(0, fill, -1)
         return dt
 

@@ -1,0 +1,27 @@
+"""Draft training from the app: the draft menu's entry, a progress bar with loss and ETA, Stop
+ends it early (what was trained is kept and loaded as the draft), the window stays usable."""
+
+from __future__ import annotations
+
+from app.widgets.model_picker import TRAIN_DRAFT
+from tests.app.test_demo import TIMEOUT_MS, window  # noqa: F401 - the fixture
+
+
+def test_training_shows_progress_stops_and_loads_the_draft(window, qtbot, smollm_drafts, tmp_path, monkeypatch):  # noqa: F811
+    # the draft menu offers training
+    assert window.model_bar.draft.findData(TRAIN_DRAFT) >= 0
+    out = tmp_path / "trained.gguf"
+    window.start_training({"draft": str(smollm_drafts["default-q2_k"]), "keep_layers": None, "prompts": "shipped",
+                           "count": 8, "n_tokens": 48, "steps": 400, "output": str(out)})
+    assert window.running and not window.training_bar.isHidden()
+    qtbot.waitUntil(lambda: window.training_bar.value() >= 2, timeout=TIMEOUT_MS)
+    assert "loss" in window.training_bar.format() and "ETA" in window.training_bar.format()
+    window.stop_run()
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert window.training_bar.isHidden()
+    qtbot.waitUntil(lambda: window.draft_path == str(out), timeout=TIMEOUT_MS)
+    message = window.statusBar().currentMessage()
+    assert "Draft trained (stopped early)" in message and "greedy agreement" in message
+    assert out.exists() and window.model_bar.draft.currentData() == str(out)
+    assert window.input.run.isEnabled()
