@@ -746,7 +746,7 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("--eval", default=None, help="held-out prompts (default: every 4th training prompt)")
     ds.add_argument("--steps", type=int, default=40, help="optimizer steps (64 tokens each)")
     ds.add_argument("--keep-layers", type=int, default=None, help="start from the draft's first L blocks only")
-    ds.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate")
+    ds.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate")
     ds.add_argument("--quant", default="Q8_0", choices=("Q8_0", "Q4_K_M", "Q3_K_M", "Q2_K"),
                     help="quantisation of the trained draft")
     ds.add_argument("-n", "--n-predict", type=int, default=96, help="tokens the target writes per prompt")
