@@ -2,7 +2,9 @@
 
 The engine runs on :class:`app.engine_worker.EngineWorker`; this window only drains its events
 from a QTimer (~30 Hz) and paints the newest state, so the engine's speed never depends on the
-window. Settings (geometry, models, parameters, theme) persist with QSettings.
+window. Settings (geometry, models, parameters, theme) persist with QSettings. The demo behaviour
+(pause and steps, replays, exports, presentation mode) is in :mod:`app.window_demo`, the jobs
+beside a run (race, batch, draft training) in :mod:`app.window_jobs`.
 """
 
 from __future__ import annotations
@@ -10,14 +12,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app.engine_worker import (BaselineDone, BatchKv, ConversationList, DistillDone, DraftLoaded, EngineWorker,
-                               ExactnessReady,
-                               LoadFailed, LoadStarted, ModelLoaded, Paused, ProfileProgress, ProfileReady, ProfileStarted,
+from app.engine_worker import (BaselineDone, ConversationList, DraftLoaded, EngineWorker, ExactnessReady, LoadFailed,
+                               LoadStarted, ModelLoaded, Paused, ProfileProgress, ProfileReady, ProfileStarted,
                                RaceProgress, RaceReady, RunRequested, SavedSweeps, TraceReady)
 from app.replay import TracePlayer
 from app.qt import QtCore, QtGui, QtWidgets, Qt
 from app.theme import THEMES, apply_theme
 from app.transcript import Turn, figures_line, render_completion, render_conversation, render_run
+from app.window_demo import DemoMixin
+from app.window_jobs import JobsMixin
 from app.widgets.batch_view import BatchView
 from app.widgets.chat import ChatInput
 from app.widgets.controls import ControlsPanel
@@ -29,7 +32,7 @@ from app.widgets.race_view import RaceView
 from app.widgets.stats_panel import StatsPanel
 from app.widgets.step_inspector import RunRecord, StepInspector
 from app.widgets.sweep_view import ProfilePlot
-from app.widgets.token_stream import PRESENTATION_COLOURS, SOURCE_COLOURS, SOURCE_LABELS, TokenStream
+from app.widgets.token_stream import SOURCE_COLOURS, TokenStream
 from app.widgets.tune_panel import TunePanel
 from engine.config import DEFAULT_N_CTX, MODES
 from engine.trace import SPEEDS
@@ -41,7 +44,7 @@ FIGURES_INTERVAL_S = 0.125
 MAX_RECENT = 8
 
 
-class MainWindow(QtWidgets.QMainWindow):
+class MainWindow(DemoMixin, JobsMixin, QtWidgets.QMainWindow):
     def __init__(self, model: str | None = None, *, autoload: bool = True,
                  settings: QtCore.QSettings | None = None) -> None:
         super().__init__()
@@ -872,7 +875,8 @@ class MainWindow(QtWidgets.QMainWindow):
             self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(event.path or ""), 0))
             self.controls.set_draft_loaded(event.path is not None)
             summary, self._distill_summary = self._distill_summary, None
-            self.statusBar().showMessage(summary or (f"Draft: {Path(event.path).name}" if event.path else "No draft model"))
+            self.statusBar().showMessage(summary or (f"Draft: {Path(event.path).name}" if event.path
+                                                     else "No draft model"))
         elif isinstance(event, LoadFailed):
             self.loading = self.loading and event.what == "draft"
             self.error_label.setText(event.message)
@@ -904,367 +908,6 @@ class MainWindow(QtWidgets.QMainWindow):
         self.exactness_button.setEnabled(idle)
         self.race.start_button.setEnabled(idle)
         self.batch_view.run_button.setEnabled(idle)
-
-    # ------------------------------------------------------------------ demo: pause, step, replay, race
-    def set_paused(self, paused: bool) -> None:
-        """Hold the run (live or replayed) after its current step, or let it run on."""
-        self.paused = paused
-        if self.replaying:
-            self.player.set_paused(paused)
-        elif paused:
-            self.worker.pause()
-        else:
-            self.worker.resume()
-            self.inspector.paused_run = False
-        self.inspector.set_paused(paused)
-        if paused:
-            self.right_tabs.setCurrentWidget(self.inspector)
-        self._update_buttons()
-
-    def toggle_pause(self) -> None:
-        """Space: run if idle, else pause or resume."""
-        if not self.running and not self.player.active:
-            self.start_run(reuse_last_prompt=True)
-            return
-        self.set_paused(not self.paused)
-
-    def _step_engine(self) -> None:
-        """One more decode of the paused run (or one more step of the replay)."""
-        if self.replaying and self.player.active:
-            self.set_paused(True)
-            self.player.step()
-        elif self.running:
-            if not self.paused:
-                self.set_paused(True)
-            self.worker.step_once()
-
-    def step_forward(self) -> None:
-        self.right_tabs.setCurrentWidget(self.inspector)
-        self.inspector.forward()
-
-    def step_back(self) -> None:
-        self.right_tabs.setCurrentWidget(self.inspector)
-        self.inspector.back()
-
-    def reset_demo(self) -> None:
-        """R: stop what runs, and clear the stream, the figures and the inspector."""
-        if self.running:
-            self.stop_run()
-        if self.replaying:
-            self.close_replay()
-        self.set_paused(False)
-        self.completion = None
-        self.live = None
-        self.record.clear()
-        self.inspector.set_record(self.record)
-        self.stats.reset()
-        self.decisions.clear()
-        if self._chat_shown() and not self.running:
-            self.new_conversation()
-        self._render_all()
-        self.statusBar().showMessage("Reset")
-
-    def choose_mode(self, mode: str) -> None:
-        self.controls.set_values({"mode": mode})
-        self.statusBar().showMessage(f"Mode: {mode} (the next run)")
-
-    def start_race(self) -> None:
-        if self.running or not self.model_loaded:
-            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
-            return
-        text = self.input.text().strip() or (self.live.user if self.live is not None else "")
-        if not text:
-            self.error_label.setText("Type a prompt first: the race runs it with plain decoding and the chosen mode.")
-            return
-        config = self._valid_config()
-        if config is None:
-            return
-        if config.mode == "plain":
-            self.error_label.setText("Choose a mode other than plain to race against plain decoding.")
-            return
-        self.running = True
-        self.centre_tabs.setCurrentWidget(self.race)
-        self.race.on_progress("plain", 0)
-        self._update_buttons()
-        self.worker.race(config, text, chat=self._chat_shown_setting())
-
-    def start_batch(self, source: str, count: int, parallel: int) -> None:
-        if self.running or not self.model_loaded:
-            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
-            return
-        config = self._valid_config()
-        if config is None:
-            return
-        if config.mode == "lookahead":
-            self.error_label.setText("Batch decoding gives each prompt one sequence, and lookahead needs W + G + 1: "
-                                     "choose plain, speculative, prompt lookup or Auto.")
-            return
-        self.running = True
-        self.error_label.setText("")
-        self.statusBar().showMessage(f"Batch: {count} prompts, {parallel} at a time…")
-        self._update_buttons()
-        self.worker.run_batch(config, source, count, parallel, chat=self._chat_shown_setting())
-
-    def _on_batch_event(self, event) -> bool:
-        from engine import parallel
-
-        view = self.batch_view
-        if isinstance(event, parallel.BatchStarted):
-            view.on_started(event)
-        elif isinstance(event, parallel.JobStarted):
-            view.on_job_started(event)
-        elif isinstance(event, parallel.JobStep):
-            view.on_step(event)
-        elif isinstance(event, parallel.JobFinished):
-            view.on_job_finished(event)
-        elif isinstance(event, BatchKv):
-            view.kv_map.set_snapshot(event.snapshot)
-        elif isinstance(event, parallel.BatchFinished):
-            self.running = False
-            view.on_finished(event)
-            self.statusBar().showMessage("Batch finished: " + view.summary.text())
-        else:
-            return False
-        return True
-
-    def train_draft(self) -> None:
-        """The draft menu's "Train a draft for this target…": ask how, then train on the engine thread."""
-        from engine import catalog
-        from app.widgets.distill_dialog import DistillDialog
-
-        # the draft menu shows the draft in use again (its "Train…" entry is an action, not a choice)
-        self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(self.draft_path or ""), 0))
-        if self.running or not self.model_loaded:
-            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
-            return
-        dialog = DistillDialog(self.model_bar.draft_candidates(), self.model_path, catalog.cache_dir(), self)
-        if dialog.exec() != QtWidgets.QDialog.Accepted:
-            return
-        self.start_training(dialog.spec())
-
-    def start_training(self, spec: dict) -> None:
-        self.running = self.training = True
-        self.training_bar.setRange(0, spec["steps"])
-        self.training_bar.setValue(0)
-        self.training_bar.setFormat("the target writes the training text…")
-        self.training_bar.show()
-        self.statusBar().showMessage("Training a draft (Stop ends it after the current epoch; what was trained is kept)")
-        self._update_buttons()
-        self.worker.train_draft(spec)
-
-    def _on_distill_event(self, event) -> bool:
-        from engine.distill import DistillProgress
-
-        if isinstance(event, DistillProgress):
-            if event.phase == "train":
-                self.training_bar.setValue(event.step)
-                self.training_bar.setFormat(f"training the draft: step %v/%m · loss {event.loss:.3f} · "
-                                            f"ETA {event.eta_s:.0f} s")
-            elif event.phase == "done":
-                self.training_bar.setFormat("measuring the draft before and after…")
-        elif isinstance(event, DistillDone):
-            self.running = self.training = False
-            self.training_bar.hide()
-            loss = f"loss {event.loss_first:.3f} → {event.loss_last:.3f}" if event.loss_first is not None else ""
-            # shown now, and again once the new draft has loaded (its load messages come after)
-            self._distill_summary = (
-                f"Draft trained{' (stopped early)' if event.stopped else ''}: {event.steps} steps in "
-                f"{event.t_train_s:.0f} s, {loss}; greedy agreement on held-out prompts "
-                f"{100 * event.agreement_before:.0f} % → {100 * event.agreement_after:.0f} %; "
-                f"loaded as the draft ({Path(event.path).name})")
-            self.statusBar().showMessage(self._distill_summary)
-        else:
-            return False
-        return True
-
-    def _chat_shown_setting(self) -> bool:
-        return self.input.chat_mode.isChecked() and self.has_chat_template
-
-    # ------------------------------------------------------------------ traces
-    def _fill_demo_menu(self) -> None:
-        from engine import demo_traces
-
-        self.demo_menu.clear()
-        shipped = demo_traces.shipped()
-        for path in shipped:
-            self.demo_menu.addAction(demo_traces.label(path), lambda p=str(path): self.open_trace(p))
-        self.demo_menu.setEnabled(bool(shipped))
-
-    def open_trace_dialog(self) -> None:
-        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a recorded run", "", "Traces (*.jsonl)")
-        if path:
-            self.open_trace(path)
-
-    def open_trace(self, path: str) -> bool:
-        """Load a trace and play it into the window; a bad file changes nothing on screen."""
-        from engine.trace import TraceError, load
-
-        if self.running:
-            self.statusBar().showMessage("Wait for the run to end before replaying a trace")
-            return False
-        try:
-            trace = load(path)
-        except TraceError as exc:
-            self.error_label.setText(str(exc)[0].upper() + str(exc)[1:] + ".")
-            return False
-        self.error_label.setText("")
-        self.play_trace(trace)
-        return True
-
-    def play_trace(self, trace) -> None:
-        started = trace.events[0][1]
-        self.player.stop()
-        self.replaying = True
-        self.last_trace = trace
-        self.centre_tabs.setCurrentIndex(0)
-        turn = Turn(user=started.prompt_text, chat=False, mode=trace.config.get("mode", "plain"))
-        self.live = self.completion = turn
-        self._pending_rejected.clear()
-        self.stats.reset()
-        self._render_all()
-        model = trace.header.get("model", {})
-        self.replay_label.setText(f"<b>Replaying a recorded {trace.config.get('mode', '?')} run</b> of "
-                                  f"{model.get('name', 'a model')} ({trace.header.get('created', '')[:10]}) — "
-                                  "no model needed")
-        self.replay_bar.setVisible(True)
-        self._run_started_at = time.perf_counter()
-        self.player.play([trace], self.replay_speed.currentData(), paused=self.paused)
-        self._update_buttons()
-
-    def _replay_finished(self) -> None:
-        self.statusBar().showMessage("Replay finished: Restart plays it again")
-        self._update_buttons()
-
-    def close_replay(self) -> None:
-        self.player.stop()
-        self.replaying = False
-        self.replay_bar.setVisible(False)
-        self._render_all()
-        self._update_buttons()
-
-    def save_trace_dialog(self) -> None:
-        if self.last_trace is None:
-            self.statusBar().showMessage("No finished run to save yet")
-            return
-        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Save the run's trace", "run.jsonl", "Traces (*.jsonl)")
-        if path:
-            self.save_trace(path)
-
-    def save_trace(self, path: str) -> None:
-        from engine import trace
-
-        try:
-            trace.save(self.last_trace, path)
-        except OSError as exc:
-            self.error_label.setText(f"Could not write {path}: {exc.strerror or exc}.")
-            return
-        self.statusBar().showMessage(f"Trace saved to {path}")
-
-    # ------------------------------------------------------------------ exports
-    EXPORTS = {"report": ("Report", "html"), "transcript": ("Transcript", "html"), "figures": ("Figures", "json"),
-               "kv_png": ("KV map", "png"), "plots_png": ("Plots", "png")}
-
-    def export_dialog(self, kind: str) -> None:
-        title, suffix = self.EXPORTS[kind]
-        if self.last_trace is None and kind in ("report", "transcript", "figures"):
-            self.statusBar().showMessage("No finished run to export yet")
-            return
-        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, f"Export {title.lower()}", f"run-{kind}.{suffix}",
-                                                        f"{title} (*.{suffix})")
-        if path:
-            self.export_run(kind, path)
-
-    def export_run(self, kind: str, path: str) -> list[str]:
-        """Write one export of the shown run; returns the files written."""
-        from app import exports
-
-        try:
-            written = exports.write(self, kind, Path(path))
-        except (OSError, ValueError) as exc:
-            self.error_label.setText(f"Could not export to {path}: {getattr(exc, 'strerror', None) or exc}.")
-            return []
-        self.statusBar().showMessage("Exported " + ", ".join(str(p) for p in written))
-        return [str(p) for p in written]
-
-    # ------------------------------------------------------------------ presentation
-    def toggle_presentation(self) -> None:
-        self.set_presentation(not self.presenting)
-
-    def set_presentation(self, on: bool) -> None:
-        """Full screen, large type, high contrast, tuning hidden, keyboard-driven."""
-        self.presenting = on
-        self.presentation_action.setChecked(on)
-        for widget in (self.splitter.widget(0), self.model_bar, self.input):
-            widget.setVisible(not on)
-        for index, name in enumerate(("Live", "Inspect", "Tune", "Profile")):
-            self.right_tabs.setTabVisible(index, not on or name in ("Live", "Inspect"))
-        for action, key in self.presentation_keys:
-            action.setShortcut(QtGui.QKeySequence(key) if on else QtGui.QKeySequence())
-            if action not in self.actions():
-                self.addAction(action)
-        for action in self.mode_actions:
-            action.setEnabled(on)
-        if on:
-            self._geometry_before = self.saveGeometry()
-            self._splitter_before = self.splitter.saveState()
-            apply_theme(QtWidgets.QApplication.instance(), "dark")
-            self.stream.colours = PRESENTATION_COLOURS
-            self._style_legend(PRESENTATION_COLOURS)
-            for view in (self.kv_map, self.inspector.kv_before, self.inspector.kv_after):
-                view.set_token_colours(PRESENTATION_COLOURS)
-            self.showFullScreen()
-            width = self.width()
-            self.splitter.setSizes([0, int(width * 0.55), int(width * 0.45)])  # the stream and the inspector
-            self.stream.setFocus()
-            self.statusBar().showMessage("Presentation: space run/pause · → step · ← back · R reset · "
-                                         "1–5 mode · F11 leave")
-        else:
-            self.showNormal()
-            if getattr(self, "_geometry_before", None) is not None:
-                self.restoreGeometry(self._geometry_before)
-                self.splitter.restoreState(self._splitter_before)
-            self.stream.colours = SOURCE_COLOURS
-            self._style_legend(SOURCE_COLOURS)
-            for view in (self.kv_map, self.inspector.kv_before, self.inspector.kv_after):
-                view.set_token_colours(SOURCE_COLOURS)
-            self.set_theme(str(self.settings.value("theme", "system")))
-        base = QtWidgets.QApplication.palette().color(QtGui.QPalette.Base)  # the window's follows by event
-        self.kv_map.set_background(base)
-        self.inspector.set_background(base)
-        self.stats.set_background(base)
-        self._scale_fonts()
-        self._render_all()
-
-    def _style_legend(self, colours: dict) -> None:
-        parts = []
-        for source in ("sampled", "accepted_ngram", "accepted_draft", "rejected"):
-            colour = colours[source]
-            style = f"color: {colour};" if colour else ""
-            if source == "rejected":
-                style += " text-decoration: line-through;"
-            if source.startswith("accepted"):
-                style += " font-weight: 600;"
-            parts.append(f"<span style='{style}'>{SOURCE_LABELS[source]}</span>")
-        self.legend.setText(" &nbsp;&nbsp; ".join(parts))
-
-    def _scale_fonts(self) -> None:
-        """Presentation type grows with the window (about 1 point per 55 pixels of width)."""
-        scale = max(1.0, min(3.0, self.width() / 1280)) if self.presenting else 1.0
-        base = QtWidgets.QApplication.instance().font()
-        font = QtGui.QFont(base)
-        font.setPointSizeF(base.pointSizeF() * (1.25 * scale if self.presenting else 1.0))
-        self.centralWidget().setFont(font)
-        self.statusBar().setFont(font)
-        stream_font = self.stream.font()
-        stream_font.setPointSizeF(11 * (1.6 * scale if self.presenting else 1.0))
-        self.stream.setFont(stream_font)
-        self.race.set_font_scale(1.6 * scale if self.presenting else 1.0)
-        self.inspector.picture.set_scale(1.4 * scale if self.presenting else 1.0)
-
-    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
-        super().resizeEvent(event)
-        if self.presenting:
-            self._scale_fonts()
 
     # ------------------------------------------------------------------ clipboard
     def copy_text(self) -> None:

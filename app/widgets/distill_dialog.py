@@ -10,7 +10,8 @@ from app.qt import QtWidgets
 
 
 class DistillDialog(QtWidgets.QDialog):
-    def __init__(self, drafts: list[str], target: str, models_dir: Path, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, drafts: list[str], target: str, models_dir: Path,
+                 parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Train a draft for this target")
         self.start = QtWidgets.QComboBox()

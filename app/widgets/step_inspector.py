@@ -136,7 +136,8 @@ class BatchPicture(QtWidgets.QWidget):
             painter.drawText(QtCore.QRectF(x + 2, 28, self.COLUMN - 4, 16), Qt.AlignHCenter, str(row.pos))
             if row.verdict == "rejected":
                 painter.setPen(QtGui.QPen(QtGui.QColor(VERDICT_COLOURS["rejected"]), 2))
-                painter.drawLine(QtCore.QPointF(box.left() + 3, box.top() + 3), QtCore.QPointF(box.right() - 3, box.bottom() - 3))
+                painter.drawLine(QtCore.QPointF(box.left() + 3, box.top() + 3),
+                                 QtCore.QPointF(box.right() - 3, box.bottom() - 3))
             painter.setPen(Qt.NoPen)
             painter.setBrush(role)
             for seq in row.seqs:
@@ -154,7 +155,8 @@ class BatchPicture(QtWidgets.QWidget):
         i = int((event.position().x() / self.scale - 64) // self.COLUMN)
         if 0 <= i < len(self.rows):
             r = self.rows[i]
-            verdict = {"accepted": " · accepted by the target", "rejected": " · first mismatch: the target chose otherwise"}
+            verdict = {"accepted": " · accepted by the target",
+                       "rejected": " · first mismatch: the target chose otherwise"}
             self.setToolTip(f"row {i} · {ROLE_LABELS.get(r.role, r.role)}\ntoken {r.token} {r.text!r} · position {r.pos}"
                             f" · sequences {list(r.seqs)}" + (" · produces logits" if r.logits else "")
                             + verdict.get(r.verdict, ""))

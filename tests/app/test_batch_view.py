@@ -3,10 +3,10 @@ shows P sequences, Stop ends every prompt and the window stays usable."""
 
 from __future__ import annotations
 
-from tests.app.test_demo import TIMEOUT_MS, window  # noqa: F401 - the fixture
+from tests.app.conftest import TIMEOUT_MS
 
 
-def test_batch_view_streams_every_slot_and_maps_p_sequences(window, qtbot):  # noqa: F811
+def test_batch_view_streams_every_slot_and_maps_p_sequences(window, qtbot):
     window.controls.set_values({"mode": "lookup", "k": 3, "max_tokens": 16})
     view = window.batch_view
     view.count.setValue(6)
@@ -27,7 +27,7 @@ def test_batch_view_streams_every_slot_and_maps_p_sequences(window, qtbot):  # n
     assert view.n_drafted > 0
 
 
-def test_stop_ends_a_batch_and_the_window_runs_again(window, qtbot):  # noqa: F811
+def test_stop_ends_a_batch_and_the_window_runs_again(window, qtbot):
     window.controls.set_values({"mode": "plain", "max_tokens": 200})
     view = window.batch_view
     view.count.setValue(10)

@@ -15,23 +15,10 @@ from app.widgets import kv_map
 from app.widgets.token_stream import PRESENTATION_COLOURS
 from engine import demo_traces, trace
 from tests.app.test_main_window import colours_by_source, run
+from tests.app.conftest import TIMEOUT_MS
 from tests.conftest import CODE_PROMPT
 
-TIMEOUT_MS = 120_000
 LOOKAHEAD = {"mode": "lookahead", "W": 4, "N": 3, "G": 4, "max_tokens": 40}
-
-
-@pytest.fixture
-def window(qtbot, tmp_path, smollm_drafts, monkeypatch):
-    monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))
-    settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
-    settings.setValue("threads", 2)
-    settings.setValue("chat", "false")
-    win = MainWindow("default", settings=settings)
-    qtbot.addWidget(win)
-    qtbot.waitUntil(lambda: win.model_loaded, timeout=TIMEOUT_MS)
-    yield win
-    win.close()
 
 
 def _finish_replay(window, qtbot) -> None:

@@ -4,10 +4,10 @@ ends it early (what was trained is kept and loaded as the draft), the window sta
 from __future__ import annotations
 
 from app.widgets.model_picker import TRAIN_DRAFT
-from tests.app.test_demo import TIMEOUT_MS, window  # noqa: F401 - the fixture
+from tests.app.conftest import TIMEOUT_MS
 
 
-def test_training_shows_progress_stops_and_loads_the_draft(window, qtbot, smollm_drafts, tmp_path, monkeypatch):  # noqa: F811
+def test_training_shows_progress_stops_and_loads_the_draft(window, qtbot, smollm_drafts, tmp_path, monkeypatch):
     # the draft menu offers training
     assert window.model_bar.draft.findData(TRAIN_DRAFT) >= 0
     out = tmp_path / "trained.gguf"

@@ -10,7 +10,7 @@ import pytest
 
 from engine import trace
 from engine.config import LookaheadParams, RunConfig, SpeculativeParams
-from engine.events import KvSnapshot, RunFinished, RunStarted, StepBatch, StepDone
+from engine.events import KvSnapshot, RunStarted, StepBatch, StepDone
 from engine.trace import Replay, TraceError, TraceRecorder
 from tests.conftest import CODE_PROMPT
 

@@ -1,0 +1,124 @@
+"""The window's long jobs beside a run: the race against plain, batch decoding of many prompts and
+draft training. A mixin of :class:`app.main_window.MainWindow`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.engine_worker import BatchKv, DistillDone
+from app.qt import QtWidgets
+
+
+class JobsMixin:
+    def start_race(self) -> None:
+        if self.running or not self.model_loaded:
+            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
+            return
+        text = self.input.text().strip() or (self.live.user if self.live is not None else "")
+        if not text:
+            self.error_label.setText("Type a prompt first: the race runs it with plain decoding and the chosen mode.")
+            return
+        config = self._valid_config()
+        if config is None:
+            return
+        if config.mode == "plain":
+            self.error_label.setText("Choose a mode other than plain to race against plain decoding.")
+            return
+        self.running = True
+        self.centre_tabs.setCurrentWidget(self.race)
+        self.race.on_progress("plain", 0)
+        self._update_buttons()
+        self.worker.race(config, text, chat=self._chat_shown_setting())
+
+    def start_batch(self, source: str, count: int, parallel: int) -> None:
+        if self.running or not self.model_loaded:
+            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
+            return
+        config = self._valid_config()
+        if config is None:
+            return
+        if config.mode == "lookahead":
+            self.error_label.setText("Batch decoding gives each prompt one sequence, and lookahead needs W + G + 1: "
+                                     "choose plain, speculative, prompt lookup or Auto.")
+            return
+        self.running = True
+        self.error_label.setText("")
+        self.statusBar().showMessage(f"Batch: {count} prompts, {parallel} at a time…")
+        self._update_buttons()
+        self.worker.run_batch(config, source, count, parallel, chat=self._chat_shown_setting())
+
+    def _on_batch_event(self, event) -> bool:
+        from engine import parallel
+
+        view = self.batch_view
+        if isinstance(event, parallel.BatchStarted):
+            view.on_started(event)
+        elif isinstance(event, parallel.JobStarted):
+            view.on_job_started(event)
+        elif isinstance(event, parallel.JobStep):
+            view.on_step(event)
+        elif isinstance(event, parallel.JobFinished):
+            view.on_job_finished(event)
+        elif isinstance(event, BatchKv):
+            view.kv_map.set_snapshot(event.snapshot)
+        elif isinstance(event, parallel.BatchFinished):
+            self.running = False
+            view.on_finished(event)
+            self.statusBar().showMessage("Batch finished: " + view.summary.text())
+        else:
+            return False
+        return True
+
+    def train_draft(self) -> None:
+        """The draft menu's "Train a draft for this target…": ask how, then train on the engine thread."""
+        from engine import catalog
+        from app.widgets.distill_dialog import DistillDialog
+
+        # the draft menu shows the draft in use again (its "Train…" entry is an action, not a choice)
+        self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(self.draft_path or ""), 0))
+        if self.running or not self.model_loaded:
+            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
+            return
+        dialog = DistillDialog(self.model_bar.draft_candidates(), self.model_path, catalog.cache_dir(), self)
+        if dialog.exec() != QtWidgets.QDialog.Accepted:
+            return
+        self.start_training(dialog.spec())
+
+    def start_training(self, spec: dict) -> None:
+        self.running = self.training = True
+        self.training_bar.setRange(0, spec["steps"])
+        self.training_bar.setValue(0)
+        self.training_bar.setFormat("the target writes the training text…")
+        self.training_bar.show()
+        self.statusBar().showMessage("Training a draft (Stop ends it after the current epoch; "
+                                     "what was trained is kept)")
+        self._update_buttons()
+        self.worker.train_draft(spec)
+
+    def _on_distill_event(self, event) -> bool:
+        from engine.distill import DistillProgress
+
+        if isinstance(event, DistillProgress):
+            if event.phase == "train":
+                self.training_bar.setValue(event.step)
+                self.training_bar.setFormat(f"training the draft: step %v/%m · loss {event.loss:.3f} · "
+                                            f"ETA {event.eta_s:.0f} s")
+            elif event.phase == "done":
+                self.training_bar.setFormat("measuring the draft before and after…")
+        elif isinstance(event, DistillDone):
+            self.running = self.training = False
+            self.training_bar.hide()
+            loss = f"loss {event.loss_first:.3f} → {event.loss_last:.3f}" if event.loss_first is not None else ""
+            # shown now, and again once the new draft has loaded (its load messages come after)
+            self._distill_summary = (
+                f"Draft trained{' (stopped early)' if event.stopped else ''}: {event.steps} steps in "
+                f"{event.t_train_s:.0f} s, {loss}; greedy agreement on held-out prompts "
+                f"{100 * event.agreement_before:.0f} % → {100 * event.agreement_after:.0f} %; "
+                f"loaded as the draft ({Path(event.path).name})")
+            self.statusBar().showMessage(self._distill_summary)
+        else:
+            return False
+        return True
+
+    def _chat_shown_setting(self) -> bool:
+        return self.input.chat_mode.isChecked() and self.has_chat_template
