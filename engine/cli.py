@@ -365,8 +365,7 @@ def _tokens_per_second_alone(session, tokens: list[int], n: int) -> float:
     from engine.events import RunFinished
     from engine.session import Session
 
-    with Session(session.draft_model.info.path if session.draft_model else None, n_ctx=session.n_ctx,
-                 n_threads=session.n_threads) as alone:
+    with Session(session.draft_model.info.path, n_ctx=session.n_ctx, n_threads=session.n_threads) as alone:
         final = next(e for e in alone.run(RunConfig(max_tokens=n), tokens) if isinstance(e, RunFinished))
     return final.stats["tokens_per_second"]
 
