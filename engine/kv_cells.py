@@ -29,6 +29,7 @@ class KvCells:
         self.pos = np.full(size, -1, dtype=np.int32)
         self.seqs = np.zeros((size, n_seq), dtype=bool)
         self.head = 0
+        self.written: list[np.ndarray] = []  # the cells the latest decode wrote, per ubatch
 
     # ------------------------------------------------------------------------ queries
     @property
@@ -59,6 +60,7 @@ class KvCells:
         other = KvCells.__new__(KvCells)
         other.size, other.n_seq, other.n_swa = self.size, self.n_seq, self.n_swa
         other.pos, other.seqs, other.head = self.pos.copy(), self.seqs.copy(), self.head
+        other.written = []
         return other
 
     # ------------------------------------------------------------------------ helpers
@@ -160,6 +162,7 @@ class KvCells:
 
     def apply_ubatch(self, cells: np.ndarray, pos: np.ndarray, seq_sets: Sequence[np.ndarray]) -> None:
         """Place a ubatch in the cells ``find_slot`` chose (llama.cpp's ``apply_ubatch``)."""
+        self.written.append(cells)
         overwritten_max = np.full(self.n_seq, -1, dtype=np.int64)
         for i, idx in enumerate(cells):
             if self.pos[idx] >= 0:  # an SWA-masked cell being reused
@@ -182,6 +185,7 @@ class KvCells:
         All or nothing: if any ubatch finds no slot the cells are left as they were (llama.cpp
         restores its state and llama_decode returns 1).
         """
+        self.written = []
         if len(pos) <= n_ubatch:  # one ubatch: nothing to undo if it finds no slot
             slot = self.find_slot(len(pos))
             if slot is None:
@@ -195,7 +199,7 @@ class KvCells:
             if slot is None:
                 return False
             trial.apply_ubatch(slot, pos[start:end], seq_sets[start:end])
-        self.pos, self.seqs, self.head = trial.pos, trial.seqs, trial.head
+        self.pos, self.seqs, self.head, self.written = trial.pos, trial.seqs, trial.head, trial.written
         return True
 
     # ------------------------------------------------------------------------ views
@@ -292,13 +296,12 @@ class KvMirror:
         n = batch.n_tokens
         pos = batch.pos[:n].copy()
         seq_sets = [batch.seqs_of(i).copy() for i in range(n)]
-        before_pos, before_seqs = self.base.pos.copy(), self.base.seqs.copy()
         for cache in self.caches:
             if not cache.decode(pos, seq_sets, self.n_ubatch):
                 raise RuntimeError("KV mirror found no slot for a batch llama.cpp accepted")
         base = self.base
-        written = (base.pos != before_pos) | (base.seqs != before_seqs).any(axis=1)
-        self.written_at[written] = self.stamp
+        for cells in base.written:
+            self.written_at[cells] = self.stamp
         self.after_last_decode = base.copy()
 
     def on_seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
