@@ -9,28 +9,15 @@ from __future__ import annotations
 
 from app.qt import QtCore, QtWidgets, Qt
 from app.widgets.kv_map import KvMapView
-from app.widgets.token_stream import TokenStream
+from app.widgets.stream_lane import StreamLane
 
 MAX_PARALLEL = 8
 
 
-class SlotLane(QtWidgets.QWidget):
+class SlotLane(StreamLane):
     def __init__(self, slot: int, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
+        super().__init__(f"slot {slot}: idle", margin=2, parent=parent)
         self.slot = slot
-        self.title = QtWidgets.QLabel(f"slot {slot}: idle")
-        self.title.setWordWrap(True)
-        font = self.title.font()
-        font.setBold(True)
-        self.title.setFont(font)
-        self.stream = TokenStream()
-        self.counters = QtWidgets.QLabel("")
-        self.counters.setWordWrap(True)
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
-        layout.addWidget(self.title)
-        layout.addWidget(self.stream, 1)
-        layout.addWidget(self.counters)
         self.n_tokens = self.n_accepted = self.n_drafted = 0
 
     def start(self, job_id: str, n_prompt: int) -> None:
@@ -40,8 +27,7 @@ class SlotLane(QtWidgets.QWidget):
         self.counters.setText("")
 
     def add(self, event) -> None:
-        for t in event.tokens:
-            self.stream.append_text(t.text, t.source, event.step, t.id)
+        self.append_step(event)
         self.n_tokens += len(event.tokens)
         self.n_drafted += event.n_drafted
         self.n_accepted += event.n_accepted

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from app.qt import QtCore, QtWidgets, Qt
 from app.replay import TracePlayer
-from app.widgets.token_stream import TokenStream
+from app.widgets.stream_lane import StreamLane
 from engine.events import RejectedDraft, RunFinished, StepDone
 from engine.trace import SPEEDS
 
@@ -17,22 +17,9 @@ HONEST_NOTE = ("Measured one after the other on this machine, then replayed side
                "at their recorded speeds.")
 
 
-class RaceLane(QtWidgets.QWidget):
+class RaceLane(StreamLane):
     def __init__(self, title: str, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.title = QtWidgets.QLabel(title)
-        font = self.title.font()
-        font.setPointSizeF(font.pointSizeF() * 1.3)
-        font.setBold(True)
-        self.title.setFont(font)
-        self.stream = TokenStream()
-        self.counters = QtWidgets.QLabel("")
-        self.counters.setWordWrap(True)
-        layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.title)
-        layout.addWidget(self.stream, 1)
-        layout.addWidget(self.counters)
+        super().__init__(title, title_scale=1.3, parent=parent)
         self.reset()
 
     def reset(self) -> None:
@@ -47,8 +34,7 @@ class RaceLane(QtWidgets.QWidget):
             if isinstance(event, StepDone):
                 self.n_steps += 1
                 self.n_tokens += len(event.tokens)
-                for t in event.tokens:
-                    self.stream.append_text(t.text, t.source, event.step, t.id)
+                self.append_step(event)
             elif isinstance(event, RunFinished):
                 self.finished = event
             elif isinstance(event, RejectedDraft):
