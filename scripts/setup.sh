@@ -37,6 +37,11 @@ if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
     if (( fetch_all )) && ! command -v chromium >/dev/null; then
         missing+=(chromium)
     fi
+    # and validate the desktop entry and the AppStream metadata with the freedesktop tools
+    if (( fetch_all )); then
+        command -v desktop-file-validate >/dev/null || missing+=(desktop-file-utils)
+        command -v appstreamcli >/dev/null || missing+=(appstream)
+    fi
     if (( ${#missing[@]} )); then
         echo "installing system packages: ${missing[*]}"
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
@@ -58,6 +63,8 @@ if ! ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
         "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$wheel_dir"
 fi
 .venv/bin/python -m pip install -q "$wheel_dir"/llama_cpp_python-*.whl
+# which wheel this set-up uses: scripts/package.sh installs the same one into the packaging venv
+ls "$wheel_dir"/llama_cpp_python-*.whl > .venv/llama-cpp-python-wheel
 .venv/bin/python -m pip install -q -e ".[test]"
 
 if (( fetch_all )); then

@@ -1,0 +1,7 @@
+"""The frozen bundle's ``specdec-studio`` executable (PyInstaller freezes a script, not an entry point)."""
+
+import sys
+
+from app.main import main
+
+sys.exit(main())
