@@ -89,8 +89,16 @@ class SuffixMatcher:
 
     def continuation(self, k: int, min_length: int = 1) -> tuple[list[int], int]:
         """Up to ``k`` tokens that followed the earliest earlier occurrence of the longest
-        matching suffix (at least ``min_length`` long), and that match's length."""
+        matching suffix (at least ``min_length`` long), and that match's length.
+
+        When the match is at least as long as the distance between its two occurrences, the
+        text's end is periodic with that distance (a loop, a repeated line), and what followed
+        the earlier occurrence runs into the text's end; the proposal then goes on around the
+        period for all ``k`` tokens instead of stopping there."""
         if self.match_length < min_length or k <= 0:
             return [], 0
         start = self.automaton.first_end[self.state] + 1
-        return self.tokens[start: start + k], self.match_length
+        period = len(self.tokens) - start
+        if self.match_length < period or start + k <= len(self.tokens):
+            return self.tokens[start: start + k], self.match_length
+        return [self.tokens[start + j % period] for j in range(k)], self.match_length

@@ -1,0 +1,181 @@
+"""How far Auto could go with the candidates this machine offers: its speed against an oracle that
+knows which candidates the target will accept, and how often a source could have turned one of
+Auto's plain steps into a longer one.
+
+    .venv/bin/python tests/bench/auto_bound.py [-n 256] [--runs 3]
+
+For each prompt (the code prompt of the side-by-side benches, then the first of each category):
+
+- **Auto's speed** and its steps, drafted and accepted tokens.
+- **Oracle bound**: a decoder that walks the same output and, at every step, sends exactly the
+  longest run of tokens that some source proposes correctly (the n-gram cache's chain, its chains
+  from the second and third followers, the suffix match, the most recent match; up to 16 tokens),
+  and nothing when none is right. Each step is priced with the batch-cost profile (T(1+m)/T(1)
+  times the run's median one-token decode), plus Auto's own time outside decodes. No planner that
+  chooses among these candidates, in a chain or a tree, can beat it.
+- **Coverage of plain steps**: at the start of every step Auto decoded plain, whether a source
+  proposed the token the target then chose: the n-gram cache's most frequent follower (with
+  llama-lookup's thresholds), its second and third followers (the branches a tree could add), the
+  suffix automaton's match, and the most recent match (transformers' prompt lookup). A plain step
+  only gets faster with a source that covers it.
+
+Not a test: it prints figures, with nothing else running on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+from _common import CODE_PROMPT, THREADS, model_path
+
+from engine.config import RunConfig
+from engine.events import RunFinished, StepDone
+from engine.session import Session
+from engine.strategies.lookup import LatestMatchDrafter, NgramCacheDrafter
+from engine.strategies.suffix_automaton import SuffixMatcher
+from engine.tuning import profile
+from engine.tuning.prompts import shipped
+from engine.tuning.sweep import prompt_tokens
+
+SOURCES = ("ngram best", "ngram 2nd", "ngram 3rd", "suffix", "latest match")
+
+
+def first_proposals(context: list[int], ngrams: NgramCacheDrafter, suffix: SuffixMatcher,
+                    latest: LatestMatchDrafter) -> dict[str, int | None]:
+    """Each source's proposal for the token after ``context``."""
+    best = ngrams.propose(context, 1).tokens
+    ranked: list[int] = []
+    for size in range(min(ngrams.ngram_max, len(context)), ngrams.ngram_min - 1, -1):
+        entry = ngrams.followers.get(tuple(context[len(context) - size:]))
+        if entry is not None:
+            ranked = [t for t, _ in sorted(entry.counts.items(), key=lambda kv: -kv[1])]
+            break
+    suffix.extend(context[len(suffix.tokens):])
+    follow, _ = suffix.continuation(1, 2)
+    recent = latest.propose(context, 1).tokens
+    return {"ngram best": best[0] if best else None,
+            "ngram 2nd": ranked[1] if len(ranked) > 1 else None,
+            "ngram 3rd": ranked[2] if len(ranked) > 2 else None,
+            "suffix": follow[0] if follow else None,
+            "latest match": recent[0] if recent else None}
+
+
+def chain(ngrams: NgramCacheDrafter, context: list[int], first: int | None, k: int) -> list[int]:
+    """``first`` then the n-gram cache's most frequent followers (llama-lookup's thresholds)."""
+    if first is None:
+        return []
+    seq = [*context, first]
+    out = [first]
+    while len(out) < k:
+        token = ngrams._confident_follower(seq[-ngrams.ngram_max:])
+        if token is None:
+            break
+        seq.append(token)
+        out.append(token)
+    return out
+
+
+def oracle_cost(prompt: list[int], output: list[int], curve, k: int = 16) -> float:
+    """Decode cost (in one-token decodes) of the oracle decoder over ``output``."""
+    ngrams = NgramCacheDrafter(1, 4)
+    ngrams.begin(prompt)
+    suffix, latest = SuffixMatcher(prompt), LatestMatchDrafter(1, 4)
+    cost, i = 0.0, 1  # output[0] came from the prompt's decode
+    while i < len(output):
+        context = [*prompt, *output[:i]]
+        first = first_proposals(context, ngrams, suffix, latest)
+        suffix_chain, _ = suffix.continuation(k, 2)
+        candidates = [ngrams.propose(context, k).tokens, suffix_chain, latest.propose(context, k).tokens,
+                      chain(ngrams, context, first["ngram 2nd"], k), chain(ngrams, context, first["ngram 3rd"], k)]
+        # the step emits the target's token after the longest correct run of proposed tokens
+        room = len(output) - i - 1
+        m = 0
+        for proposal in candidates:
+            run = 0
+            for a, b in zip(proposal[:room], output[i:]):
+                if a != b:
+                    break
+                run += 1
+            m = max(m, run)
+        cost += curve.relative(1 + m, 1 + m)
+        i += 1 + m
+    return cost
+
+
+def measure(session, curve, tokens: list[int], n: int) -> dict:
+    steps: list[tuple[int, int, float, list[int]]] = []
+    for event in session.run(RunConfig(mode="auto", max_tokens=n), tokens):
+        if isinstance(event, StepDone):
+            steps.append((event.n_drafted, event.n_accepted, event.t_decode_s, [t.id for t in event.tokens]))
+        elif isinstance(event, RunFinished):
+            stats = event.stats
+    one = statistics.median(t for d, _, t, _ in steps[1:] if d == 0) if any(d == 0 for d, *_ in steps[1:]) \
+        else curve.relative(1, 1) * stats["t_decode_s"] / max(1, len(steps) - 1)
+    output = [t for *_, emitted in steps for t in emitted]
+    outside = stats["t_generate_s"] - stats["t_decode_s"]
+    oracle_s = oracle_cost(tokens, output, curve) * one + outside
+    # Auto's own steps priced the same way: how well the pricing reproduces the measured speed
+    modelled_s = sum(curve.relative(1 + d, 1 + d) for d, *_ in steps[1:]) * one + outside
+    return {"stats": stats, "steps": steps, "oracle_tps": stats["n_predict"] / oracle_s,
+            "modelled_tps": stats["n_predict"] / modelled_s}
+
+
+def coverage(prompt: list[int], steps) -> dict[str, list[int]]:
+    """For the plain steps of one run: [proposed, right] per source."""
+    ngrams = NgramCacheDrafter(1, 4)
+    ngrams.begin(prompt)
+    suffix, latest = SuffixMatcher(prompt), LatestMatchDrafter(1, 4)
+    counts = {s: [0, 0] for s in SOURCES}
+    context = list(prompt)
+    for n_drafted, _, _, emitted in steps:
+        if n_drafted == 0 and emitted and len(context) > len(prompt):
+            for source, token in first_proposals(context, ngrams, suffix, latest).items():
+                if token is not None:
+                    counts[source][0] += 1
+                    counts[source][1] += token == emitted[0]
+        context.extend(emitted)
+    return counts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=256, help="tokens per run")
+    ap.add_argument("--runs", type=int, default=3, help="runs per prompt (the median run is reported)")
+    args = ap.parse_args()
+    with Session(model_path(), n_ctx=4096, n_threads=THREADS) as session:
+        profile.load_or_measure(session)
+        curve = session._cost_curve()
+        prompts = [("code (bench prompt)", session.tokenize_prompt(CODE_PROMPT))]
+        prompts += [(p.category, prompt_tokens(session, p, chat=True)) for p in shipped(per_category=1)]
+        print(f"{model_path().name}, {THREADS} threads, {args.n} tokens, median of {args.runs} Auto runs\n")
+        print("auto: measured t/s; priced: Auto's own steps priced like the oracle's; bound: oracle ÷ priced")
+        print(f"{'prompt':<22}{'auto t/s':>9}{'priced':>9}{'oracle':>9}{'bound':>8}{'steps':>7}{'plain':>7}"
+              f"{'drafted':>9}{'accepted':>9}")
+        totals = {s: [0, 0] for s in SOURCES}
+        n_plain = 0
+        for name, tokens in prompts:
+            runs = sorted((measure(session, curve, tokens, args.n) for _ in range(args.runs)),
+                          key=lambda r: r["stats"]["tokens_per_second"])
+            run = runs[len(runs) // 2]
+            stats, steps = run["stats"], run["steps"]
+            plain = sum(1 for d, *_ in steps if d == 0)
+            n_plain += plain
+            print(f"{name:<22}{stats['tokens_per_second']:9.1f}{run['modelled_tps']:9.1f}{run['oracle_tps']:9.1f}"
+                  f"{run['oracle_tps'] / run['modelled_tps']:7.3f}x{len(steps):7d}{plain:7d}"
+                  f"{sum(d for d, *_ in steps):9d}{sum(a for _, a, *_ in steps):9d}")
+            for source, (offered, right) in coverage(tokens, steps).items():
+                totals[source][0] += offered
+                totals[source][1] += right
+        print(f"\nAuto's {n_plain} plain steps (all prompts): how often a source proposed the target's next token")
+        for source, (offered, right) in totals.items():
+            share = right / offered if offered else 0.0
+            print(f"  {source:<14} proposed on {offered:5d}, right on {right:4d} ({100 * share:4.1f} %)")
+        print(f"\nbatch cost T(B)/T(1) from the profile: "
+              + ", ".join(f"B={b} {curve.relative(b, b):.2f}" for b in (2, 3, 4, 6, 8)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
