@@ -34,7 +34,7 @@ from app.widgets.step_inspector import RunRecord, StepInspector
 from app.widgets.sweep_view import ProfilePlot
 from app.widgets.token_stream import SOURCE_COLOURS, TokenStream
 from app.widgets.tune_panel import TunePanel
-from engine.config import DEFAULT_N_CTX, MODES
+from engine.config import DEFAULT_N_CTX, MODES, default_threads
 from engine.trace import SPEEDS
 
 PAINT_INTERVAL_MS = 33  # ~30 Hz: the window never repaints per token
@@ -343,7 +343,7 @@ class MainWindow(DemoMixin, JobsMixin, QtWidgets.QMainWindow):
         params = self.settings.value("params")
         if isinstance(params, dict):
             self.controls.set_values(params)
-        self.model_bar.threads.setValue(int(self.settings.value("threads", _default_threads())))
+        self.model_bar.threads.setValue(int(self.settings.value("threads", default_threads())))
         self.model_bar.ctx.setValue(int(self.settings.value("n_ctx", DEFAULT_N_CTX)))
         self.input.chat_mode.setChecked(self.settings.value("chat", "true") in (True, "true"))
         self.set_theme(str(self.settings.value("theme", "system")))
@@ -924,9 +924,3 @@ class MainWindow(DemoMixin, JobsMixin, QtWidgets.QMainWindow):
         self._paint_timer.stop()
         self.worker.shutdown()
         super().closeEvent(event)
-
-
-def _default_threads() -> int:
-    import os
-
-    return max(1, min(8, os.cpu_count() or 1))

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Literal
 
 from engine.errors import ConfigError
 from engine.sampling import SamplingParams
+
+
+def default_threads() -> int:
+    """Threads for llama.cpp when none are asked for: every core, at most 8."""
+    return max(1, min(8, os.cpu_count() or 1))
+
 
 Mode = Literal["plain", "lookahead", "speculative", "lookup"]
 MODES: tuple[str, ...] = ("plain", "lookahead", "speculative", "lookup", "auto")

@@ -261,7 +261,7 @@ def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[o
 
 def _drafter(slot: _Slot, session, config: RunConfig):
     if config.mode == "auto":
-        return AutoPlanner(slot.job.tokens, session._cost_curve())
+        return AutoPlanner(slot.job.tokens, session.cost_curve())
     if config.mode == "lookup":
         from engine.strategies.lookup import DRAFTERS
 

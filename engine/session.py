@@ -7,7 +7,6 @@ call that may come from another thread is :meth:`Session.cancel`.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import llama_cpp as llama
 
 from engine.chat_template import ChatTemplate, TemplateRefused
-from engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConfig
+from engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConfig, default_threads
 from engine.context import ContextSettings, MemoryBudget, ModelContext
 from engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
 from engine.events import Event, KvSnapshot, RunFinished, RunStarted
@@ -25,10 +24,6 @@ from engine.sampling import Sampler
 from engine.stats import RunCounters
 from engine.strategies.common import Output, Runtime
 from engine.tokens import Vocab
-
-
-def default_threads() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
 
 
 class Session:
@@ -257,12 +252,12 @@ class Session:
             output=output,
             draft=self.draft if config.mode in ("speculative", "auto") else None,
             n_reused=n_reused,
-            cost_curve=self._cost_curve() if config.mode == "auto" else None,
+            cost_curve=self.cost_curve() if config.mode == "auto" else None,
         )
         started = RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
         return run_events(rt, strategy, prompt, target, started)
 
-    def _cost_curve(self):
+    def cost_curve(self):
         """The batch-cost profile's curve if one was measured for this model and context (Auto
         prices its steps with it; without one it measures its own decodes as it goes)."""
         from engine.tuning import profile

@@ -106,7 +106,7 @@ def test_auto_shows_its_decisions_proposers_and_calibration(window, qtbot, monke
     from tests.engine.test_auto import FLAT
 
     # price steps as on a machine where verifying is nearly free, so that Auto drafts here too
-    monkeypatch.setattr(Session, "_cost_curve", lambda self: FLAT)
+    monkeypatch.setattr(Session, "cost_curve", lambda self: FLAT)
     window.input.chat_mode.setChecked(False)
     run(window, qtbot, CODE_PROMPT, mode="auto", max_tokens=64)
     assert window.stream.generated_text() == window.last_finished.text

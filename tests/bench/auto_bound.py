@@ -146,7 +146,7 @@ def main() -> int:
     args = ap.parse_args()
     with Session(model_path(), n_ctx=4096, n_threads=THREADS) as session:
         profile.load_or_measure(session)
-        curve = session._cost_curve()
+        curve = session.cost_curve()
         prompts = [("code (bench prompt)", session.tokenize_prompt(CODE_PROMPT))]
         prompts += [(p.category, prompt_tokens(session, p, chat=True)) for p in shipped(per_category=1)]
         print(f"{model_path().name}, {THREADS} threads, {args.n} tokens, median of {args.runs} Auto runs\n")
@@ -172,7 +172,7 @@ def main() -> int:
         for source, (offered, right) in totals.items():
             share = right / offered if offered else 0.0
             print(f"  {source:<14} proposed on {offered:5d}, right on {right:4d} ({100 * share:4.1f} %)")
-        print(f"\nbatch cost T(B)/T(1) from the profile: "
+        print("\nbatch cost T(B)/T(1) from the profile: "
               + ", ".join(f"B={b} {curve.relative(b, b):.2f}" for b in (2, 3, 4, 6, 8)))
     return 0
 

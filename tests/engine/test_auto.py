@@ -30,7 +30,7 @@ def verified(smollm_path, smollm_drafts):
     """SmolLM2 with the KV mirror checked against llama.cpp's dump before every decode, priced
     with a flat batch-cost curve."""
     with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS, verify_kv=True) as session:
-        session._cost_curve = lambda: FLAT
+        session.cost_curve = lambda: FLAT
         yield session
 
 
@@ -82,11 +82,11 @@ def test_text_without_repetition_gets_plain_steps(verified):
 
 def test_where_verifying_costs_as_much_as_it_saves_auto_makes_plain_steps(verified):
     steep = CostCurve(sizes=(1, 2, 64), t_all_logits=(0.010, 0.019, 0.5), t_last_logit=(0.010, 0.018, 0.45))
-    verified._cost_curve = lambda: steep
+    verified.cost_curve = lambda: steep
     try:
         final, _ = _final(verified.run(RunConfig(mode="auto", max_tokens=48), verified.tokenize_prompt(CODE_PROMPT)))
     finally:
-        verified._cost_curve = lambda: FLAT
+        verified.cost_curve = lambda: FLAT
     decisions = final.stats["auto"]["decisions"]
     assert decisions.get("plain", 0) >= 0.8 * sum(decisions.values()), decisions
 
@@ -105,7 +105,7 @@ def test_seeded_sampling_equals_plain_token_for_token(verified, seed):
 @pytest.fixture(scope="module")
 def flat(smollm_path):
     with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS) as session:
-        session._cost_curve = lambda: FLAT
+        session.cost_curve = lambda: FLAT
         yield session
 
 

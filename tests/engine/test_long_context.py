@@ -22,7 +22,7 @@ def long_chat(smollm_path, exactness_probe):
     probe = exactness_probe(smollm_path)
     passages = "\n\n".join(p.text for p in prompts.shipped(["summarisation"], 4))
     with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS, draft_path=smollm_path) as session:
-        session._cost_curve = lambda: FLAT  # Auto builds trees here whatever this machine's profile says
+        session.cost_curve = lambda: FLAT  # Auto builds trees here whatever this machine's profile says
         tokens = session.chat_tokens([("user", passages + "\n\nSummarise all of the above.")])
         assert len(tokens) > SPLIT_KV_CELLS
         plain = session.run(RunConfig(max_tokens=N_TOKENS), tokens)
