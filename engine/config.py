@@ -26,7 +26,7 @@ MODE_LABELS: dict[str, str] = {
     "lookup": "Prompt lookup",
     "auto": "Auto",
 }
-AUTO_SEQUENCES = 3  # Auto's tree: one branch per candidate source (n-gram cache, suffix match, draft)
+AUTO_SEQUENCES = 5  # Auto's tree: the n-gram cache (its best follower and two alternatives), the suffix match, the draft
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
 
 # Every default the CLI, the app's controls and its engine worker share, written once.

@@ -335,7 +335,7 @@ class AutoPlanner:
     def __init__(self, prompt: Sequence[int], curve) -> None:
         from engine.strategies.auto import AutoReport, Calibrator, Sources
 
-        self.sources = Sources(prompt)
+        self.sources = Sources(prompt, alternatives=False)
         self.calibrator = Calibrator()
         self.cost = BatchStepCost(curve)
         self.report = AutoReport()

@@ -9,11 +9,13 @@ from app.qt import QtCore, QtGui, QtWidgets
 DECISION_COLOURS = {
     "plain": "#a0a4aa",
     "ngram": "#0aa5c0",
+    "ngram_alt": "#c9b400",
     "suffix": "#8e44ad",
     "draft": "#2e9d4f",
     "tree": "#e67e22",
 }
-DECISION_LABELS = {"plain": "plain step", "ngram": "n-gram cache", "suffix": "suffix match", "draft": "draft model",
+DECISION_LABELS = {"plain": "plain step", "ngram": "n-gram cache", "ngram_alt": "n-gram cache, a less frequent follower",
+                   "suffix": "suffix match", "draft": "draft model",
                    "tree": "tree of several sources"}
 BAR_WIDTH = 4
 MAX_TOKENS_DRAWN = 8

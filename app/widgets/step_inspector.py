@@ -18,12 +18,13 @@ from app.widgets.kv_map import KvMapView
 
 ROLE_COLOURS = {  # Okabe–Ito, as the KV map
     "input": "#56B4E9", "redecode": "#999999", "window": "#E69F00", "ngram": "#009E73",
-    "draft": "#CC79A7", "suffix": "#0072B2",
+    "draft": "#CC79A7", "suffix": "#0072B2", "ngram_alt": "#F0E442",
 }
 ROLE_LABELS = {
     "input": "input token (the last one accepted)", "redecode": "accepted token decoded again (cache order)",
     "window": "lookahead window (Jacobi guesses)", "ngram": "candidate from an n-gram",
     "draft": "candidate from the draft model", "suffix": "candidate from the suffix match",
+    "ngram_alt": "candidate from an n-gram's 2nd or 3rd follower",
 }
 VERDICT_COLOURS = {"accepted": "#009E73", "rejected": "#D55E00"}
 
@@ -170,7 +171,7 @@ def describe_step(batch, done) -> str:
         return "Step 0: the prompt was decoded and the first token sampled from its last row." \
             if done is not None else "No step recorded."
     rows = batch.rows
-    candidates = [r for r in rows if r.role in ("ngram", "draft", "suffix")]
+    candidates = [r for r in rows if r.role in ("ngram", "ngram_alt", "draft", "suffix")]
     window = [r for r in rows if r.role == "window"]
     accepted = [r for r in rows if r.verdict == "accepted"]
     rejected = [r for r in rows if r.verdict == "rejected"]

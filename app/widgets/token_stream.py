@@ -38,7 +38,9 @@ SOURCE_LABELS = {
     "rejected": "rejected draft (tried, not kept)",
 }
 # Auto's candidate sources, as the tooltip names them
-PROPOSER_LABELS = {"ngram": "the context n-gram cache", "suffix": "the suffix match", "draft": "the draft model",
+PROPOSER_LABELS = {"ngram": "the context n-gram cache",
+                   "ngram_alt": "the context n-gram cache (a less frequent follower)",
+                   "suffix": "the suffix match", "draft": "the draft model",
                    "target": "the target itself"}
 # A per-token property so tests and tooltips can read back what a character came from.
 SOURCE_PROPERTY = QtGui.QTextFormat.UserProperty + 1

@@ -5,6 +5,9 @@ Candidate sources, each proposing a continuation of the context:
 
 - ``ngram``: llama-lookup's context n-gram cache (every n-gram of the context counts its followers);
   each proposed token's signal is the n-gram size it came from and its follower share and count;
+- ``ngram_alt``: the same cache's second and third most frequent followers of the context's end,
+  each continued by the cache as above: sibling branches of the n-gram branch, for text where
+  the context went more than one way before;
 - ``suffix``: the longest suffix of the context that occurred earlier (a suffix automaton over the
   prompt, which holds the earlier turns of a chat, and the output so far) and what followed it;
   the signal is the match length (SAM-Decoding, SuffixDecoding: speculate more on a long match);
@@ -37,9 +40,10 @@ from engine.strategies.common import Runtime, begin_run
 from engine.strategies.lookup import MIN_PERCENT, MIN_SAMPLES, NgramCacheDrafter
 from engine.strategies.suffix_automaton import SuffixMatcher
 
-SOURCES = ("ngram", "suffix", "draft")
-MAX_BRANCHES = len(SOURCES)  # one branch per source: the sequences a step can use
+SOURCES = ("ngram", "ngram_alt", "suffix", "draft")
 NGRAM_MIN, NGRAM_MAX = 1, 4
+ALT_BRANCHES = 2  # the n-gram cache's 2nd and 3rd followers
+ALT_MIN_COUNT = 2  # a follower seen once is no evidence of a second way
 MIN_SUFFIX_MATCH = 2
 # What a proposal's signal says about its chance before the run has verified any like it: a long
 # suffix match or a frequent, dominant n-gram follower is usually right (llama-lookup's thresholds
@@ -48,6 +52,7 @@ MIN_SUFFIX_MATCH = 2
 PRIOR_WEIGHT = 4.0
 SUFFIX_PRIOR = (0.35, 0.45, 0.6, 0.75, 0.85, 0.92)  # by match-length bucket: 2, 3-4, 5-8, 9-16, 17-32, 33+
 DRAFT_PRIOR = (0.2, 0.45, 0.7, 0.85, 0.93)  # by the draft's probability: <.3, <.6, <.8, <.95, more
+ALT_PRIOR = (0.08, 0.15, 0.25, 0.35)  # a 2nd or 3rd follower, by its share: <.15, <.3, <.45, more
 
 
 def signal_prior(source: str, signal: tuple) -> float:
@@ -55,7 +60,10 @@ def signal_prior(source: str, signal: tuple) -> float:
         return SUFFIX_PRIOR[signal[0]]
     if source == "draft":
         return DRAFT_PRIOR[signal[0]]
-    size, share, count = signal  # n-gram size, follower share bucket (0-3), follower count bucket (0-3)
+    # n-gram size, follower share bucket (0-3), follower count bucket (0-3), follower rank (0 = most frequent)
+    size, share, count, rank = signal
+    if rank:
+        return ALT_PRIOR[share]
     return min(0.9, 0.2 + 0.1 * (size - 1) + 0.12 * share + 0.05 * count)
 
 
@@ -194,51 +202,98 @@ class Node:
 
 
 class Sources:
-    """The candidate sources of one run, kept up to date with the context."""
+    """The candidate sources of one run, kept up to date with the context. ``alternatives``
+    adds the n-gram cache's sibling branches (a step whose tree has one sequence cannot use them)."""
 
-    def __init__(self, prompt: Sequence[int], draft=None) -> None:
+    def __init__(self, prompt: Sequence[int], draft=None, alternatives: bool = True) -> None:
         self.ngrams = NgramCacheDrafter(NGRAM_MIN, NGRAM_MAX)
         self.ngrams.begin(prompt)
         self.suffix = SuffixMatcher(prompt)
         self.draft = draft  # a DraftModelDrafter, or None
+        self.alternatives = alternatives
 
     def advance(self, context: Sequence[int]) -> None:
         self.suffix.extend(context[len(self.suffix.tokens):])
 
     def propose(self, context: Sequence[int], k: int, use_draft: bool) -> list[Proposal]:
-        out = [self._ngram(context, k), self._suffix(k)]
+        self.ngrams._count(context)
+        ngram = self._ngram(context, k)
+        out = [ngram, self._suffix(k)]
         if self.draft is not None and use_draft:
             out.append(self._draft(context, k))
+        if self.alternatives:
+            out.extend(self._ngram_alternatives(context, k, ngram))
         return [p for p in out if p.tokens]
 
-    def _ngram(self, context: Sequence[int], k: int) -> Proposal:
-        cache = self.ngrams
-        cache._count(context)
-        seq = list(context[max(0, len(context) - NGRAM_MAX):])
-        tokens, signals = [], []
-        chance = 1.0
+    def _confident(self, seq: list[int]):
+        """The longest n-gram ending ``seq`` whose best follower passes llama-lookup's evidence
+        thresholds (a lone token seen once is no evidence at all), as (size, followers)."""
+        for size in range(min(NGRAM_MAX, len(seq)), NGRAM_MIN - 1, -1):
+            entry = self.ngrams.followers.get(tuple(seq[len(seq) - size:]))
+            level = min(size, len(MIN_SAMPLES)) - 1
+            if entry is not None and entry.total >= MIN_SAMPLES[level] \
+                    and 100 * entry.best_count >= MIN_PERCENT[level] * entry.total:
+                return size, entry
+        return None
+
+    def _walk(self, seq: list[int], k: int, chance: float, tokens: list[int], signals: list[tuple]) -> None:
+        """Extend ``tokens`` (and ``seq``) with the cache's confident followers, up to ``k`` tokens,
+        while the chain's prior chance of being reached stays worth a row."""
         while len(tokens) < k:
-            found = None
-            for size in range(min(NGRAM_MAX, len(seq)), NGRAM_MIN - 1, -1):
-                entry = cache.followers.get(tuple(seq[len(seq) - size:]))
-                # llama-lookup's evidence thresholds: a lone token seen once is no evidence at all
-                level = min(size, len(MIN_SAMPLES)) - 1
-                if entry is not None and entry.total >= MIN_SAMPLES[level] \
-                        and 100 * entry.best_count >= MIN_PERCENT[level] * entry.total:
-                    found = (size, entry)
-                    break
+            found = self._confident(seq)
             if found is None:
                 break
             size, entry = found
             share = entry.best_count / entry.total
-            signal = (size, _bucket(share, (0.5, 0.67, 0.9)), _bucket(entry.total, (2, 4, 8)))
+            signal = (size, _bucket(share, (0.5, 0.67, 0.9)), _bucket(entry.total, (2, 4, 8)), 0)
             chance *= signal_prior("ngram", signal)
             if chance < MIN_REACH:  # deeper tokens could not be worth a row: stop walking
                 break
             tokens.append(entry.best)
             signals.append(signal)
             seq.append(entry.best)
+
+    def _ngram(self, context: Sequence[int], k: int) -> Proposal:
+        tokens: list[int] = []
+        signals: list[tuple] = []
+        self._walk(list(context[max(0, len(context) - NGRAM_MAX):]), k, 1.0, tokens, signals)
         return Proposal("ngram", tokens, signals)
+
+    def _ngram_alternatives(self, context: Sequence[int], k: int, main: Proposal) -> list[Proposal]:
+        """Sibling branches of the n-gram branch: wherever along it (or right after it) the
+        longest n-gram ending the text so far went another way often enough before, that other
+        follower, then the cache's own continuation. The branch shares the n-gram branch's
+        tokens up to there, so in the tree it forks off at that depth. The ALT_BRANCHES
+        likeliest (by prior: the chance of reaching the fork times the follower's) are kept."""
+        tail = list(context[max(0, len(context) - NGRAM_MAX):])
+        forks = []  # (prior, depth, token, signal)
+        reach = 1.0
+        for depth in range(min(len(main.tokens), k - 1) + 1):
+            seq = [*tail, *main.tokens[:depth]]
+            taken = main.tokens[depth] if depth < len(main.tokens) else None
+            # the longest n-gram ending here with another follower seen often enough
+            for size in range(min(NGRAM_MAX, len(seq)), NGRAM_MIN - 1, -1):
+                entry = self.ngrams.followers.get(tuple(seq[len(seq) - size:]))
+                if entry is None or len(entry.counts) < 2:
+                    continue
+                others = sorted(((count, token) for token, count in entry.counts.items()
+                                 if token != taken and count >= ALT_MIN_COUNT), reverse=True)
+                for rank, (count, token) in enumerate(others[:ALT_BRANCHES], start=1):
+                    signal = (size, _bucket(count / entry.total, (0.15, 0.3, 0.45)),
+                              _bucket(entry.total, (2, 4, 8)), rank)
+                    forks.append((reach * signal_prior("ngram_alt", signal), depth, token, signal))
+                if others:
+                    break
+            if depth < len(main.tokens):
+                reach *= signal_prior("ngram", main.signals[depth])
+        out = []
+        for prior, depth, token, signal in sorted(forks, reverse=True)[:ALT_BRANCHES]:
+            if prior < MIN_REACH:
+                break
+            tokens, signals = [*main.tokens[:depth], token], [*main.signals[:depth], signal]
+            self._walk([*tail, *tokens], k, prior, tokens, signals)
+            out.append(Proposal("ngram_alt", tokens[:k], signals[:k]))
+        return out
 
     def _suffix(self, k: int) -> Proposal:
         tokens, length = self.suffix.continuation(k, MIN_SUFFIX_MATCH)

@@ -2,12 +2,13 @@
 set, interleaved in one process (plain, lookup k=2/4/8, auto, then again in reverse order) so a
 drift of the machine's speed hits every setting alike.
 
-    .venv/bin/python tests/bench/auto.py [-n 256] [--rounds 2]
+    .venv/bin/python tests/bench/auto.py [-n 256] [--rounds 2] [--no-siblings]
 
 Prints tokens/s per category and setting, each setting's speed-up over plain, the geometric mean
 over categories, Auto's decisions and sources, and its calibration table (predicted against
-observed acceptance). Run it with nothing else on the machine; it measures the batch-cost profile
-first if none is cached (Auto prices its steps with it).
+observed acceptance). ``--no-siblings`` adds Auto without the n-gram cache's sibling branches, to
+see what the tree's extra branches earn. Run it with nothing else on the machine; it measures the
+batch-cost profile first if none is cached (Auto prices its steps with it).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from _common import THREADS, model_path
 from engine.config import RunConfig, SpeculativeParams
 from engine.events import RunFinished
 from engine.session import Session
+from engine.strategies import auto as auto_strategy
 from engine.tuning import profile
 from engine.tuning.cost_model import geometric_mean
 from engine.tuning.prompts import shipped
@@ -29,11 +31,15 @@ from engine.tuning.sweep import prompt_tokens
 LOOKUP_KS = (2, 4, 8)
 
 
-def _run(session, config, tokens) -> dict:
+def _run(session, config, tokens, alt_branches: int = auto_strategy.ALT_BRANCHES) -> dict:
     final = None
-    for event in session.run(config, tokens):
-        if isinstance(event, RunFinished):
-            final = event
+    default, auto_strategy.ALT_BRANCHES = auto_strategy.ALT_BRANCHES, alt_branches
+    try:
+        for event in session.run(config, tokens):
+            if isinstance(event, RunFinished):
+                final = event
+    finally:
+        auto_strategy.ALT_BRANCHES = default
     return final.stats
 
 
@@ -42,6 +48,8 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=256, help="tokens per run")
     ap.add_argument("--rounds", type=int, default=2, help="forward-and-back rounds per category")
     ap.add_argument("--category", action="append", help="only these categories (repeatable)")
+    ap.add_argument("--no-siblings", action="store_true",
+                    help="also run Auto without the n-gram cache's sibling branches (one branch per source)")
     args = ap.parse_args()
     prompts = {}
     for p in shipped():
@@ -51,6 +59,8 @@ def main() -> int:
     for k in LOOKUP_KS:
         settings[f"lookup k={k}"] = RunConfig(mode="lookup", max_tokens=args.n, speculative=SpeculativeParams(k=k))
     settings["auto"] = RunConfig(mode="auto", max_tokens=args.n)
+    if args.no_siblings:
+        settings["auto 1/source"] = settings["auto"]
     with Session(model_path(), n_ctx=4096, n_threads=THREADS) as session:
         profile.load_or_measure(session)
         speeds: dict[str, dict[str, list[float]]] = {}
@@ -62,7 +72,8 @@ def main() -> int:
             for _ in range(args.rounds):
                 for names in (order, order[::-1]):
                     for name in names:
-                        stats = _run(session, settings[name], tokens)
+                        siblings = 0 if name == "auto 1/source" else auto_strategy.ALT_BRANCHES
+                        stats = _run(session, settings[name], tokens, siblings)
                         speeds[category][name].append(stats["tokens_per_second"])
                         if name == "auto":
                             auto_stats[category] = stats

@@ -11,7 +11,7 @@ from engine.config import RunConfig, SpeculativeParams
 from engine.events import RunFinished, StepDone
 from engine.sampling import SamplingParams
 from engine.session import Session
-from engine.strategies.auto import Calibrator, Proposal, StepCost, build_tree
+from engine.strategies.auto import Calibrator, Proposal, Sources, StepCost, build_tree
 from engine.tuning.cost_model import CostCurve
 from engine.tuning.prompts import CATEGORIES, shipped
 from engine.tuning.sweep import prompt_tokens
@@ -143,8 +143,8 @@ def test_the_tree_shares_a_common_prefix_and_cuts_where_gain_peaks():
     calibrator = Calibrator()
     for _ in range(20):  # the suffix source has been right, the n-gram source has not
         calibrator.observe("suffix", (1,), 0, 0.5, True)
-        calibrator.observe("ngram", (1, 0, 0), 0, 0.5, False)
-    proposals = [Proposal("suffix", [5, 6, 7, 8], [(1,)] * 4), Proposal("ngram", [5, 6, 9], [(1, 0, 0)] * 3)]
+        calibrator.observe("ngram", (1, 0, 0, 0), 0, 0.5, False)
+    proposals = [Proposal("suffix", [5, 6, 7, 8], [(1,)] * 4), Proposal("ngram", [5, 6, 9], [(1, 0, 0, 0)] * 3)]
     nodes, gain = build_tree(proposals, calibrator, StepCost(), room=8)
     tokens = [n.token for n in nodes]
     assert tokens[:2] == [5, 6]  # the shared prefix appears once
@@ -153,8 +153,8 @@ def test_the_tree_shares_a_common_prefix_and_cuts_where_gain_peaks():
     # a step that cannot pay is a plain step
     hopeless = Calibrator()
     for _ in range(50):
-        hopeless.observe("ngram", (1, 0, 0), 0, 0.5, False)
-    assert build_tree([Proposal("ngram", [1, 2], [(1, 0, 0)] * 2)], hopeless, StepCost(), room=8) == ([], 1.0)
+        hopeless.observe("ngram", (1, 0, 0, 0), 0, 0.5, False)
+    assert build_tree([Proposal("ngram", [1, 2], [(1, 0, 0, 0)] * 2)], hopeless, StepCost(), room=8) == ([], 1.0)
 
 
 def test_cli_json_reports_sources_and_decisions():
@@ -172,3 +172,35 @@ def test_cli_json_reports_sources_and_decisions():
 def test_auto_validates_its_draft_limit():
     with pytest.raises(Exception, match="k_min <= k_max"):
         RunConfig(mode="auto", speculative=SpeculativeParams(k_min=5, k_max=2)).validate()
+
+
+def test_the_ngram_cache_offers_its_other_followers_as_sibling_branches():
+    # after "1 2" came 3 three times and 4 twice; the longer n-grams before it never repeat
+    context = [7, 1, 2, 3, 8, 1, 2, 3, 6, 1, 2, 4, 0, 1, 2, 4, 5, 1, 2, 3, 9, 1, 2]
+    proposals = {p.source: p for p in Sources(context).propose(context, 4, use_draft=False)}
+    assert proposals["ngram"].tokens[0] == 3
+    alternative = proposals["ngram_alt"]
+    assert alternative.tokens[:2] == [4, 5]  # the 2nd follower, then the cache's own continuation
+    assert alternative.signals[0][3] == 1  # its rank among the followers
+    nodes, _ = build_tree([proposals["ngram"], alternative], Calibrator(), StepCost(FLAT), room=8)
+    roots = [n for n in nodes if n.parent == -1]
+    assert {n.token for n in roots} == {3, 4} and len({s for n in nodes for s in n.seqs}) == 2
+    # a slot of a batch has one sequence: no siblings there
+    assert "ngram_alt" not in {p.source for p in Sources(context, alternatives=False).propose(context, 4, False)}
+
+
+def test_sibling_branches_are_verified_losslessly_with_the_cache_checked(verified, exactness_probe):
+    deviation = exactness_probe(Path(verified.model.info.path))["max_abs_diff"]
+    prompt = verified.tokenize_prompt("red apple, red apple, red berry, red apple, red berry, red cherry, red apple, "
+                                      "red berry, red")
+    plain, _ = _final(verified.run(RunConfig(max_tokens=40), prompt))
+    verifier = verified.memory.verifier
+    before = verifier.n_checked
+    auto, seen = _final(verified.run(RunConfig(mode="auto", max_tokens=40), prompt))
+    if verified.memory.verifier is not verifier:  # the context was made again with Auto's sequences
+        before = 0
+    assert_lossless(verified, prompt, plain.token_ids, auto.token_ids, deviation, "auto with n-gram siblings")
+    assert auto.stats["auto"]["sources"]["ngram_alt"]["offered"] > 0
+    branched = [e for e in seen if isinstance(e, StepDone) and e.extra.get("auto", {}).get("branches", 0) >= 2]
+    assert branched  # some steps verified several branches in one batch
+    assert verified.memory.verifier.n_checked - before >= auto.stats["steps"] - 1
