@@ -9,12 +9,12 @@ from pathlib import Path
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="specdec-studio")
+    parser = argparse.ArgumentParser(prog="specdec-studio", usage="%(prog)s [-h] [-m MODEL] [FILE.gguf] [Qt options]")
     parser.add_argument("-m", "--model", default=None, help="default, gemma or a .gguf path (default: the last one)")
-    parser.add_argument("model_file", nargs="?", default=None, help="a .gguf file to open (as the desktop entry passes it)")
     # `specdec sweep` in a frozen app, which has no `python -m app.sweep_plots`
     parser.add_argument("--sweep-plots", nargs=2, metavar=("RESULTS_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
-    args, qt_args = parser.parse_known_args()
+    model_file, argv = split_model_file(sys.argv[1:])
+    args, qt_args = parser.parse_known_args(argv)
     if args.sweep_plots:
         from app import sweep_plots
 
@@ -27,9 +27,18 @@ def main() -> int:
     qapp.setOrganizationName("SpecDec Studio")
     qapp.setDesktopFileName("specdec-studio")  # Wayland finds the icon through the desktop entry
     qapp.setWindowIcon(QtGui.QIcon(str(app_icon_path())))
-    window = MainWindow(args.model or args.model_file)
+    window = MainWindow(args.model or model_file)
     window.show()
     return qapp.exec()
+
+
+def split_model_file(argv: list[str]) -> tuple[str | None, list[str]]:
+    """A bare .gguf path among the arguments (the desktop entry's ``%f``), and the rest in order:
+    Qt's own options (``-platform offscreen``) must reach Qt as they were given."""
+    for i, arg in enumerate(argv):
+        if arg.lower().endswith(".gguf") and not arg.startswith("-") and (i == 0 or argv[i - 1] not in ("-m", "--model")):
+            return arg, argv[:i] + argv[i + 1:]
+    return None, argv
 
 
 def app_icon_path() -> Path:

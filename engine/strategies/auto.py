@@ -5,9 +5,9 @@ Candidate sources, each proposing a continuation of the context:
 
 - ``ngram``: llama-lookup's context n-gram cache (every n-gram of the context counts its followers);
   each proposed token's signal is the n-gram size it came from and its follower share and count;
-- ``ngram_alt``: the same cache's second and third most frequent followers of the context's end,
-  each continued by the cache as above: sibling branches of the n-gram branch, for text where
-  the context went more than one way before;
+- ``ngram_alt``: the same cache's other frequent followers wherever along the n-gram branch the
+  text went another way before, each continued by the cache: sibling branches that fork off the
+  n-gram branch at that depth;
 - ``suffix``: the longest suffix of the context that occurred earlier (a suffix automaton over the
   prompt, which holds the earlier turns of a chat, and the output so far) and what followed it;
   the signal is the match length (SAM-Decoding, SuffixDecoding: speculate more on a long match);
@@ -99,12 +99,20 @@ class Calibrator:
         acc, off = self.by_source[source]
         return (acc + 1.0) / (off + 2.0)
 
+    @staticmethod
+    def _key(source: str, signal: tuple, position: int) -> tuple:
+        # a sibling branch's tokens before and after its fork are the cache's best followers:
+        # they share the n-gram branch's bins (only the fork's own token, rank > 0, has its own)
+        if source == "ngram_alt" and signal[3] == 0:
+            source = "ngram"
+        return source, signal, min(position, 4)
+
     def probability(self, source: str, signal: tuple, position: int) -> float:
-        acc, off = self.bins.get((source, signal, min(position, 4)), (0.0, 0.0))
+        acc, off = self.bins.get(self._key(source, signal, position), (0.0, 0.0))
         return (acc + PRIOR_WEIGHT * signal_prior(source, signal)) / (off + PRIOR_WEIGHT)
 
     def observe(self, source: str, signal: tuple, position: int, predicted: float, accepted: bool) -> None:
-        entry = self.bins.setdefault((source, signal, min(position, 4)), [0.0, 0.0])
+        entry = self.bins.setdefault(self._key(source, signal, position), [0.0, 0.0])
         entry[0] += accepted
         entry[1] += 1
         src = self.by_source[source]

@@ -56,3 +56,12 @@ def test_icon_is_an_svg_and_its_256_px_png():
     header = (ICONS / "specdec-studio.png").read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", header[16:24]) == (256, 256)
+
+
+def test_the_file_the_desktop_entry_passes_is_the_model_and_qt_options_stay_in_order():
+    from app.main import split_model_file
+
+    assert split_model_file(["/models/m.gguf"]) == ("/models/m.gguf", [])
+    assert split_model_file(["-platform", "offscreen", "m.GGUF"]) == ("m.GGUF", ["-platform", "offscreen"])
+    assert split_model_file(["-platform", "offscreen"]) == (None, ["-platform", "offscreen"])
+    assert split_model_file(["-m", "a.gguf"]) == (None, ["-m", "a.gguf"])  # -m's value is not a bare file
