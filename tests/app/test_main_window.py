@@ -114,7 +114,7 @@ def test_auto_shows_its_decisions_proposers_and_calibration(window, qtbot, monke
     decisions = {record["decision"] for _step, record, _n in window.decisions.steps}
     assert "plain" in decisions or len(decisions) > 1
     proposers = {meta[6] for meta in window.stream._token_meta if meta[2] == "accepted_ngram"}
-    assert proposers and proposers <= {"ngram", "suffix"}  # every accepted token names its source
+    assert proposers and proposers <= {"ngram", "ngram_alt", "suffix"}  # every accepted token names its source
     assert not window.stats.calibration_plot.isHidden()
     run(window, qtbot, "Hello", mode="plain", max_tokens=4)
     assert window.decisions_box.isHidden() and window.stats.calibration_plot.isHidden()

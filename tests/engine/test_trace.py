@@ -138,7 +138,7 @@ def test_step_batch_describes_the_decode_and_its_verdicts(recorded, name):
     assert steps and all(s.step in batches for s in steps)
     config = CONFIGS[name]
     candidate_roles = {"plain": set(), "lookahead": {"ngram"}, "lookup": {"ngram"},
-                       "auto": {"ngram", "suffix", "draft"}}[name]
+                       "auto": {"ngram", "ngram_alt", "suffix", "draft"}}[name]
     for s in steps:
         rows = batches[s.step].rows
         inputs = [r for r in rows if r.role == "input"]
