@@ -64,7 +64,7 @@ if ! ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
 fi
 .venv/bin/python -m pip install -q "$wheel_dir"/llama_cpp_python-*.whl
 # which wheel this set-up uses: scripts/package.sh installs the same one into the packaging venv
-ls "$wheel_dir"/llama_cpp_python-*.whl > .venv/llama-cpp-python-wheel
+ls "$wheel_dir"/llama_cpp_python-*.whl | tail -n 1 > .venv/llama-cpp-python-wheel
 .venv/bin/python -m pip install -q -e ".[test]"
 
 if (( fetch_all )); then
