@@ -33,6 +33,12 @@ build/package/venv/bin/python -m pip install -q --upgrade pip
 build/package/venv/bin/python -m pip install -q "$llama_wheel" "dist/specdec_studio-$version-py3-none-any.whl" \
     "pyinstaller==$PYINSTALLER_VERSION"
 
+echo "== the installed wheel's commands, run outside the checkout"
+(cd build/package && QT_QPA_PLATFORM=offscreen venv/bin/specdec run -m default --mode lookahead -n 8 -p "def fib(n):" \
+    --json > wheel-run.json && venv/bin/specdec-studio --help > /dev/null) \
+    || { echo "the wheel's specdec or specdec-studio command failed" >&2; exit 1; }
+echo "specdec and specdec-studio from the wheel work"
+
 echo "== frozen bundle (PyInstaller $PYINSTALLER_VERSION)"
 frozen_started=$(date +%s)
 (cd build/package && SPECDEC_BUNDLE_MODEL="$model" venv/bin/pyinstaller --noconfirm --log-level WARN \
