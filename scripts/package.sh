@@ -13,7 +13,6 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 readonly PYINSTALLER_VERSION=6.22.3
-readonly BUILD_VERSION=1.6.1
 started=$(date +%s)
 
 scripts/setup.sh  # .venv, the llama-cpp-python wheel in the cache, the default model
@@ -23,8 +22,7 @@ model=$(.venv/bin/python -c 'from engine import catalog; print(catalog.fetch("de
 
 echo "== wheel and sdist"
 rm -rf dist build/package
-.venv/bin/python -m pip install -q "build==$BUILD_VERSION"
-.venv/bin/python -m build -q -o dist . >/dev/null
+.venv/bin/python -m build -q -o dist . >/dev/null  # build is pinned in the test extras set-up installs
 
 echo "== packaging environment (the app's wheel and its runtime dependencies only)"
 python_bin=$(.venv/bin/python -c 'import sys; print(sys._base_executable)')

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from engine.events import Event, StepDone
 from engine.strategies.common import Runtime, begin_run
-from engine.strategies.lookup import MIN_PERCENT, MIN_SAMPLES, NgramCacheDrafter
+from engine.strategies.lookup import NgramCacheDrafter
 from engine.strategies.suffix_automaton import SuffixMatcher
 
 SOURCES = ("ngram", "ngram_alt", "suffix", "draft")
@@ -233,22 +233,11 @@ class Sources:
             out.extend(self._ngram_alternatives(context, k, ngram))
         return [p for p in out if p.tokens]
 
-    def _confident(self, seq: list[int]):
-        """The longest n-gram ending ``seq`` whose best follower passes llama-lookup's evidence
-        thresholds (a lone token seen once is no evidence at all), as (size, followers)."""
-        for size in range(min(NGRAM_MAX, len(seq)), NGRAM_MIN - 1, -1):
-            entry = self.ngrams.followers.get(tuple(seq[len(seq) - size:]))
-            level = min(size, len(MIN_SAMPLES)) - 1
-            if entry is not None and entry.total >= MIN_SAMPLES[level] \
-                    and 100 * entry.best_count >= MIN_PERCENT[level] * entry.total:
-                return size, entry
-        return None
-
     def _walk(self, seq: list[int], k: int, chance: float, tokens: list[int], signals: list[tuple]) -> None:
         """Extend ``tokens`` (and ``seq``) with the cache's confident followers, up to ``k`` tokens,
         while the chain's prior chance of being reached stays worth a row."""
         while len(tokens) < k:
-            found = self._confident(seq)
+            found = self.ngrams.confident(seq)
             if found is None:
                 break
             size, entry = found

@@ -82,15 +82,21 @@ class NgramCacheDrafter:
                 entry.add(token)
         self.n_seen = len(context)
 
-    def _confident_follower(self, seq: list[int]) -> int | None:
+    def confident(self, seq: Sequence[int]) -> tuple[int, _Followers] | None:
+        """The longest n-gram ending ``seq`` whose most frequent follower is frequent and dominant
+        enough (the thresholds above), as (its size, its followers); None if there is none."""
         for size in range(min(self.ngram_max, len(seq)), self.ngram_min - 1, -1):
             entry = self.followers.get(tuple(seq[len(seq) - size :]))
             if entry is None:
                 continue
             level = min(size, len(MIN_SAMPLES)) - 1
             if entry.total >= MIN_SAMPLES[level] and 100 * entry.best_count >= MIN_PERCENT[level] * entry.total:
-                return entry.best
+                return size, entry
         return None
+
+    def _confident_follower(self, seq: list[int]) -> int | None:
+        found = self.confident(seq)
+        return found[1].best if found is not None else None
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
         t0 = time.perf_counter()
