@@ -366,10 +366,8 @@ class AutoPlanner:
         self.cost.observe(n_tokens, t_decode)
         for i, node in enumerate(self.nodes[: n_accepted + 1]):
             accepted = i < n_accepted
-            self.calibrator.observe(node.source, node.signal, node.depth - 1, node.p, accepted)
-            self.report.count(self.report.offered, node.source)
-            if accepted:
-                self.report.count(self.report.accepted, node.source)
+            self.calibrator.observe(node.source, node.signal, node.depth - 1, node.p, accepted, node.agreed)
+            self.report.offer(node, accepted)
 
 
 def kv_snapshot(session, parallel: int) -> KvSnapshot:

@@ -42,6 +42,14 @@ PROPOSER_LABELS = {"ngram": "the context n-gram cache",
                    "ngram_alt": "the context n-gram cache (a less frequent follower)",
                    "suffix": "the suffix match", "draft": "the draft model",
                    "target": "the target itself"}
+
+
+def proposer_label(proposer: str) -> str:
+    """"ngram+suffix" (sources that proposed the same token) as words."""
+    names = [PROPOSER_LABELS.get(p, p) for p in proposer.split("+")]
+    return names[0] if len(names) == 1 else " and ".join(names) + ", which agreed"
+
+
 # A per-token property so tests and tooltips can read back what a character came from.
 SOURCE_PROPERTY = QtGui.QTextFormat.UserProperty + 1
 STEP_PROPERTY = QtGui.QTextFormat.UserProperty + 2
@@ -122,7 +130,7 @@ class TokenStream(QtWidgets.QTextEdit):
             meta = self.token_at(cursor.position())
             if meta and meta[2] in (*TOKEN_SOURCES, "rejected"):
                 start, end, source, token_id, step, acceptance, proposer = meta
-                by = f"\nproposed by: {PROPOSER_LABELS.get(proposer, proposer)}" if proposer else ""
+                by = f"\nproposed by: {proposer_label(proposer)}" if proposer else ""
                 QtWidgets.QToolTip.showText(
                     ev.globalPos(),
                     f"step {step} · {SOURCE_LABELS.get(source, source)}\n"

@@ -14,8 +14,9 @@ Candidate sources, each proposing a continuation of the context:
 - ``draft``: a draft model's greedy proposals, when one is loaded; the signal is its probability.
 
 Every proposed token gets a probability of being accepted, calibrated online from the run's own
-verifications of tokens with the same source, signal and draft position (a beta-binomial mean
-that leans on the source's overall rate until its bin has data). A step's candidates form a tree:
+verifications of tokens with the same source, signal and draft position, and whether a source of
+another family proposed the same token after the same path (a beta-binomial mean that leans on
+the signal's prior until its bin has data). A step's candidates form a tree:
 continuations that share a prefix share its tokens (each such token carries every branch's
 sequence id, as in llama.cpp's ``examples/speculative``). The tree grows one token at a time while
 that raises expected emitted tokens ÷ predicted step cost, where a decode of B tokens costs
@@ -53,6 +54,13 @@ PRIOR_WEIGHT = 4.0
 SUFFIX_PRIOR = (0.35, 0.45, 0.6, 0.75, 0.85, 0.92)  # by match-length bucket: 2, 3-4, 5-8, 9-16, 17-32, 33+
 DRAFT_PRIOR = (0.2, 0.45, 0.7, 0.85, 0.93)  # by the draft's probability: <.3, <.6, <.8, <.95, more
 ALT_PRIOR = (0.08, 0.15, 0.25, 0.35)  # a 2nd or 3rd follower, by its share: <.15, <.3, <.45, more
+# Sources of different families that propose the same token after the same path read the context
+# in different ways (a sibling branch is the n-gram cache again, not a second opinion). Measured over
+# the shipped prompts' plain outputs, a first token that both the cache and the suffix match proposed
+# was right 90 % of the time, one that only one of them proposed 50 %: a token's bins are split by
+# whether another family agreed. (Raising the prior of an agreed token did not pay: the short
+# answers, where the prior decides, lost more than the long ones won.)
+FAMILY = {"ngram": "ngram", "ngram_alt": "ngram", "suffix": "suffix", "draft": "draft"}
 
 
 def signal_prior(source: str, signal: tuple) -> float:
@@ -100,19 +108,21 @@ class Calibrator:
         return (acc + 1.0) / (off + 2.0)
 
     @staticmethod
-    def _key(source: str, signal: tuple, position: int) -> tuple:
+    def _key(source: str, signal: tuple, position: int, agreed: bool) -> tuple:
         # a sibling branch's tokens before and after its fork are the cache's best followers:
         # they share the n-gram branch's bins (only the fork's own token, rank > 0, has its own)
         if source == "ngram_alt" and signal[3] == 0:
             source = "ngram"
-        return source, signal, min(position, 4)
+        return source, signal, min(position, 4), agreed
 
-    def probability(self, source: str, signal: tuple, position: int) -> float:
-        acc, off = self.bins.get(self._key(source, signal, position), (0.0, 0.0))
+    def probability(self, source: str, signal: tuple, position: int, agreed: bool = False) -> float:
+        """``agreed``: a source of another family proposed the same token after the same path."""
+        acc, off = self.bins.get(self._key(source, signal, position, agreed), (0.0, 0.0))
         return (acc + PRIOR_WEIGHT * signal_prior(source, signal)) / (off + PRIOR_WEIGHT)
 
-    def observe(self, source: str, signal: tuple, position: int, predicted: float, accepted: bool) -> None:
-        entry = self.bins.setdefault(self._key(source, signal, position), [0.0, 0.0])
+    def observe(self, source: str, signal: tuple, position: int, predicted: float, accepted: bool,
+                agreed: bool = False) -> None:
+        entry = self.bins.setdefault(self._key(source, signal, position, agreed), [0.0, 0.0])
         entry[0] += accepted
         entry[1] += 1
         src = self.by_source[source]
@@ -201,12 +211,26 @@ class Node:
     token: int
     depth: int
     parent: int  # index of the parent node, -1 for the input token
-    source: str
+    source: str  # the source whose branch put it in the tree (the likeliest one)
     signal: tuple
     p: float  # P(accepted | parent accepted)
     reach: float  # P(this node accepted)
+    support: tuple[str, ...] = ()  # the source families that proposed it after the same path
     seqs: list[int] = field(default_factory=list)
     row: int = -1
+
+    def __post_init__(self) -> None:
+        self.support = self.support or (FAMILY[self.source],)
+
+    @property
+    def agreed(self) -> bool:
+        return len(self.support) > 1
+
+    @property
+    def proposer(self) -> str:
+        """Its source, joined by the other families that proposed it ("ngram+suffix")."""
+        own = FAMILY[self.source]
+        return "+".join([self.source, *(f for f in self.support if f != own)])
 
 
 class Sources:
@@ -303,11 +327,22 @@ class Sources:
         return Proposal("draft", draft.tokens, [(_bucket(p, (0.3, 0.6, 0.8, 0.95)),) for p in probs])
 
 
+def _support(proposals: list[Proposal]) -> list[list[tuple[str, ...]]]:
+    """For each proposed token, the source families that proposed it after the same path."""
+    families: dict[tuple[int, ...], set[str]] = {}
+    paths = [[tuple(prop.tokens[: i + 1]) for i in range(len(prop.tokens))] for prop in proposals]
+    for prop, prop_paths in zip(proposals, paths):
+        for path in prop_paths:
+            families.setdefault(path, set()).add(FAMILY[prop.source])
+    return [[tuple(sorted(families[path])) for path in prop_paths] for prop_paths in paths]
+
+
 def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost, room: int) -> tuple[list[Node], float]:
     """The step's tree: candidate tokens added likeliest first (a token another branch already
     put in the tree costs nothing), then cut at the size whose expected emitted tokens ÷ relative
     step cost is highest. Returns the nodes in batch order and the predicted gain over a plain
     step (1.0 for an empty tree: a plain step)."""
+    support = _support(proposals)
     trie: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
     nodes: list[Node] = []
     frontier = [(b, 0, -1) for b in range(len(proposals))]  # (proposal, next position, parent node)
@@ -325,8 +360,10 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
                 pick = (fi, 1.0, -1.0)
                 break
             parent_reach = 1.0 if parent < 0 else nodes[parent].reach
+            agreed = len(support[b][i]) > 1
             # children of one node are alternatives: together they cannot exceed certainty
-            p = min(calibrator.probability(prop.source, prop.signals[i], i), max(0.0, 1.0 - taken.get(parent, 0.0)))
+            p = min(calibrator.probability(prop.source, prop.signals[i], i, agreed),
+                    max(0.0, 1.0 - taken.get(parent, 0.0)))
             if pick is None or parent_reach * p > pick[1]:
                 pick = (fi, parent_reach * p, p)
         if pick is None or pick[1] < MIN_REACH:
@@ -338,7 +375,7 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
         if key not in trie:
             trie[key] = len(nodes)
             taken[parent] = taken.get(parent, 0.0) + p
-            nodes.append(Node(prop.tokens[i], i + 1, parent, prop.source, prop.signals[i], p, reach))
+            nodes.append(Node(prop.tokens[i], i + 1, parent, prop.source, prop.signals[i], p, reach, support[b][i]))
             expected += reach
             gain = expected / (cost.relative(len(nodes) + 1) + penalty)
             if gain > best_gain:
@@ -453,15 +490,14 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             match = next((i for i in children if nodes[i].token == chosen), None)
             for i in children:  # every child offered here was tested against the target's choice
                 n = nodes[i]
-                calibrator.observe(n.source, n.signal, n.depth - 1, n.p, i == match)
-                report.count(report.offered, n.source)
+                calibrator.observe(n.source, n.signal, n.depth - 1, n.p, i == match, n.agreed)
+                report.offer(n, i == match)
                 verdicts[n.row] = "accepted" if i == match else "rejected"
             if match is None:
                 label, proposer = "sampled", "target"
             else:
-                proposer = nodes[match].source
-                label = "accepted_draft" if proposer == "draft" else "accepted_ngram"
-                report.count(report.accepted, proposer)
+                proposer = nodes[match].proposer
+                label = "accepted_draft" if nodes[match].source == "draft" else "accepted_ngram"
                 accepted_nodes.append(nodes[match])
             info = out.push(chosen, label)
             context.append(chosen)
@@ -518,10 +554,20 @@ class AutoReport:
         self.offered: dict[str, int] = {}
         self.accepted: dict[str, int] = {}
         self.decisions: dict[str, int] = {}
+        self.agreed = [0, 0]  # offered, accepted: tokens sources of two families proposed
 
     @staticmethod
     def count(table: dict[str, int], key: str) -> None:
         table[key] = table.get(key, 0) + 1
+
+    def offer(self, node: Node, accepted: bool) -> None:
+        """A verified node: counted for its source (and as agreed, if another family proposed it too)."""
+        self.count(self.offered, node.source)
+        if accepted:
+            self.count(self.accepted, node.source)
+        if node.agreed:
+            self.agreed[0] += 1
+            self.agreed[1] += accepted
 
     def decide(self, nodes: list[Node]) -> str:
         used = sorted({n.source for n in nodes})
@@ -533,4 +579,5 @@ class AutoReport:
         return {"decisions": dict(sorted(self.decisions.items())),
                 "sources": {s: {"offered": self.offered.get(s, 0), "accepted": self.accepted.get(s, 0)}
                             for s in SOURCES if self.offered.get(s)},
+                "agreed": {"offered": self.agreed[0], "accepted": self.agreed[1]},
                 "calibration": calibrator.table()}

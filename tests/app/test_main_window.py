@@ -9,7 +9,7 @@ import pytest
 
 from app.main_window import MainWindow
 from app.qt import QtCore, QtGui
-from app.widgets.token_stream import SOURCE_COLOURS, SOURCE_PROPERTY
+from app.widgets.token_stream import SOURCE_COLOURS, SOURCE_PROPERTY, proposer_label
 from engine import catalog
 from tests.conftest import CODE_PROMPT
 
@@ -114,7 +114,10 @@ def test_auto_shows_its_decisions_proposers_and_calibration(window, qtbot, monke
     decisions = {record["decision"] for _step, record, _n in window.decisions.steps}
     assert "plain" in decisions or len(decisions) > 1
     proposers = {meta[6] for meta in window.stream._token_meta if meta[2] == "accepted_ngram"}
-    assert proposers and proposers <= {"ngram", "ngram_alt", "suffix"}  # every accepted token names its source
+    # every accepted token names its source, joined by the others that proposed it too
+    assert proposers and {p for joined in proposers for p in joined.split("+")} <= {"ngram", "ngram_alt", "suffix"}
+    assert any("+" in p for p in proposers)  # the code prompt repeats itself: both sources saw the same tokens
+    assert proposer_label("ngram+suffix") == "the context n-gram cache and the suffix match, which agreed"
     assert not window.stats.calibration_plot.isHidden()
     run(window, qtbot, "Hello", mode="plain", max_tokens=4)
     assert window.decisions_box.isHidden() and window.stats.calibration_plot.isHidden()

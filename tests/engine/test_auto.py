@@ -157,6 +157,24 @@ def test_the_tree_shares_a_common_prefix_and_cuts_where_gain_peaks():
     assert build_tree([Proposal("ngram", [1, 2], [(1, 0, 0, 0)] * 2)], hopeless, StepCost(), room=8) == ([], 1.0)
 
 
+def test_a_token_two_source_families_propose_is_calibrated_apart():
+    calibrator = Calibrator()
+    for _ in range(20):  # alone the n-gram cache has been wrong; agreeing with the suffix match, right
+        calibrator.observe("ngram", (2, 3, 1, 0), 0, 0.5, False)
+        calibrator.observe("ngram", (2, 3, 1, 0), 0, 0.5, True, agreed=True)
+    assert calibrator.probability("ngram", (2, 3, 1, 0), 0, agreed=True) > 0.8
+    assert calibrator.probability("ngram", (2, 3, 1, 0), 0) < 0.2
+    ngram = Proposal("ngram", [5, 6, 7], [(2, 3, 1, 0)] * 3)
+    suffix = Proposal("suffix", [5, 6, 9], [(1,)] * 3)
+    sibling = Proposal("ngram_alt", [5, 8], [(2, 3, 1, 0), (2, 1, 1, 1)])
+    nodes, _ = build_tree([ngram, suffix, sibling], calibrator, StepCost(FLAT), room=8)
+    by_path = {(n.depth, n.token): n for n in nodes}
+    assert by_path[(1, 5)].agreed and by_path[(2, 6)].proposer == "ngram+suffix"
+    # a sibling branch is the n-gram cache again: no second opinion
+    assert not by_path[(3, 7)].agreed and not by_path.get((2, 8), by_path[(3, 7)]).agreed
+    assert by_path[(1, 5)].p > 0.8
+
+
 def test_cli_json_reports_sources_and_decisions():
     import json
     import subprocess
@@ -166,7 +184,7 @@ def test_cli_json_reports_sources_and_decisions():
                            "-t", str(N_THREADS), "--json", "--no-predict"], capture_output=True, text=True, check=True)
     stats = json.loads(done.stdout)["stats"]
     assert sum(stats["auto"]["decisions"].values()) == stats["steps"] - 1
-    assert set(stats["auto"]) == {"decisions", "sources", "calibration"}
+    assert set(stats["auto"]) == {"decisions", "sources", "agreed", "calibration"}
 
 
 def test_auto_validates_its_draft_limit():
