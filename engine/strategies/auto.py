@@ -343,6 +343,7 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
     step cost is highest. Returns the nodes in batch order and the predicted gain over a plain
     step (1.0 for an empty tree: a plain step)."""
     support = _support(proposals)
+    chance: dict[tuple[int, int], float] = {}  # (proposal, position) -> calibrated probability
     trie: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
     nodes: list[Node] = []
     frontier = [(b, 0, -1) for b in range(len(proposals))]  # (proposal, next position, parent node)
@@ -360,10 +361,11 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
                 pick = (fi, 1.0, -1.0)
                 break
             parent_reach = 1.0 if parent < 0 else nodes[parent].reach
-            agreed = len(support[b][i]) > 1
+            p = chance.get((b, i))
+            if p is None:
+                p = chance[b, i] = calibrator.probability(prop.source, prop.signals[i], i, len(support[b][i]) > 1)
             # children of one node are alternatives: together they cannot exceed certainty
-            p = min(calibrator.probability(prop.source, prop.signals[i], i, agreed),
-                    max(0.0, 1.0 - taken.get(parent, 0.0)))
+            p = min(p, max(0.0, 1.0 - taken.get(parent, 0.0)))
             if pick is None or parent_reach * p > pick[1]:
                 pick = (fi, parent_reach * p, p)
         if pick is None or pick[1] < MIN_REACH:
