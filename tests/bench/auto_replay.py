@@ -1,7 +1,7 @@
 """Auto's planner against llama-lookup's drafting and the oracle, replayed on plain decoding's
 output with every step priced alike, so the comparison has none of the machine's run-to-run noise.
 
-    .venv/bin/python tests/bench/auto_replay.py [-n 256] [--all]
+    .venv/bin/python tests/bench/auto_replay.py [-n 256] [--all] [--slope S]
 
 Greedy decoding is deterministic: every lossless strategy emits plain decoding's tokens, so once
 plain's output for a prompt is known, which tokens a step would accept follows from the text alone.
@@ -17,7 +17,8 @@ every shipped prompt), this decodes plain's output once, then replays on it:
 
 Every step is priced in one-token decodes from the batch-cost profile: T(B)/T(1) for a batch of B
 tokens, plus the graph rebuild a one-token decode after a larger one costs (Auto's prior for it).
-Time outside decodes is not priced. A real run's speed-up is this one less its overhead and noise:
+``--slope S`` prices (and lets Auto plan) with T(B)/T(1) = 1 + S·(B - 1) instead: what a machine
+whose batches cost less (a GPU) would see. Time outside decodes is not priced. A real run's speed-up is this one less its overhead and noise:
 ``auto.py`` and ``lookup_vs_llama_cpp.py`` measure those. Prints each prompt's speed-up over plain
 for each, Auto over the best fixed k, and geometric means; then, pooled over the prompts, how often
 the first token the n-gram cache or the suffix match proposed was right, by whether the other one
@@ -44,6 +45,16 @@ from engine.tuning.sweep import prompt_tokens
 
 LOOKUP_KS = range(1, 9)
 K_MAX = 16
+
+
+class LinearCurve:
+    """T(B)/T(1) = 1 + slope·(B - 1)."""
+
+    def __init__(self, slope: float) -> None:
+        self.slope = slope
+
+    def relative(self, n_tokens: int, _n_outputs: int) -> float:
+        return 1.0 + self.slope * (n_tokens - 1)
 
 
 def plain_output(session: Session, tokens: list[int], n: int) -> list[int]:
@@ -134,14 +145,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=256, help="tokens per prompt")
     ap.add_argument("--all", action="store_true", help="every shipped prompt, not the first of each category")
+    ap.add_argument("--slope", type=float, default=None,
+                    help="price batches as 1 + SLOPE·(B-1) one-token decodes instead of the profile's curve")
     args = ap.parse_args()
     with Session(model_path(), n_ctx=4096, n_threads=THREADS) as session:
-        profile.load_or_measure(session)
-        curve = session.cost_curve()
+        if args.slope is None:
+            profile.load_or_measure(session)
+            curve, priced_by = session.cost_curve(), "the profile"
+        else:
+            curve, priced_by = LinearCurve(args.slope), f"T(B)/T(1) = 1 + {args.slope:g}·(B-1)"
         prompts = [("code (bench prompt)", session.tokenize_prompt(CODE_PROMPT))]
         prompts += [(p.category, prompt_tokens(session, p, chat=True))
                     for p in (shipped() if args.all else shipped(per_category=1))]
-        print(f"{model_path().name}, {THREADS} threads, up to {args.n} tokens, each step priced by the profile; "
+        print(f"{model_path().name}, {THREADS} threads, up to {args.n} tokens, each step priced by {priced_by}; "
               "speed-up over plain:")
         print(f"{'prompt':<22}{'tokens':>7}{'auto':>8}{'best k':>8}{'lookup':>8}{'auto/lookup':>13}{'oracle':>8}")
         ratios: dict[str, list[float]] = {"auto": [], "lookup": [], "auto/lookup": [], "oracle": []}
