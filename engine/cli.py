@@ -496,7 +496,7 @@ def _print_stats(config, stats: dict, finish_reason: str) -> None:
             print(f"  {source:7s} offered {c['offered']:4d}, accepted {c['accepted']:4d} ({100 * rate:.1f}%)", file=err)
         agreed = auto.get("agreed", {})
         if agreed.get("offered"):
-            print(f"  of these, proposed by two sources: offered {agreed['offered']}, "
+            print(f"  of these, proposed by several sources: offered {agreed['offered']}, "
                   f"accepted {agreed['accepted']}", file=err)
     print(f"steps     = {stats['steps']}", file=err)
     print(f"tokens/step = {stats['tokens_per_step']:.3f}", file=err)

@@ -170,8 +170,8 @@ def test_a_token_two_source_families_propose_is_calibrated_apart():
     nodes, _ = build_tree([ngram, suffix, sibling], calibrator, StepCost(FLAT), room=8)
     by_path = {(n.depth, n.token): n for n in nodes}
     assert by_path[(1, 5)].agreed and by_path[(2, 6)].proposer == "ngram+suffix"
-    # a sibling branch is the n-gram cache again: no second opinion
-    assert not by_path[(3, 7)].agreed and not by_path.get((2, 8), by_path[(3, 7)]).agreed
+    # past the fork the sources differ; a sibling branch is the n-gram cache again, no second opinion
+    assert not any(n.agreed for n in nodes if n.depth == 3 or n.token == 8)
     assert by_path[(1, 5)].p > 0.8
 
 
