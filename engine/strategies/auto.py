@@ -574,7 +574,7 @@ class AutoReport:
     def decide(self, nodes: list[Node]) -> str:
         used = sorted({n.source for n in nodes})
         decision = "plain" if not used else ("tree:" + "+".join(used) if len(used) > 1 else used[0])
-        self.decisions[decision] = self.decisions.get(decision, 0) + 1
+        self.count(self.decisions, decision)
         return decision
 
     def as_dict(self, calibrator: Calibrator) -> dict:
