@@ -168,6 +168,7 @@ class ConversationList:
     items: tuple  # engine.conversation_store.ConversationSummary
     current: str
     query: str = ""
+    damaged: tuple[str, ...] = ()  # files skipped because they are not conversations
 
 
 @dataclass(frozen=True)
@@ -224,8 +225,8 @@ class DistillDone:
     loss_last: float | None
     eval_losses: tuple[float, ...]
     t_train_s: float
-    agreement_before: float
-    agreement_after: float
+    agreement_before: float | None  # None: a Stop ended the measurement
+    agreement_after: float | None
 
 
 @dataclass(frozen=True)
@@ -252,9 +253,14 @@ class StepGate:
 
     def __init__(self, cancel: threading.Event) -> None:
         self._cond = threading.Condition()
-        self._cancel = cancel
+        self._cancel = cancel  # the running job's Stop flag (the worker sets it for each job)
         self.paused = False
         self._grants = 0
+
+    def watch(self, cancel: threading.Event) -> None:
+        """The Stop flag of the job that runs next (engine thread)."""
+        with self._cond:
+            self._cancel = cancel
 
     def pause(self) -> None:
         with self._cond:
@@ -293,6 +299,34 @@ class StepGate:
                 self._grants -= 1
 
 
+class JobTokens:
+    """One Stop flag per job the window asks for.
+
+    Stop sets the flag of every job asked for before it (the one running and those still queued);
+    a job asked for after it gets a fresh flag, so nothing the window does next (another model, a
+    draft restored after a load) can undo a Stop that is still ending a job."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: list[threading.Event] = []
+
+    def issue(self) -> threading.Event:
+        token = threading.Event()
+        with self._lock:
+            self._live.append(token)
+        return token
+
+    def stop_all(self) -> None:
+        with self._lock:
+            for token in self._live:
+                token.set()
+
+    def retire(self, token: threading.Event) -> None:
+        with self._lock:
+            if token in self._live:
+                self._live.remove(token)
+
+
 _QUIT = object()
 GIL_SWITCH_INTERVAL_S = 0.0005
 # The KV map's picture after every step: the step inspector shows any step's cells before and after,
@@ -311,10 +345,9 @@ class EngineWorker:
         self._thread = threading.Thread(target=self.run, name="specdec-engine", daemon=True)
         self._commands: queue.Queue = queue.Queue()
         self._events: collections.deque = collections.deque()
-        self._session = None  # touched by the engine thread only; Stop goes through self._cancel
-        # One Stop flag for every session this worker makes. Cleared when the window asks for a
-        # job (so a Stop pressed while that job waits in the queue or is being prepared counts),
-        # never by the engine itself.
+        self._session = None  # touched by the engine thread only; Stop goes through the job's token
+        self._tokens = JobTokens()
+        # The running job's Stop flag (engine thread only); the session and the step gate watch it.
         self._cancel = threading.Event()
         self.gate = StepGate(self._cancel)
         self._last_prompt_tokens: list[int] = []
@@ -341,9 +374,9 @@ class EngineWorker:
         self._submit(_Probe())
 
     def _submit(self, job: object) -> None:
-        """Queue a job the user asked for; an earlier Stop does not apply to it."""
-        self._cancel.clear()
-        self._commands.put(job)
+        """Queue a job the user asked for, with its own Stop flag: an earlier Stop does not apply
+        to it, and a later one does (whether it is running or still waiting)."""
+        self._commands.put((job, self._tokens.issue()))
 
     def load_draft(self, path: str | None) -> None:
         self._submit(_Draft(path))
@@ -361,11 +394,11 @@ class EngineWorker:
     def conversation(self, action: str, conv_id: str = "", text: str = "") -> None:
         """Act on conversations: "start" (open the last one), "new", "open", "rename", "delete",
         "list" (search with ``text``) or "system" (set the system message to ``text``)."""
-        self._commands.put(_Conversation(action, conv_id, text))
+        self._submit(_Conversation(action, conv_id, text))
 
     def stop(self) -> None:
         """Stop the job running now and any the window queued before this call."""
-        self._cancel.set()
+        self._tokens.stop_all()
         self.gate.wake()
 
     def pause(self) -> None:
@@ -422,9 +455,11 @@ class EngineWorker:
         from engine.events import RunFailed
 
         while True:
-            command = self._commands.get()
-            if command is _QUIT:
+            item = self._commands.get()
+            if item is _QUIT:
                 break
+            command, token = item
+            self._begin_job(token)
             try:
                 self._dispatch(command)
             except Exception as exc:  # noqa: BLE001 - the window must survive anything
@@ -437,11 +472,21 @@ class EngineWorker:
                     self._emit(LoadFailed(message, previous_model_kept=True, what="draft"))
                 else:
                     self._emit(RunFailed(message))
+            finally:
+                self._tokens.retire(token)
         self._close_session()
+
+    def _begin_job(self, token: threading.Event) -> None:
+        """The job about to run watches ``token``: the session's runs and llama.cpp's abort
+        callback, the step gate, and the jobs' own loops."""
+        self._cancel = token
+        self.gate.watch(token)
+        if self._session is not None:
+            self._session.use_cancel(token)
 
     def _dispatch(self, command) -> None:
         if isinstance(command, _Load):
-            self._auto_profile = command.profile
+            self._auto_profile = command.profile  # a Stop during this load's profile turns it off again
             self._load(command.path, command.n_ctx, command.n_threads, command.n_gpu_layers)
         elif isinstance(command, _Fetch):
             from engine import catalog
@@ -565,6 +610,9 @@ class EngineWorker:
             if recorded is not None and finished:
                 self._emit(TraceReady(recorded))
         finally:
+            # Whatever ended the loop (an exception here included), the run's generator is closed
+            # now, so a chat turn marks its answer interrupted before the window is shown it.
+            events.close()
             if command.chat:  # a failed turn keeps what it wrote (marked interrupted): show it
                 self._conversation_store().set_last_opened(self._conversation.id)
                 if finished:
@@ -621,10 +669,16 @@ class EngineWorker:
         result = distill.distill_draft(session, Path(spec["draft"]), train, spec["steps"], Path(spec["output"]),
                                        n_tokens=spec["n_tokens"], keep_layers=spec["keep_layers"],
                                        cancel=self._cancel, progress=self._emit)
-        self._cancel.clear()  # a Stop ended the training early; the measurement still runs
-        n_check = min(48, spec["n_tokens"])
-        before = distill.greedy_agreement(session, Path(result.start_path), held, n_check)
-        after = distill.greedy_agreement(session, result.path, held, n_check)
+        # A Stop that ended the training early does not skip the measurement: it gets a Stop flag of
+        # its own, which a second Stop sets (the trained draft is then loaded unmeasured).
+        measuring = self._tokens.issue()
+        self._begin_job(measuring)
+        try:
+            n_check = min(48, spec["n_tokens"])
+            before = distill.greedy_agreement(session, Path(result.start_path), held, n_check, cancel=measuring)
+            after = distill.greedy_agreement(session, result.path, held, n_check, cancel=measuring)
+        finally:
+            self._tokens.retire(measuring)
         self._emit(DistillDone(str(result.path), result.steps, result.stopped,
                                result.losses[0] if result.losses else None,
                                result.losses[-1] if result.losses else None, tuple(result.eval_losses),
@@ -685,10 +739,12 @@ class EngineWorker:
 
     def _emit_conversation_list(self, query: str = "") -> None:
         current = self._conversation.id if self._conversation is not None else ""
-        self._emit(ConversationList(tuple(self._conversation_store().list(query)), current, query))
+        found, damaged = self._conversation_store().scan(query)
+        self._emit(ConversationList(tuple(found), current, query, tuple(damaged)))
 
     def _conversation_command(self, command: _Conversation) -> None:
         from engine.conversation import Conversation, new_like, set_system
+        from engine.conversation_store import DamagedConversation
 
         store = self._conversation_store()
         action = command.action
@@ -700,8 +756,8 @@ class EngineWorker:
             last = store.last_opened()
             try:
                 current = store.load(last) if last else current
-            except (OSError, ValueError, KeyError, TypeError):
-                pass  # a damaged file: start afresh (the file stays for the user to look at)
+            except DamagedConversation:
+                pass  # start afresh (the file stays for the user to look at; the list names it)
         elif action == "new":
             current = new_like(current)
         elif action == "open":
@@ -755,6 +811,7 @@ class EngineWorker:
         try:
             self._profile(measure=self._auto_profile, remeasure=False)
         except ProfileCancelled as exc:
+            self._auto_profile = False  # skipped for this model: a draft loaded next does not measure it
             self._emit(ProfileReady(self._profiles["target"], self._profiles["draft"], str(exc)))
 
     def _exactness(self, *, measure: bool) -> None:

@@ -13,6 +13,8 @@ def main() -> int:
     parser.add_argument("-m", "--model", default=None, help="default, gemma or a .gguf path (default: the last one)")
     # `specdec sweep` in a frozen app, which has no `python -m app.sweep_plots`
     parser.add_argument("--sweep-plots", nargs=2, metavar=("RESULTS_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
+    # the smoke tests': load the model, decode a few tokens, print them as JSON and exit (app/self_test.py)
+    parser.add_argument("--self-test", action="store_true", help=argparse.SUPPRESS)
     model_file, argv = split_model_file(sys.argv[1:])
     args, qt_args = parser.parse_known_args(argv)
     if args.sweep_plots:
@@ -27,6 +29,13 @@ def main() -> int:
     qapp.setOrganizationName("SpecDec Studio")
     qapp.setDesktopFileName("specdec-studio")  # Wayland finds the icon through the desktop entry
     qapp.setWindowIcon(QtGui.QIcon(str(app_icon_path())))
+    if args.self_test:
+        from app.self_test import SelfTest, scratch_settings
+
+        window = MainWindow(args.model or model_file or "default", settings=scratch_settings())
+        window.show()
+        SelfTest(window, qapp)
+        return qapp.exec()
     window = MainWindow(args.model or model_file)
     window.show()
     return qapp.exec()

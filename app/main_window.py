@@ -672,6 +672,10 @@ class MainWindow(DemoMixin, JobsMixin, QtWidgets.QMainWindow):
                 self._on_conversation(event)
             elif isinstance(event, ConversationList):
                 self.sidebar.set_items(event.items, event.current)
+                if event.damaged:
+                    self.statusBar().showMessage(
+                        f"Skipped {len(event.damaged)} damaged conversation file{'s' if len(event.damaged) > 1 else ''}"
+                        f" in the data folder: {', '.join(event.damaged[:3])}" + ("…" if len(event.damaged) > 3 else ""))
             elif isinstance(event, RunFailed):
                 self.training = False
                 self.training_bar.hide()
@@ -902,7 +906,8 @@ class MainWindow(DemoMixin, JobsMixin, QtWidgets.QMainWindow):
                                     and bool(self.conversation.messages))
         self.sidebar.set_busy(self.running)
         self.stats.baseline_button.setEnabled(idle and self.last_finished is not None)
-        self.model_bar.setEnabled(not self.running)
+        # a model picked while a profile is measured would queue behind it: the bar waits, and Stop skips it
+        self.model_bar.setEnabled(not self.running and not self.profiling)
         self.tune.set_model_ready(idle)
         self.remeasure_button.setEnabled(idle and not self.profiling)
         self.exactness_button.setEnabled(idle)

@@ -109,12 +109,15 @@ class JobsMixin:
             self.running = self.training = False
             self.training_bar.hide()
             loss = f"loss {event.loss_first:.3f} → {event.loss_last:.3f}" if event.loss_first is not None else ""
+            if event.agreement_before is None or event.agreement_after is None:
+                agreement = "the measurement was stopped"
+            else:
+                agreement = (f"greedy agreement on held-out prompts {100 * event.agreement_before:.0f} % → "
+                             f"{100 * event.agreement_after:.0f} %")
             # shown now, and again once the new draft has loaded (its load messages come after)
             self._distill_summary = (
                 f"Draft trained{' (stopped early)' if event.stopped else ''}: {event.steps} steps in "
-                f"{event.t_train_s:.0f} s, {loss}; greedy agreement on held-out prompts "
-                f"{100 * event.agreement_before:.0f} % → {100 * event.agreement_after:.0f} %; "
-                f"loaded as the draft ({Path(event.path).name})")
+                f"{event.t_train_s:.0f} s, {loss}; {agreement}; loaded as the draft ({Path(event.path).name})")
             self.statusBar().showMessage(self._distill_summary)
         else:
             return False

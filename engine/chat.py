@@ -117,9 +117,14 @@ class Chat:
     def _turn(self, config: RunConfig, fresh_cancel: bool) -> Iterator[Event]:
         session, conv = self.session, self.conversation
         room = max(MIN_ANSWER_ROOM, min(config.max_tokens, session.n_ctx // 4))
+        before = conv.token_state()
         fit = fit_turn(conv, self.encoder, session.n_ctx, room)
-        events = session.run(config, fit.prompt, prompt_text=conv.messages[-1].content,
-                             fresh_cancel=fresh_cancel, reuse_prefix=True)
+        try:
+            events = session.run(config, fit.prompt, prompt_text=conv.messages[-1].content,
+                                 fresh_cancel=fresh_cancel, reuse_prefix=True)
+        except BaseException:
+            conv.restore_token_state(before)  # a turn that never ran drops nothing
+            raise
         note = ""
         if fit.newly_dropped:
             note = (f"the context was full: the model no longer sees the {fit.newly_dropped} oldest "

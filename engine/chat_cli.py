@@ -1,15 +1,22 @@
 """``specdec chat``: a terminal chat over the same conversation model as the app.
 
-One user turn per line (from a terminal, or a pipe for scripts). Commands: ``/regen`` answers the
-last message again, ``/clear`` starts a new conversation, ``/save [TITLE]`` saves it to the user
-data directory (and keeps saving it after every turn), ``/load ID`` opens a saved one, ``/list``
-shows the saved ones, ``/quit`` ends. Ctrl+C stops the answer being written; at the prompt it ends
-the chat.
+One user turn per line (from a terminal, or a pipe for scripts). Each answer ends with a newline
+on standard output; with ``--json`` each turn is one JSON line instead (text, token ids, finish
+reason and the turn's figures), so a pipe gets machine-readable turns. The conversation is saved
+as the app saves it, after every turn, to the same data directory (``SPECDEC_DATA``), so the app's
+Chats tab and ``/list`` show it; its id is printed on standard error at the start, and
+``--no-save`` keeps a throwaway chat off the disk.
+
+Commands: ``/regen`` answers the last message again, ``/clear`` starts a new conversation,
+``/save [TITLE]`` names it (and saves it, even with ``--no-save``), ``/load ID`` opens a saved one,
+``/list`` shows the saved ones, ``/quit`` ends. Ctrl+C stops the answer being written; at the
+prompt it ends the chat.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import time
@@ -31,11 +38,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     with _ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
                                           n_threads=args.threads, n_gpu_layers=args.gpu_layers,
                                           draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
-        chat = Chat(session, store=None)
+        chat = Chat(session, store=None if args.no_save else store)
         if args.system:
             chat.set_system(args.system)
         if args.load:
-            chat = _open(session, store, args.load)
+            chat = _open(session, store, args.load, args.no_save)
+        _say_where(chat, store)
         first = [args.prompt] if args.prompt else []
         while True:
             if first:
@@ -54,7 +62,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     if done:
                         break
                     continue
-                _answer(chat.send(config, line, fresh_cancel=False), args)
+                _answer(chat.send(config, line, fresh_cancel=False), chat, args)
             except SpecDecError as exc:
                 print(f"specdec: {exc}", file=sys.stderr)
     return 0
@@ -76,14 +84,20 @@ def _read_line(interactive: bool) -> str | None:
         signal.signal(signal.SIGINT, previous)
 
 
-def _open(session, store, conv_id: str):
+def _say_where(chat, store) -> None:
+    """The conversation's id on standard error, and whether (and where) it is saved."""
+    where = f"saved after every turn in {store.root}" if chat.store is not None else "not saved (--no-save)"
+    print(f"[conversation {chat.conversation.id}: {where}]", file=sys.stderr)
+
+
+def _open(session, store, conv_id: str, no_save: bool):
     from engine.chat import Chat
 
     try:
         conversation = store.load(conv_id)
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:  # not an id at all
         raise SpecDecError(f"no saved conversation {conv_id!r} ({exc})") from None
-    chat = Chat(session, conversation, store=store)
+    chat = Chat(session, conversation, store=None if no_save else store)
     print(f"[loaded {conversation.title!r}: {len(conversation.messages)} messages"
           + (f"; {chat.note}" if chat.note else "") + "]", file=sys.stderr)
     return chat
@@ -94,10 +108,11 @@ def _command(line: str, chat, session, store, config, args):
     if name in ("/quit", "/exit"):
         return chat, True
     if name == "/regen":
-        _answer(chat.regenerate(config, fresh_cancel=False), args)
+        _answer(chat.regenerate(config, fresh_cancel=False), chat, args)
     elif name == "/clear":
         chat.clear()
         print("[new conversation]", file=sys.stderr)
+        _say_where(chat, store)
     elif name == "/save":
         if rest.strip():
             chat.conversation.title = rest.strip()
@@ -107,7 +122,8 @@ def _command(line: str, chat, session, store, config, args):
     elif name == "/load":
         if not rest.strip():
             raise SpecDecError("/load needs a conversation id; /list shows them")
-        chat = _open(session, store, rest.strip())
+        chat = _open(session, store, rest.strip(), args.no_save)
+        _say_where(chat, store)
     elif name == "/list":
         for s in store.list():
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated))
@@ -117,30 +133,45 @@ def _command(line: str, chat, session, store, config, args):
     return chat, False
 
 
-def _answer(events, args) -> None:
+def _answer(events, chat, args) -> None:
+    """One turn: its tokens as they come and a newline at its end (or, with ``--json``, one JSON
+    line for the turn) on standard output; its figures on standard error."""
     from engine.chat import ConversationChanged
     from engine.cli import write_tokens
     from engine.events import RunFinished, RunWarning, StepDone
 
     t0 = time.perf_counter()
     t_first = None
+    final = None
     for event in events:
         if isinstance(event, StepDone):
             if t_first is None:
                 t_first = time.perf_counter() - t0
-            write_tokens(event, args.color)
+            if not args.json:
+                write_tokens(event, args.color)
         elif isinstance(event, ConversationChanged) and event.note:
             print(f"[{event.note}]", file=sys.stderr)
         elif isinstance(event, RunWarning):
             print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
         elif isinstance(event, RunFinished):
-            s = event.stats
-            line = (f"[{s['n_predict']} tokens · {s['tokens_per_second']:.1f} t/s · {s['tokens_per_step']:.2f} tokens/step"
-                    f" · prompt {s['n_prompt']} ({s['n_prompt_reused']} reused, {s['n_prompt_decoded']} decoded)"
-                    f" · first token {1000 * (t_first or 0.0):.0f} ms")
-            if s["n_drafted"]:
-                line += f" · accepted {s['n_accept']}/{s['n_drafted']}"
-            print(f"\n{line} · {event.finish_reason}]", file=sys.stderr)
+            final = event
+    if final is None:
+        return
+    if args.json:
+        sys.stdout.write(json.dumps({"conversation": chat.conversation.id,
+                                     "turn": sum(m.role == "assistant" for m in chat.conversation.messages),
+                                     "text": final.text, "token_ids": list(final.token_ids),
+                                     "finish_reason": final.finish_reason, "stats": final.stats}) + "\n")
+    else:
+        sys.stdout.write("\n")  # an answer ends with a newline: a script can tell the turns apart
+    sys.stdout.flush()
+    s = final.stats
+    line = (f"[{s['n_predict']} tokens · {s['tokens_per_second']:.1f} t/s · {s['tokens_per_step']:.2f} tokens/step"
+            f" · prompt {s['n_prompt']} ({s['n_prompt_reused']} reused, {s['n_prompt_decoded']} decoded)"
+            f" · first token {1000 * (t_first or 0.0):.0f} ms")
+    if s["n_drafted"]:
+        line += f" · accepted {s['n_accept']}/{s['n_drafted']}"
+    print(f"{line} · {final.finish_reason}]", file=sys.stderr)
 
 
 def add_parser(sub) -> None:
@@ -150,3 +181,5 @@ def add_parser(sub) -> None:
     _add_run_args(p)
     p.add_argument("--system", default="", help="a system message to start the conversation with")
     p.add_argument("--load", default=None, help="open a saved conversation (its id, see /list)")
+    p.add_argument("--no-save", action="store_true",
+                   help="a throwaway chat: nothing is written (by default it is saved after every turn, as the app does)")

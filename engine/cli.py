@@ -283,13 +283,13 @@ def cmd_distill(args: argparse.Namespace) -> int:
                                        args.steps, out, n_tokens=args.n_predict, keep_layers=args.keep_layers,
                                        quant=args.quant, lr=args.lr, cancel=stop, progress=show)
         print(file=sys.stderr)
-        stop.clear()
+        stop.clear()  # a Ctrl+C that ended the training early does not skip the measurement; a second one does
         held = [prompt_tokens(session, p, True) for p in held_out]
         report = {"corpus_tokens": result.n_corpus_tokens, "steps": result.steps, "stopped": result.stopped,
                   "t_train_s": result.t_train_s, "loss_first": result.losses[0] if result.losses else None,
                   "loss_last": result.losses[-1] if result.losses else None, "eval_losses": result.eval_losses,
-                  "output": str(out), "before": _measure_draft(session, result.start_path, held, args),
-                  "after": _measure_draft(session, out, held, args)}
+                  "output": str(out), "before": _measure_draft(session, result.start_path, held, args, stop)}
+        report["after"] = _measure_draft(session, out, held, args, stop) if report["before"] else None
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -298,6 +298,9 @@ def cmd_distill(args: argparse.Namespace) -> int:
               + " → ".join(f"{x:.3f}" for x in report["eval_losses"]) + f"\nwrote {out}", file=sys.stderr)
         for when in ("before", "after"):
             m = report[when]
+            if m is None:
+                print(f"{when:6s}: not measured (stopped)", file=sys.stderr)
+                continue
             print(f"{when:6s}: greedy agreement {100 * m['agreement']:.1f} % · acceptance by position "
                   + " ".join(f"{100 * a:.0f}%" for a in m["accept_per_position"])
                   + f" · speculative k={args.draft_k} {m['speedup_measured']:.2f}× plain here"
@@ -306,16 +309,19 @@ def cmd_distill(args: argparse.Namespace) -> int:
     return 1 if stop.is_set() else 0
 
 
-def _measure_draft(session, draft_path: Path, prompts: list[list[int]], args) -> dict:
+def _measure_draft(session, draft_path: Path, prompts: list[list[int]], args, stop) -> dict | None:
     """A draft on held-out prompts: greedy agreement, speculative decoding's acceptance per
     position and its speed-up over plain measured here, and predicted for this machine's
-    batch-cost profile and for hardware where a batch costs what one token does."""
+    batch-cost profile and for hardware where a batch costs what one token does. None if
+    ``stop`` was set before it finished."""
     from engine import distill
     from engine.config import RunConfig, SpeculativeParams
-    from engine.events import RunFinished
+    from engine.session import last_event
     from engine.tuning import cost_model, profile
 
-    agreement = distill.greedy_agreement(session, draft_path, prompts, args.n_predict)
+    agreement = distill.greedy_agreement(session, draft_path, prompts, args.n_predict, cancel=stop)
+    if agreement is None:
+        return None
     session.load_draft(draft_path)
     try:
         plain_cfg = RunConfig(max_tokens=args.n_predict)
@@ -326,7 +332,9 @@ def _measure_draft(session, draft_path: Path, prompts: list[list[int]], args) ->
         stats_all = []
         for tokens in prompts:
             for config in (plain_cfg, spec_cfg):
-                final = next(e for e in session.run(config, tokens) if isinstance(e, RunFinished))
+                final = last_event(session.run(config, tokens, fresh_cancel=False))
+                if final.finish_reason == "cancelled":
+                    return None
                 s = final.stats
                 if config is plain_cfg:
                     t_plain += s["t_generate_s"]
@@ -337,7 +345,9 @@ def _measure_draft(session, draft_path: Path, prompts: list[list[int]], args) ->
                     stats_all.append(s)
                     for i, rate in enumerate(s.get("accept_per_position", [])[: args.draft_k]):
                         rates[i].append(rate)
-        draft_tps = _tokens_per_second_alone(session, prompts[0], args.n_predict)
+        draft_tps = _tokens_per_second_alone(session, prompts[0], args.n_predict, stop)
+        if draft_tps is None:
+            return None
     finally:
         session.unload_draft()
     measured = (n_spec / t_spec) / (n_plain / t_plain) if t_spec and t_plain else 0.0
@@ -359,15 +369,16 @@ def _flat(seconds: float):
     return CostCurve((1, 512), (seconds, seconds), (seconds, seconds))
 
 
-def _tokens_per_second_alone(session, tokens: list[int], n: int) -> float:
-    """The draft model's own plain decoding speed (for the cost model's price of a draft token)."""
+def _tokens_per_second_alone(session, tokens: list[int], n: int, stop) -> float | None:
+    """The draft model's own plain decoding speed (for the cost model's price of a draft token);
+    None if ``stop`` ended it."""
     from engine.config import RunConfig
-    from engine.events import RunFinished
-    from engine.session import Session
+    from engine.session import Session, last_event
 
-    with Session(session.draft_model.info.path, n_ctx=session.n_ctx, n_threads=session.n_threads) as alone:
-        final = next(e for e in alone.run(RunConfig(max_tokens=n), tokens) if isinstance(e, RunFinished))
-    return final.stats["tokens_per_second"]
+    with Session(session.draft_model.info.path, n_ctx=session.n_ctx, n_threads=session.n_threads,
+                 cancel=stop) as alone:
+        final = last_event(alone.run(RunConfig(max_tokens=n), tokens, fresh_cancel=False))
+    return None if final.finish_reason == "cancelled" else final.stats["tokens_per_second"]
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -428,7 +439,9 @@ def run_setup(args: argparse.Namespace):
     model_path = catalog.resolve(args.model)
     if config.mode == "speculative" and not args.model_draft:
         raise SpecDecError("--mode speculative needs a draft model: pass -md PATH (or -md default)")
-    draft_path = catalog.resolve(args.model_draft) if args.model_draft and config.mode == "speculative" else None
+    # Auto proposes with a draft model too when one is given (its tree's "draft" source)
+    draft_path = catalog.resolve(args.model_draft) if args.model_draft and config.mode in ("speculative", "auto") \
+        else None
     return config, model_path, draft_path
 
 
@@ -436,8 +449,8 @@ def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Na
     """Predicted speed-up (cost model on the batch-cost profile and the run's own counters) and,
     with ``--baseline``, the speed-up measured against a plain run of the same prompt."""
     from engine.config import RunConfig
+    from engine.session import last_event
     from engine.tuning import cost_model, profile
-
     from engine.tuning.profile import ProfileCancelled
 
     out: dict = {}
@@ -455,18 +468,13 @@ def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Na
                                                                      draft_curve=draft_curve)
     if args.baseline and not session.cancel_flag.is_set():
         plain = RunConfig(mode="plain", max_tokens=config.max_tokens, sampling=config.sampling)
-        base = _last_event(session.run(plain, tokens, fresh_cancel=False))
+        base = last_event(session.run(plain, tokens, fresh_cancel=False))
         if base.finish_reason != "cancelled" and base.stats["tokens_per_second"]:
             out["plain_tokens_per_second"] = base.stats["tokens_per_second"]
             out["measured_speedup"] = stats["tokens_per_second"] / base.stats["tokens_per_second"]
     return out
 
 
-def _last_event(events):
-    final = None
-    for event in events:
-        final = event
-    return final
 
 
 def _print_stats(config, stats: dict, finish_reason: str) -> None:

@@ -159,17 +159,46 @@ class RunConfig:
         out: dict = {"mode": self.mode, "max_tokens": self.max_tokens, **dataclasses.asdict(self.sampling)}
         if self.mode == "lookahead":
             out.update(dataclasses.asdict(self.lookahead))
-        elif self.mode in ("speculative", "lookup"):
+        elif self.mode in ("speculative", "lookup", "auto"):
             out.update(dataclasses.asdict(self.speculative))
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunConfig":
-        """The config :meth:`as_dict` wrote (a trace's, a saved setting's); unknown keys are ignored."""
+    def from_dict(cls, data: object) -> "RunConfig":
+        """The config :meth:`as_dict` wrote (a trace's, a saved setting's); unknown keys are
+        ignored. Raises :class:`ConfigError` in one sentence if a known key has a value of the
+        wrong type or the settings are invalid: the data may come from a damaged or crafted file."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"a run's settings must be an object, got {type(data).__name__}")
 
         def pick(kind):
-            names = {f.name for f in dataclasses.fields(kind)}
-            return kind(**{k: v for k, v in data.items() if k in names})
+            values = {}
+            for f in dataclasses.fields(kind):
+                if f.name in data:
+                    values[f.name] = _checked_value(f.name, data[f.name], f.default)
+            return kind(**values)
 
-        return cls(mode=data.get("mode", "plain"), max_tokens=int(data.get("max_tokens", 128)),
-                   sampling=pick(SamplingParams), lookahead=pick(LookaheadParams), speculative=pick(SpeculativeParams))
+        mode = data.get("mode", "plain")
+        if mode not in MODES:
+            raise ConfigError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        config = cls(mode=mode, max_tokens=_checked_value("max_tokens", data.get("max_tokens", 128), 128),
+                     sampling=pick(SamplingParams), lookahead=pick(LookaheadParams),
+                     speculative=pick(SpeculativeParams))
+        config.validate()
+        return config
+
+
+def _checked_value(name: str, value: object, default: object) -> object:
+    """``value`` if it has the type of the field's ``default`` (an int where a float is wanted is
+    fine; a bool is not a number here); else a ConfigError naming the field."""
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int) or default is None:  # seed: an int or None
+        ok = (isinstance(value, int) and not isinstance(value, bool)) or (default is None and value is None)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # no NaN
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise ConfigError(f"setting {name!r} has the wrong type ({type(value).__name__}: {str(value)[:40]!r})")
+    return float(value) if isinstance(default, float) else value

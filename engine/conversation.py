@@ -118,6 +118,17 @@ class Conversation:
         self.n_dropped = min(self.n_dropped, max(0, len(self.messages) - self.n_fixed))
         self.n_encoded = min(self.n_encoded, len(self.visible()))
 
+    def token_state(self) -> tuple:
+        """What fitting a turn may change (the dropped count and every message's ids), to put
+        back with :meth:`restore_token_state` when the turn fails."""
+        return (self.n_dropped, self.n_encoded, [list(m.tokens) for m in self.messages],
+                [m.produced for m in self.messages])
+
+    def restore_token_state(self, state: tuple) -> None:
+        self.n_dropped, self.n_encoded = state[0], state[1]
+        for m, tokens, produced in zip(self.messages, state[2], state[3]):
+            m.tokens, m.produced = tokens, produced
+
     def forget_tokens(self) -> None:
         """The ids no longer fit the model (another model, another drop): encode again."""
         self.n_encoded = 0
@@ -259,8 +270,7 @@ def fit_turn(conv: Conversation, encoder: ConversationEncoder, n_ctx: int, answe
     prompt = encoder.encode(conv)
     if len(prompt) + answer_room <= n_ctx:
         return Fit(prompt, 0)
-    saved = (conv.n_dropped, conv.n_encoded, [list(m.tokens) for m in conv.messages],
-             [m.produced for m in conv.messages])
+    saved = conv.token_state()
     goal = min(n_ctx - answer_room, n_ctx // 2)
     first = conv.n_dropped
     try:
@@ -276,9 +286,7 @@ def fit_turn(conv: Conversation, encoder: ConversationEncoder, n_ctx: int, answe
                 f"this message needs {len(prompt)} tokens with the system message and the template, but the "
                 f"context holds only {n_ctx}; shorten it or raise the context size")
     except BaseException:
-        conv.n_dropped, conv.n_encoded = saved[0], saved[1]
-        for m, tokens, produced in zip(conv.messages, saved[2], saved[3]):
-            m.tokens, m.produced = tokens, produced
+        conv.restore_token_state(saved)
         raise
     return Fit(prompt, conv.n_dropped - first)
 

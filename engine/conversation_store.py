@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.conversation import Conversation
+from engine.errors import SpecDecError
 from engine.jsonfile import write_json
 
 STATE_FILE = "state.json"  # which conversation was open last
@@ -28,6 +29,14 @@ def data_root() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("specdec-studio", appauthor=False))
+
+
+class DamagedConversation(SpecDecError):
+    """A conversation file that cannot be read as a conversation (it costs only itself)."""
+
+
+# everything reading a file of the wrong shape can raise: a damaged file is one sentence, never a traceback
+_DAMAGE = (OSError, ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError)
 
 
 @dataclass(frozen=True)
@@ -54,26 +63,44 @@ class ConversationStore:
         write_json(self._path(conv.id), conv.to_dict(), durable=True)
 
     def load(self, conv_id: str) -> Conversation:
-        with open(self._path(conv_id), encoding="utf-8") as f:
-            return Conversation.from_dict(json.load(f))
+        """The conversation ``conv_id``; a :class:`DamagedConversation` (one sentence) if its file
+        is missing or is not a conversation."""
+        return self._read(self._path(conv_id))
+
+    def _read(self, path: Path) -> Conversation:
+        try:
+            with open(path, encoding="utf-8") as f:
+                conv = Conversation.from_dict(json.load(f))
+            self._path(conv.id)  # an id that could not be saved again (a crafted file) is damage too
+            return conv
+        except FileNotFoundError:
+            raise DamagedConversation(f"the conversation {path.stem} no longer exists") from None
+        except _DAMAGE as exc:
+            raise DamagedConversation(f"the conversation file {path.name} is damaged "
+                                      f"({type(exc).__name__}: {str(exc)[:80]})") from None
 
     def list(self, query: str = "") -> list[ConversationSummary]:
         """Every readable conversation, the most recently updated first; with ``query``, those
         whose title or any message contains it (case-insensitive)."""
+        return self.scan(query)[0]
+
+    def scan(self, query: str = "") -> tuple[list[ConversationSummary], list[str]]:
+        """:meth:`list`, and the names of the files skipped because they are damaged (a damaged
+        file costs only itself)."""
         needle = query.strip().lower()
-        found = []
-        for path in self.root.glob("*.json"):
+        found, damaged = [], []
+        for path in sorted(self.root.glob("*.json")):
             try:
-                with open(path, encoding="utf-8") as f:
-                    d = json.load(f)
-            except (OSError, ValueError):
-                continue  # a damaged file costs only itself
-            if needle and needle not in str(d.get("title", "")).lower() and not any(
-                    needle in str(m.get("content", "")).lower() for m in d.get("messages", [])):
+                conv = self._read(path)
+            except DamagedConversation:
+                damaged.append(path.name)
                 continue
-            found.append(ConversationSummary(str(d.get("id", path.stem)), str(d.get("title") or "New conversation"),
-                                             float(d.get("updated", 0.0)), len(d.get("messages", []))))
-        return sorted(found, key=lambda s: s.updated, reverse=True)
+            if needle and needle not in conv.title.lower() and not any(
+                    needle in m.content.lower() for m in conv.messages):
+                continue
+            found.append(ConversationSummary(conv.id, conv.title or "New conversation", conv.updated,
+                                             len(conv.messages)))
+        return sorted(found, key=lambda s: s.updated, reverse=True), damaged
 
     def rename(self, conv_id: str, title: str) -> Conversation:
         conv = self.load(conv_id)

@@ -340,31 +340,50 @@ def distill_draft(session, draft_path: Path, prompts: Sequence[Sequence[int]], n
 
 
 # ----------------------------------------------------------------------------- before and after
-def greedy_agreement(target_session, draft_path: Path, prompts: Sequence[Sequence[int]], n_tokens: int) -> float:
+def greedy_agreement(target_session, draft_path: Path, prompts: Sequence[Sequence[int]], n_tokens: int,
+                     cancel=None) -> float | None:
     """The share of the target's greedy tokens that the draft's argmax predicts, teacher-forced on
-    the target's own text (the acceptance a draft would get proposing one token at a time)."""
+    the target's own text (the acceptance a draft would get proposing one token at a time).
+
+    Prompt and text are decoded in batches of the draft context's size, so any prompt that fits
+    the context can be measured. ``cancel`` (a threading.Event) stops it: None is returned."""
     from engine.config import RunConfig
     from engine.events import RunFinished
+    from engine.memory import DecodeAborted
     from engine.sampling import logits_row
     from engine.session import Session
 
+    def stopped() -> bool:
+        return cancel is not None and cancel.is_set()
+
     texts = []
     for tokens in prompts:
-        final = next(e for e in target_session.run(RunConfig(max_tokens=n_tokens), list(tokens))
+        final = next(e for e in target_session.run(RunConfig(max_tokens=n_tokens), list(tokens), fresh_cancel=False)
                      if isinstance(e, RunFinished))
+        if stopped() or final.finish_reason == "cancelled":
+            return None
         texts.append((list(tokens), list(final.token_ids)))
     agree = total = 0
-    with Session(draft_path, n_ctx=target_session.n_ctx, n_threads=target_session.n_threads) as draft:
+    with Session(draft_path, n_ctx=target_session.n_ctx, n_threads=target_session.n_threads, cancel=cancel) as draft:
         ctx, batch, n_vocab = draft.ctx, draft.batch, draft.vocab.n_tokens
         for prompt, output in texts:
             draft.target.forget()
             text = prompt + output
-            batch.clear()
-            for pos, token in enumerate(text):
-                batch.add(token, pos, (0,), pos >= len(prompt) - 1 and pos < len(text) - 1)
-            draft.memory.decode(batch)
-            rows = [i for i in range(len(text)) if batch.logits[i]]
-            for row, expected in zip(rows, output):
-                agree += int(np.argmax(logits_row(ctx, row, n_vocab))) == expected
-                total += 1
+            # the rows whose logits predict an output token: the prompt's last position onwards
+            predicts = range(len(prompt) - 1, len(text) - 1)
+            for start in range(0, len(text), batch.capacity):
+                chunk = range(start, min(start + batch.capacity, len(text)))
+                batch.clear()
+                rows = [batch.add(text[pos], pos, (0,), pos in predicts) for pos in chunk]
+                try:
+                    draft.memory.decode(batch)
+                except DecodeAborted:
+                    return None
+                for pos, row in zip(chunk, rows):
+                    if pos in predicts:
+                        expected = text[pos + 1]
+                        agree += int(np.argmax(logits_row(ctx, row, n_vocab))) == expected
+                        total += 1
+                if stopped():
+                    return None
     return agree / total if total else 0.0

@@ -271,7 +271,7 @@ def _drafter(slot: _Slot, session, config: RunConfig):
         from engine.strategies.speculative import DraftModelDrafter
 
         return DraftModelDrafter(session.draft, slot.sampler, config.speculative.p_min, session.vocab.n_tokens,
-                                 session.vocab.is_eog, session.cancel_flag, seq=slot.seq)
+                                 session.vocab.is_eog, session.cancel_flag, seq=slot.seq, owns_context=False)
     return None
 
 

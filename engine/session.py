@@ -155,6 +155,11 @@ class Session:
         """Ask the current run to stop; safe from any thread. It ends within one step."""
         self._cancel.set()
 
+    def use_cancel(self, flag: threading.Event) -> None:
+        """Watch ``flag`` from now on (a caller that gives every job its own Stop flag): runs,
+        llama.cpp's abort callback and the long jobs all read the session's current flag."""
+        self._cancel = flag
+
     @property
     def cancel_flag(self) -> threading.Event:
         """The flag :meth:`cancel` sets; long jobs other than runs (profiles, sweeps) watch it."""

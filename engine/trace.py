@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from engine import __version__
-from engine.errors import SpecDecError
+from engine.config import MAX_SEQUENCES, RunConfig
+from engine.errors import ConfigError, SpecDecError
 from engine.events import (BatchRow, Event, KvSnapshot, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
                            StepBatch, StepDone, TokenInfo)
 
@@ -40,6 +41,7 @@ TRACE_EVENTS = (RunStarted, StepDone, StepBatch, RejectedDraft, KvSnapshot, RunF
 FORMAT = "specdec-trace"
 VERSION = 1
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0)
+MAX_KV_CELLS = 1 << 20  # a trace's KV map is at most this many cells wide (llama.cpp contexts here are far smaller)
 
 
 class TraceError(SpecDecError):
@@ -173,6 +175,8 @@ def load(path: str | Path) -> Trace:
 
 
 def parse(lines: Iterable[str], name: str = "trace") -> Trace:
+    """Every event of a trace's lines, each field checked for its type and range: a file may be
+    damaged or crafted, and nothing in it may reach the window unchecked."""
     lines = [line for line in lines if line.strip()]
     if not lines:
         raise TraceError(f"the trace {name} is empty")
@@ -180,16 +184,22 @@ def parse(lines: Iterable[str], name: str = "trace") -> Trace:
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise TraceError(f"{name} is not a SpecDec Studio trace (its first line has no \"format\": \"{FORMAT}\")")
     if header.get("version") != VERSION:
-        raise TraceError(f"the trace {name} has format version {header.get('version')!r}; "
+        raise TraceError(f"the trace {name} has format version {str(header.get('version'))[:20]!r}; "
                          f"this version of the app reads version {VERSION}")
+    try:
+        _check_header(header)
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise TraceError(f"the trace {name} has a corrupted header ({exc})") from None
     decoder = _KvDecoder()
     events: list[tuple[float, Event]] = []
     for number, line in enumerate(lines[1:], start=2):
         record = _json(line, name, number)
         try:
-            t = float(record["t"])
-            event = _event(record["type"], record["data"], decoder)
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            if not isinstance(record, dict):
+                raise TypeError("a line is not an object")
+            t = _number(record["t"])
+            event = _event(_string(record["type"]), _object(record["data"]), decoder)
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError, ConfigError, MemoryError) as exc:
             raise TraceError(f"the trace {name} is corrupted at line {number} ({type(exc).__name__}: {exc})") from None
         events.append((t, event))
     if not events or not isinstance(events[0][1], RunStarted):
@@ -204,31 +214,99 @@ def _json(line: str, name: str, number: int):
         return json.loads(line)
     except json.JSONDecodeError as exc:
         raise TraceError(f"the trace {name} is truncated or corrupted at line {number} ({exc.msg})") from None
+    except RecursionError:
+        raise TraceError(f"the trace {name} is corrupted at line {number} (nested too deeply)") from None
+
+
+def _check_header(header: dict) -> None:
+    """What the window reads from a header: a valid run config, model facts as an object, the
+    creation time as text."""
+    RunConfig.from_dict(header.get("config", {}))
+    _object(header.get("model", {}))
+    _string(header.get("created", ""))
+    _string(header.get("model", {}).get("name", ""))
+
+
+# Typed reads of a JSON value: a wrong type is a corrupted trace, never a crash further on.
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _string(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {type(value).__name__}")
+    return value
+
+
+def _object(value: object) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: object) -> list:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _in_range(value: object, low: int, high: int, what: str) -> int:
+    """An integer ``low <= value < high``."""
+    value = _int(value)
+    if not low <= value < high:
+        raise ValueError(f"{what} {value} is outside [{low}, {high})")
+    return value
+
+
+def _tokens(rows: object) -> tuple[TokenInfo, ...]:
+    out = []
+    for row in _list(rows):
+        token, text, source = _list(row)
+        out.append(TokenInfo(_int(token), _string(text), _string(source)))
+    return tuple(out)
 
 
 def _event(kind: str, data: dict, kv: "_KvDecoder") -> Event:
     if kind == "StepDone":
-        return StepDone(data["step"], tuple(TokenInfo(int(i), str(text), src) for i, text, src in data["tokens"]),
-                        data["n_drafted"], data["n_accepted"], data["t_decode_s"], data["t_step_s"],
-                        dict(data.get("extra") or {}))
+        return StepDone(_int(data["step"]), _tokens(data["tokens"]), _int(data["n_drafted"]),
+                        _int(data["n_accepted"]), _number(data["t_decode_s"]), _number(data["t_step_s"]),
+                        dict(_object(data.get("extra") or {})))
     if kind == "StepBatch":
-        return StepBatch(data["step"], tuple(BatchRow(int(tok), str(text), int(pos), tuple(seqs), bool(logits), role,
-                                                      verdict)
-                                             for tok, text, pos, seqs, logits, role, verdict in data["rows"]))
+        rows = []
+        for row in _list(data["rows"]):
+            tok, text, pos, seqs, logits, role, verdict = _list(row)
+            rows.append(BatchRow(_int(tok), _string(text), _int(pos),
+                                 tuple(_in_range(s, 0, MAX_SEQUENCES, "sequence") for s in _list(seqs)),
+                                 bool(logits), _string(role), _string(verdict)))
+        return StepBatch(_int(data["step"]), tuple(rows))
     if kind == "KvSnapshot":
         return kv.decode(data)
     if kind == "RunStarted":
-        return RunStarted(dict(data["config"]), dict(data["model"]), int(data["n_prompt"]), str(data["prompt_text"]))
+        config = _object(data["config"])
+        RunConfig.from_dict(config)
+        return RunStarted(dict(config), dict(_object(data["model"])), _int(data["n_prompt"]),
+                          _string(data["prompt_text"]))
     if kind == "RunFinished":
-        return RunFinished(data["text"], tuple(data["token_ids"]), data["finish_reason"], _int_keys(data["stats"]),
-                           data.get("end_token"))
+        end_token = data.get("end_token")
+        return RunFinished(_string(data["text"]), tuple(_int(i) for i in _list(data["token_ids"])),
+                           _string(data["finish_reason"]), _int_keys(_object(data["stats"])),
+                           None if end_token is None else _int(end_token))
     if kind == "RejectedDraft":
-        return RejectedDraft(data["step"], tuple(data["ids"]), tuple(data["texts"]))
+        return RejectedDraft(_int(data["step"]), tuple(_int(i) for i in _list(data["ids"])),
+                             tuple(_string(t) for t in _list(data["texts"])))
     if kind == "RunFailed":
-        return RunFailed(str(data["message"]))
+        return RunFailed(_string(data["message"]))
     if kind == "RunWarning":
-        return RunWarning(str(data["message"]))
-    raise ValueError(f"unknown event type {kind!r}")
+        return RunWarning(_string(data["message"]))
+    raise ValueError(f"unknown event type {kind[:40]!r}")
 
 
 def _int_keys(value):
@@ -247,25 +325,37 @@ class _KvDecoder:
         self.state: tuple[np.ndarray, ...] | None = None
 
     def decode(self, data: dict) -> KvSnapshot:
-        n_cells, n_seq = int(data["n_cells"]), int(data["n_seq"])
+        n_cells = _in_range(data["n_cells"], 1, MAX_KV_CELLS + 1, "n_cells")
+        n_seq = _in_range(data["n_seq"], 1, MAX_SEQUENCES + 1, "n_seq")
         n_bytes = (n_seq + 7) // 8
         if not data["delta"] or self.state is None or self.state[0].shape[0] != n_cells \
                 or self.state[1].shape[1] != n_bytes:
             self.state = (np.full(n_cells, -1, dtype=np.int32), np.zeros((n_cells, n_bytes), dtype=np.uint8),
                           np.zeros((n_cells, n_bytes), dtype=np.uint8), np.full(n_cells, -1, dtype=np.int32))
         pos, during, kept, written = (a.copy() for a in self.state)
-        for cell, p, seqs, kept_seqs, step in data["cells"]:
-            pos[cell] = p
-            during[cell] = np.frombuffer(bytes.fromhex(seqs), dtype=np.uint8)
-            kept[cell] = np.frombuffer(bytes.fromhex(kept_seqs), dtype=np.uint8)
-            written[cell] = step
+        for cell_record in _list(data["cells"]):
+            cell, p, seqs, kept_seqs, step = _list(cell_record)
+            cell = _in_range(cell, 0, n_cells, "cell")
+            pos[cell] = _in_range(p, -1, 2**31 - 1, "position")
+            during[cell] = _seq_bits(seqs, n_bytes)
+            kept[cell] = _seq_bits(kept_seqs, n_bytes)
+            written[cell] = _in_range(step, -1, 2**31 - 1, "step")
         self.state = (pos, during, kept, written)
         seq_of_cell = np.unpackbits(during, axis=1, count=n_seq, bitorder="little").astype(bool).T.copy()
         kept_of_cell = np.unpackbits(kept, axis=1, count=n_seq, bitorder="little").astype(bool).T.copy()
         same = np.array_equal(seq_of_cell, kept_of_cell)
-        return KvSnapshot(int(data["step"]), seq_of_cell, pos.copy(), int(data["used"]), int(data["holes"]),
-                          int(data["largest_free_run"]), tuple(data["seq_pos_min"]), tuple(data["seq_pos_max"]),
+        return KvSnapshot(_int(data["step"]), seq_of_cell, pos.copy(), _int(data["used"]), _int(data["holes"]),
+                          _int(data["largest_free_run"]), tuple(_int(p) for p in _list(data["seq_pos_min"])),
+                          tuple(_int(p) for p in _list(data["seq_pos_max"])),
                           None if same else kept_of_cell, written.copy())
+
+
+def _seq_bits(hex_text: object, n_bytes: int) -> np.ndarray:
+    """A cell's sequences: ``n_bytes`` bytes of bitmask written as hex."""
+    raw = bytes.fromhex(_string(hex_text))
+    if len(raw) != n_bytes:
+        raise ValueError(f"a cell's sequence mask has {len(raw)} bytes, expected {n_bytes}")
+    return np.frombuffer(raw, dtype=np.uint8)
 
 
 # ----------------------------------------------------------------------------- replay

@@ -3,10 +3,10 @@ coloured by where it came from and a legend. Works from the saved view alone (no
 
 from __future__ import annotations
 
-import html
 import time
 
 from engine.conversation import ConversationView, MessageView
+from engine.html_pages import render
 
 # The same meaning (and colours) as the app's token stream.
 SOURCE_STYLES = {
@@ -52,48 +52,25 @@ def to_markdown(view: ConversationView) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _assistant_html(m: MessageView) -> str:
-    if not m.pieces:
-        return html.escape(m.content)
+def _pieces(m: MessageView) -> list[dict] | None:
+    """An answer's tokens with their colours and tooltips; None for a message shown as plain text."""
+    if m.role != "assistant" or not m.pieces:
+        return None
     out = []
     for piece in m.pieces:
-        text, source = str(piece[0]), str(piece[1])
-        style = SOURCE_STYLES.get(source, ("", ""))[1]
+        source = str(piece[1])
         step = piece[2] if len(piece) > 2 else ""
-        token = html.escape(text)
-        out.append(f'<span style="{style}" title="step {step} · {html.escape(source)}">{token}</span>' if style
-                   else f'<span title="step {step}">{token}</span>')
-    return "".join(out)
+        style = SOURCE_STYLES.get(source, ("", ""))[1]
+        out.append({"text": str(piece[0]), "style": style,
+                    "title": f"step {step} · {source}" if style else f"step {step}"})
+    return out
 
 
 def to_html(view: ConversationView) -> str:
-    legend = "".join(f'<span style="{style or "color:inherit"}">{html.escape(label)}</span>'
-                     for label, style in SOURCE_STYLES.values())
-    body = []
-    for m in view.messages:
-        cls = f"msg {m.role}" + (" dropped" if m.dropped else "")
-        content = _assistant_html(m) if m.role == "assistant" else html.escape(m.content)
-        notes = " · ".join(n for n in (_figures_line(m), _state_note(m)) if n)
-        dropped = '<div class="note">no longer in the model\'s context</div>' if m.dropped else ""
-        body.append(f'<div class="{cls}"><div class="role">{ROLE_NAMES.get(m.role, m.role)}</div>'
-                    f'<div class="text">{content}</div>{dropped}'
-                    + (f'<div class="note">{html.escape(notes)}</div>' if notes else "") + "</div>")
-    when = time.strftime("%Y-%m-%d %H:%M")
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(view.title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; max-width: 52em; margin: 2em auto; padding: 0 1em; line-height: 1.5; }}
-.legend span {{ margin-right: 1.5em; }}
-.msg {{ margin: 1em 0; padding: .6em .9em; border-radius: 8px; background: #f4f5f7; }}
-.msg.user {{ background: #e8f0fe; }}
-.msg.dropped {{ opacity: .5; }}
-.role {{ font-weight: 600; font-size: .85em; color: #555; }}
-.text {{ white-space: pre-wrap; font-family: ui-monospace, monospace; }}
-.note {{ font-size: .8em; color: #777; font-style: italic; }}
-</style></head><body>
-<h1>{html.escape(view.title)}</h1>
-<p class="legend">{legend}</p>
-{"".join(body)}
-<p class="note">Exported from SpecDec Studio on {when}.</p>
-</body></html>
-"""
+    messages = [{"role": m.role, "role_name": ROLE_NAMES.get(m.role, m.role), "dropped": m.dropped,
+                 "content": m.content, "pieces": _pieces(m),
+                 "notes": " · ".join(n for n in (_figures_line(m), _state_note(m)) if n)}
+                for m in view.messages]
+    return render("conversation", title=view.title, messages=messages,
+                  legend=[(label, style or "color:inherit") for label, style in SOURCE_STYLES.values()],
+                  exported=time.strftime("%Y-%m-%d %H:%M"))

@@ -52,6 +52,9 @@ tar -C dist -czf "$archive" specdec-studio
 echo "== smoke test"
 packaging/smoke.sh dist/specdec-studio
 
+echo "== the wheel and the sdist, installed outside the checkout (pytest -m packaging)"
+QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -m packaging tests/packaging
+
 total_s=$(( $(date +%s) - started ))
 echo
 echo "bundle:  dist/specdec-studio/  $(du -sh dist/specdec-studio | cut -f1) on disk ($(du -sh dist/specdec-studio/_internal/models | cut -f1) of it the default model)"

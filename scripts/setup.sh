@@ -49,23 +49,38 @@ if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
     fi
 fi
 
-[[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-
 flags_key=$(printf '%s' "$CMAKE_FLAGS" | sha256sum | cut -c1-12)
 wheel_dir="$CACHE_ROOT/wheels/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION-$flags_key"
-if ! ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-    echo "building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION with CMAKE_ARGS='$CMAKE_FLAGS' (about 5-10 minutes, once)"
-    mkdir -p "$wheel_dir"
-    printf '%s\n' "$CMAKE_FLAGS" > "$wheel_dir/CMAKE_ARGS"
-    CMAKE_ARGS="$CMAKE_FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-        .venv/bin/python -m pip wheel -q --no-deps --no-binary llama-cpp-python \
-        "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$wheel_dir"
+
+make_environment() {
+    [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+    .venv/bin/python -m pip install -q --upgrade pip
+    if ! ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+        echo "building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION with CMAKE_ARGS='$CMAKE_FLAGS' (about 5-10 minutes, once)"
+        mkdir -p "$wheel_dir"
+        printf '%s\n' "$CMAKE_FLAGS" > "$wheel_dir/CMAKE_ARGS"
+        CMAKE_ARGS="$CMAKE_FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+            .venv/bin/python -m pip wheel -q --no-deps --no-binary llama-cpp-python \
+            "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$wheel_dir"
+    fi
+    .venv/bin/python -m pip install -q "$wheel_dir"/llama_cpp_python-*.whl
+    # which wheel this set-up uses: scripts/package.sh installs the same one into the packaging venv
+    ls "$wheel_dir"/llama_cpp_python-*.whl | tail -n 1 > .venv/llama-cpp-python-wheel
+    .venv/bin/python -m pip install -q -e ".[test]"
+}
+
+# A stamp of what the environment was made from (this script, the dependencies, the build flags,
+# the Python): while it holds, `make run` and `make test` skip the pip steps (about half a minute)
+# and only check the models. A change to any of them, or a missing .venv, sets up again.
+stamp_key=$(cat "$0" pyproject.toml <(printf '%s\n' "$CMAKE_FLAGS" "$("$PYTHON" --version 2>&1)") | sha256sum | cut -c1-16)
+if [[ -x .venv/bin/specdec && -f .venv/setup-stamp && "$(cat .venv/setup-stamp)" == "$stamp_key" ]] \
+        && ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "set-up is current (.venv/setup-stamp); checking the models"
+else
+    rm -f .venv/setup-stamp
+    make_environment
+    printf '%s\n' "$stamp_key" > .venv/setup-stamp
 fi
-.venv/bin/python -m pip install -q "$wheel_dir"/llama_cpp_python-*.whl
-# which wheel this set-up uses: scripts/package.sh installs the same one into the packaging venv
-ls "$wheel_dir"/llama_cpp_python-*.whl | tail -n 1 > .venv/llama-cpp-python-wheel
-.venv/bin/python -m pip install -q -e ".[test]"
 
 if (( fetch_all )); then
     .venv/bin/specdec models fetch all

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -10,8 +12,19 @@ import pytest
 
 from engine import catalog
 
-# Conversations the tests write never land in the user's data directory.
-os.environ["SPECDEC_DATA"] = tempfile.mkdtemp(prefix="specdec-test-data-")
+
+def _scratch(prefix: str) -> str:
+    folder = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+# Conversations the tests write never land in the user's data directory, and the tests keep a cache
+# of their own (profiles, exactness probes, file hashes, sweeps): what this machine measured before
+# never steers a test, and no test writes the user's cache. Only the models are the set-up's.
+os.environ["SPECDEC_DATA"] = _scratch("specdec-test-data-")
+os.environ.setdefault("SPECDEC_MODELS", str(catalog.cache_dir()))
+os.environ["SPECDEC_CACHE"] = _scratch("specdec-test-cache-")
 
 N_THREADS = int(os.environ.get("SPECDEC_TEST_THREADS", "2"))
 

@@ -29,11 +29,14 @@ class DraftModelDrafter:
 
     def __init__(self, draft: ModelContext, sampler: Sampler, p_min: float, n_vocab_target: int,
                  is_eog=lambda _token: False, cancel=None, n_reused: int = 0, keep_probs: bool = False,
-                 seq: int = 0) -> None:
+                 seq: int = 0, owns_context: bool = True) -> None:
         self.draft = draft
-        # the draft context's sequence this drafter owns (batch decoding gives each prompt its own);
-        # sequence 0's tokens are the context's own record, which prefix reuse reads
+        # the draft context's sequence this drafter drafts on (batch decoding gives each prompt its own)
         self.seq = seq
+        # A single run's drafter owns the draft context: its sequence 0 is the context's own record,
+        # which prefix reuse reads and may clear. A batch slot's drafter shares the context with the
+        # other slots and touches only its own sequence.
+        self.owns_context = owns_context
         self._cached: list[int] = []
         self.n_reused = n_reused
         self.keep_probs = keep_probs  # record each greedy proposal's probability (Auto calibrates on it)
@@ -48,13 +51,13 @@ class DraftModelDrafter:
 
     @property
     def cached(self) -> list[int]:
-        return self.draft.cached if self.seq == 0 else self._cached
+        return self.draft.cached if self.owns_context else self._cached
 
     def begin(self, prompt: Sequence[int]) -> None:
         """Decode the prompt exactly as the target did (same reused prefix, same chunks): a draft
         that is the target itself then holds bit-identical KV values, so it agrees with the target
         on every token even where large batches are not batch-invariant."""
-        if self.seq == 0:
+        if self.owns_context:
             n_keep = self.draft.keep_prefix(prompt, limit=self.n_reused)
         else:
             self.draft.memory.seq_rm(self.seq, -1, -1)

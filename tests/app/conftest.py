@@ -10,18 +10,34 @@ TIMEOUT_MS = 120_000
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, smollm_drafts, monkeypatch):
-    """The window on the default model in completion mode, with its own settings and data folder
-    (a test module may define its own ``window``)."""
+def open_window(qtbot, tmp_path, smollm_drafts, monkeypatch):
+    """Opens the window on the default model with its own settings and data folder, and waits
+    for the model (and, with ``wait_for_profile``, its batch-cost profile). ``settings`` are
+    stored before the window reads them (``chat``, ``n_ctx``, …)."""
     from app.main_window import MainWindow
     from app.qt import QtCore
 
-    monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))
-    settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
-    settings.setValue("threads", 2)
-    settings.setValue("chat", "false")
-    win = MainWindow("default", settings=settings)
-    qtbot.addWidget(win)
-    qtbot.waitUntil(lambda: win.model_loaded, timeout=TIMEOUT_MS)
-    yield win
-    win.close()
+    monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))  # a fresh conversation store per test
+    opened = []
+
+    def open_(*, wait_for_profile: bool = False, **settings_values) -> MainWindow:
+        settings = QtCore.QSettings(str(tmp_path / f"settings{len(opened)}.ini"), QtCore.QSettings.IniFormat)
+        settings.setValue("threads", 2)
+        for key, value in settings_values.items():
+            settings.setValue(key, value)
+        win = MainWindow("default", settings=settings)
+        qtbot.addWidget(win)
+        opened.append(win)
+        qtbot.waitUntil(lambda: win.model_loaded and (not wait_for_profile or win.profiles["target"] is not None),
+                        timeout=TIMEOUT_MS)
+        return win
+
+    yield open_
+    for win in opened:
+        win.close()
+
+
+@pytest.fixture
+def window(open_window):
+    """The window in completion mode (a test module may ask ``open_window`` for another)."""
+    return open_window(chat="false")

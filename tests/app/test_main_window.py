@@ -17,15 +17,8 @@ TIMEOUT_MS = 120_000
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, smollm_drafts, monkeypatch):
-    monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))  # a fresh conversation store per test
-    settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
-    settings.setValue("threads", 2)
-    win = MainWindow("default", settings=settings)
-    qtbot.addWidget(win)
-    qtbot.waitUntil(lambda: win.model_loaded, timeout=TIMEOUT_MS)
-    yield win
-    win.close()
+def window(open_window):
+    return open_window()  # chat mode, as the app starts
 
 
 def run(window, qtbot, text: str, **values) -> None:
@@ -177,15 +170,70 @@ def test_stop_ends_within_one_step_and_the_app_runs_again(window, qtbot):
     assert window.last_finished.finish_reason == "length"
 
 
-def test_stop_during_a_model_load_keeps_the_app_usable(window, qtbot):
+def _recording(window) -> list:
+    """Every event the worker emits from now on, in order (the window still gets each one)."""
+    emitted: list = []
+    original_emit = window.worker._emit
+
+    def record(event):
+        emitted.append(event)
+        original_emit(event)
+
+    window.worker._emit = record
+    return emitted
+
+
+def test_stop_during_a_model_load_skips_its_profile_and_keeps_the_app_usable(window, qtbot, tmp_path, monkeypatch,
+                                                                             smollm_drafts):
+    """Nothing is cached, so the load would measure a batch-cost profile. Stop pressed during the
+    load skips it, and the draft the window restores right after the load (a job of its own) does
+    not measure it either: the Stop is not lost between jobs."""
+    from app.engine_worker import DraftLoaded, ProfileReady, ProfileStarted
+    from engine.tuning.profile import profile_dir
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    window.settings.setValue("auto_profile", "true")
+    window.settings.setValue("last_draft", str(smollm_drafts["default-q3_k_m"]))
+    emitted = _recording(window)
     window.load_model("default")
     assert window.loading and window.input.stop.isEnabled()
     window.stop_run()
-    qtbot.waitUntil(lambda: window.model_loaded, timeout=TIMEOUT_MS)
-    assert not window.loading
+    qtbot.waitUntil(lambda: any(isinstance(e, DraftLoaded) for e in emitted)
+                    and isinstance(emitted[-1], ProfileReady), timeout=TIMEOUT_MS)
+    assert window.model_loaded and not window.loading
+    stopped = [e for e in emitted if isinstance(e, ProfileReady) and e.message]
+    assert stopped and all("stopped" in e.message for e in stopped)
+    # every measurement that started (the fixture's first load may still have been measuring) was stopped
+    assert len([e for e in emitted if isinstance(e, ProfileStarted) and e.measuring]) == len(stopped)
+    assert not list(profile_dir().glob("*.json"))  # nothing was measured to the end
     window.input.chat_mode.setChecked(False)
     run(window, qtbot, "Hello", mode="plain", max_tokens=8)
     assert window.last_finished.finish_reason == "length"
+
+
+def test_an_error_in_the_middle_of_a_chat_turn_ends_the_answer_as_interrupted(window, qtbot):
+    session = window.worker._session
+    original = session.kv_snapshot
+    calls: list[int] = []
+
+    def failing(step, n_seq):
+        calls.append(step)
+        if len(calls) == 4:
+            raise RuntimeError("a fault in the middle of a run")
+        return original(step, n_seq)
+
+    session.kv_snapshot = failing
+    try:
+        window.input.chat_mode.setChecked(True)
+        run(window, qtbot, "Count from one to twenty, please.", mode="plain", max_tokens=64)
+    finally:
+        del session.kv_snapshot
+    assert "a fault in the middle of a run" in window.error_label.text()
+    answer = window.conversation.messages[-1]
+    assert answer.role == "assistant" and answer.state == "interrupted" and answer.content
+    assert "[interrupted" in window.stream.toPlainText()
+    run(window, qtbot, "Thanks.", mode="plain", max_tokens=8)  # the chat goes on
+    assert window.conversation.messages[-1].state == "done"
 
 
 def test_bad_model_file_shows_the_error_and_keeps_the_app_usable(window, qtbot, tmp_path):
@@ -305,3 +353,26 @@ def test_the_baseline_repeats_the_last_run_and_a_stopped_one_is_not_kept(window,
     done = [e for e in emitted if isinstance(e, BaselineDone)]
     assert len(done) == 1 and done[0].key == window.last_run_key
     assert not window.stats.values["speed-up"].text().startswith("≈")
+
+
+def test_the_chats_list_shows_cli_chats_and_names_a_damaged_file(window, qtbot, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from app.widgets.conversation_list import ID_ROLE
+
+    data = tmp_path / "data"  # the window's own data folder (its fixture's)
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "-n", "8", "-t", "2", "-c", "1024"],
+                          input="Name a colour.\n", capture_output=True, text=True, check=True,
+                          env={**os.environ, "SPECDEC_DATA": str(data)})
+    conv_id = done.stderr.split("[conversation ")[1].split(":")[0]
+    (data / "conversations" / "broken.json").write_text('[{"not": "a conversation"}]')
+    window.worker.conversation("list")
+
+    def listed() -> list[str]:
+        return [window.sidebar.list.item(i).data(ID_ROLE) for i in range(window.sidebar.list.count())]
+
+    qtbot.waitUntil(lambda: conv_id in listed(), timeout=TIMEOUT_MS)
+    assert listed() == [conv_id]
+    assert "broken.json" in window.statusBar().currentMessage()

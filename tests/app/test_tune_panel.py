@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from app.main_window import MainWindow
 from app.qt import QtCore, Qt
 from engine import catalog
 from tests.conftest import CODE_PROMPT
@@ -26,15 +25,8 @@ def module_cache(tmp_path_factory):
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, module_cache):
-    settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
-    settings.setValue("threads", 2)
-    settings.setValue("n_ctx", 1024)
-    win = MainWindow("default", settings=settings)
-    qtbot.addWidget(win)
-    qtbot.waitUntil(lambda: win.model_loaded and win.profiles["target"] is not None, timeout=TIMEOUT_MS)
-    yield win
-    win.close()
+def window(open_window, module_cache):
+    return open_window(n_ctx=1024, wait_for_profile=True)
 
 
 def _tiny_sweep(window) -> None:

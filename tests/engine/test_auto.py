@@ -17,7 +17,7 @@ from engine.tuning.prompts import CATEGORIES, shipped
 from engine.tuning.sweep import prompt_tokens
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
 from tests.engine.lossless import assert_lossless
-from tests.engine.test_speculative import N_SEEDS, _two_sample_p_value
+from tests.engine.test_speculative import SEED_COUNTS, _two_sample_p_value
 
 
 # A machine where verifying more tokens is nearly free (a GPU, a wide CPU): Auto then builds trees,
@@ -109,20 +109,21 @@ def flat(smollm_path):
         yield session
 
 
-def test_stochastic_auto_matches_plain_sampling(flat):
+@pytest.mark.parametrize("n_seeds", SEED_COUNTS)
+def test_stochastic_auto_matches_plain_sampling(flat, n_seeds):
     smollm_session = flat
     prompt = smollm_session.tokenize_prompt("The cat sat on the mat. The dog sat on the log. The cat sat on the mat. "
                                             "The dog sat on")
     runs: dict[str, list[list[int]]] = {"plain": [], "auto": []}
     n_drafted = 0
-    for seed in range(N_SEEDS):
+    for seed in range(n_seeds):
         for mode in runs:
             # a fresh seed stream per mode so the two samples are independent
             sampling = SamplingParams(temperature=0.8, seed=seed + (0 if mode == "plain" else 10_000))
             final, _ = _final(smollm_session.run(RunConfig(mode=mode, max_tokens=4, sampling=sampling), prompt))
             runs[mode].append(list(final.token_ids) + [-1] * (4 - len(final.token_ids)))
             n_drafted += final.stats["n_drafted"] if mode == "auto" else 0
-    assert n_drafted > N_SEEDS
+    assert n_drafted > n_seeds
     for position in (1, 2, 3):
         p_value = _two_sample_p_value([r[position] for r in runs["plain"]], [r[position] for r in runs["auto"]])
         assert p_value > 0.001, (position, p_value)
@@ -148,6 +149,7 @@ def test_the_tree_shares_a_common_prefix_and_cuts_where_gain_peaks():
     nodes, gain = build_tree(proposals, calibrator, StepCost(), room=8)
     tokens = [n.token for n in nodes]
     assert tokens[:2] == [5, 6]  # the shared prefix appears once
+    assert tokens.count(5) == 1 and tokens.count(6) == 1
     assert nodes[0].seqs == sorted(nodes[0].seqs) and set(nodes[0].seqs) >= {0}
     assert gain > 1.0
     # a step that cannot pay is a plain step
@@ -155,6 +157,26 @@ def test_the_tree_shares_a_common_prefix_and_cuts_where_gain_peaks():
     for _ in range(50):
         hopeless.observe("ngram", (1, 0, 0, 0), 0, 0.5, False)
     assert build_tree([Proposal("ngram", [1, 2], [(1, 0, 0, 0)] * 2)], hopeless, StepCost(), room=8) == ([], 1.0)
+
+
+@pytest.mark.parametrize("right_until", [1, 2, 3])
+def test_the_tree_is_cut_where_its_gain_peaks(right_until):
+    """A source that has always been right for its first ``right_until`` tokens and always wrong
+    after: the chain is cut exactly there (a deeper token costs a row and earns nothing), and the
+    gain reported is the expected tokens per step over the step's cost at that depth."""
+    calibrator = Calibrator()
+    for _ in range(200):
+        for position in range(5):
+            calibrator.observe("suffix", (5,), position, 0.5, position < right_until)
+    cost = StepCost()
+    nodes, gain = build_tree([Proposal("suffix", [11, 12, 13, 14, 15], [(5,)] * 5)], calibrator, cost, room=8)
+    assert [n.token for n in nodes] == [11, 12, 13][:right_until]
+    expected = 1.0  # the target's own token
+    reach = 1.0
+    for n in nodes:
+        reach *= n.p
+        expected += reach
+    assert gain == pytest.approx(expected / (cost.relative(1 + right_until) + cost.return_penalty()), rel=0.05)
 
 
 def test_a_token_two_source_families_propose_is_calibrated_apart():

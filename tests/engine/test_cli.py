@@ -89,3 +89,86 @@ def test_transcript_exports_markdown_and_html():
     page = to_html(conv.view())
     assert "&lt;b&gt;" in page and "<b>." not in page  # message text is escaped
     assert 'color:#0a8fa8' in page and "accepted from an n-gram" in page  # coloured token and legend
+
+
+def test_auto_with_a_draft_model_drafts_with_it(capsys):
+    """``-md`` is kept for Auto: the draft model is one of its sources."""
+    from engine.cli import main
+
+    # counting: the draft is sure of the next numbers, and nothing before them repeats yet
+    assert main(["run", "-m", "default", "--mode", "auto", "-md", "default-q8_0", "-n", "24",
+                 "-t", str(N_THREADS), "-p", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "--json", "--no-predict"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    offered = out["stats"]["auto"]["sources"]
+    assert offered["draft"]["offered"] > 0, offered
+    assert out["config"]["mode"] == "auto" and "k_max" in out["config"]
+
+
+def test_auto_settings_survive_the_config_round_trip():
+    from engine.config import RunConfig, SpeculativeParams
+
+    config = RunConfig(mode="auto", max_tokens=33, speculative=SpeculativeParams(k_max=7, p_min=0.25))
+    data = config.as_dict()
+    assert data["k_max"] == 7 and data["p_min"] == 0.25
+    assert RunConfig.from_dict(json.loads(json.dumps(data))) == config
+
+
+def test_a_config_of_the_wrong_shape_is_refused_in_one_sentence():
+    import pytest
+
+    from engine.config import RunConfig
+    from engine.errors import ConfigError
+
+    for bad in ([], {"mode": "warp"}, {"mode": "lookahead", "W": "many"}, {"max_tokens": None},
+                {"mode": "auto", "k_max": True}, {"temperature": float("nan")}, {"mode": "lookahead", "W": 10**9}):
+        with pytest.raises(ConfigError) as err:
+            RunConfig.from_dict(bad)
+        assert "\n" not in str(err.value)
+
+
+TURNS = "Say hello in French.\nWhat is 2+2?\nName a colour.\n"
+
+
+def _chat(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    import os
+
+    env = {**os.environ, "SPECDEC_DATA": str(tmp_path)}
+    return subprocess.run([sys.executable, "-m", "engine.cli", "chat", "-n", "12", "-t", str(N_THREADS),
+                           "-c", "1024", *args], input=TURNS, capture_output=True, text=True, env=env, check=True)
+
+
+def _saved(tmp_path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((tmp_path / "conversations").glob("*.json"))]
+
+
+def test_chat_in_a_pipe_ends_each_answer_with_a_newline_and_saves_every_turn(tmp_path):
+    done = _chat(tmp_path)
+    conv_id = done.stderr.split("[conversation ")[1].split(":")[0]
+    saved = _saved(tmp_path)
+    assert [c["id"] for c in saved] == [conv_id]
+    messages = saved[0]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 3
+    assert all(m["state"] == "done" for m in messages)
+    answers = [m["content"] for m in messages[1::2]]
+    assert all(a.strip() for a in answers)
+    assert done.stdout == "".join(a + "\n" for a in answers)  # each answer ends with a newline
+
+
+def test_chat_json_prints_one_object_per_turn(tmp_path):
+    done = _chat(tmp_path, "--json")
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3
+    turns = [json.loads(line) for line in lines]
+    assert [t["turn"] for t in turns] == [1, 2, 3]
+    assert len({t["conversation"] for t in turns}) == 1
+    for t in turns:
+        assert t["text"] and len(t["token_ids"]) <= 12 and t["finish_reason"] in ("stop", "length")
+        assert t["stats"]["n_predict"] == len(t["token_ids"])
+    assert [m["content"] for m in _saved(tmp_path)[0]["messages"][1::2]] == [t["text"] for t in turns]
+
+
+def test_chat_no_save_writes_nothing(tmp_path):
+    done = _chat(tmp_path, "--no-save")
+    assert done.stdout.endswith("\n") and "not saved" in done.stderr
+    assert done.stderr.count("tokens/step") == 3  # three turns answered
+    assert not (tmp_path / "conversations").exists() or not list((tmp_path / "conversations").iterdir())

@@ -256,3 +256,50 @@ def test_kill_9_during_a_run_keeps_the_conversation_up_to_the_last_save(tmp_path
     assert conv.messages[0].content == "Count from one to a thousand in words."
     answer = conv.messages[1]
     assert answer.state == INTERRUPTED and answer.content.strip()
+
+
+@pytest.mark.parametrize("content", [
+    "[1, 2, 3]",  # a list, not an object
+    '{"id": "x", "updated": "yesterday", "messages": []}',  # a bad time
+    '{"id": "x", "messages": [1, "two", null]}',  # messages that are not objects
+    '{"id": "x", "messages": {"role": "user"}}',  # messages that are not a list
+    '{"id": "../../escape", "messages": []}',  # an id that could not be saved back
+    '{"id": "x", "messages": [{"role": "user", "content": "hi", "pieces": [7]}]}',  # a piece that is no list
+    '"just a string"',
+])
+def test_a_damaged_conversation_file_costs_only_itself(tmp_path, content):
+    store = ConversationStore(tmp_path)
+    good = Conversation()
+    good.add(Message("user", "Name a colour."))
+    store.save(good)
+    (store.root / "damaged.json").write_text(content)
+    found, damaged = store.scan()
+    assert [s.id for s in found] == [good.id] and damaged == ["damaged.json"]
+    assert [s.id for s in store.list("colour")] == [good.id]
+    from engine.conversation_store import DamagedConversation
+
+    with pytest.raises(DamagedConversation, match="damaged.json is damaged") as err:
+        store.load("damaged")
+    assert "\n" not in str(err.value)
+
+
+def test_a_turn_that_fails_to_start_drops_no_older_turns(smollm_path, tmp_path):
+    """Fitting a turn may drop the oldest turns; if the run then cannot start (here: speculative
+    without a draft), the conversation is as it was, on disk too."""
+    from engine.errors import ConfigError
+
+    store = ConversationStore(tmp_path)
+    with Session(smollm_path, n_ctx=256, n_threads=N_THREADS) as session:
+        chat = Chat(session, store=store)
+        for turn in range(2):
+            _final(chat.send(RunConfig(max_tokens=24), f"Turn {turn}: tell me a fact about the sea, please."))
+        conv = chat.conversation
+        before = (conv.n_dropped, [(m.role, m.content, list(m.tokens)) for m in conv.messages])
+        long_question = "Please tell me much more about the sea and its tides and its fish. " * 6
+        with pytest.raises(ConfigError, match="draft model"):
+            chat.send(RunConfig(mode="speculative", max_tokens=64), long_question)
+        assert (conv.n_dropped, [(m.role, m.content, list(m.tokens)) for m in conv.messages]) == before
+        assert store.load(conv.id).n_dropped == before[0]
+        # the same message does drop turns when it can run: the failure above really had dropped some
+        _final(chat.send(RunConfig(max_tokens=8), long_question))
+        assert conv.n_dropped > before[0]

@@ -26,7 +26,9 @@ from engine.gguf_check import GgufProblem, check_buffer, check_file
 
 # 2,000 cases in all; Gemma's check walks 262,144 vocabulary entries (0.15 s), SmolLM2's 49,152
 CASES = {"default": 1500, "gemma": 500}
-LOADED_PER_MODEL = 40  # passing files loaded in llama.cpp in the regular run (all of them with -m slow)
+# passing files loaded in llama.cpp in the regular run (all of them with -m slow): each load writes a
+# whole mutated copy of the model, so a spread of a dozen covers the kinds of mutation at a tenth of the cost
+LOADED_PER_MODEL = 12
 
 
 class Mutated:

@@ -181,10 +181,19 @@ def _execute(session: Session, action: tuple, rng: np.random.Generator) -> None:
         assert (pos_min[s], pos_max[s]) == (memory.pos_min(s), memory.pos_max(s)), (action, s)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])
-@given(program=st.lists(op, min_size=1, max_size=10), seed=st.integers(0, 2**16))
-def test_random_programs_keep_mirror_and_llama_cpp_equal(small_session, program, seed):
+@pytest.mark.parametrize("n_programs", [pytest.param(100, id="100-programs"),
+                                        pytest.param(300, id="300-programs", marks=pytest.mark.slow)])
+def test_random_programs_keep_mirror_and_llama_cpp_equal(small_session, n_programs):
+    @settings(max_examples=n_programs, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(program=st.lists(op, min_size=1, max_size=10), seed=st.integers(0, 2**16))
+    def check(program, seed):
+        _check_program(small_session, program, seed)
+
+    check()
+
+
+def _check_program(small_session, program, seed) -> None:
     rng = np.random.default_rng(seed)
     small_session.memory.clear()
     checked = small_session.memory.verifier.n_checked

@@ -14,7 +14,11 @@ from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
 from tests.engine.lossless import assert_lossless
 
 N_TOKENS = 160
-SETTINGS = [(15, 5, 15), (4, 3, 4), (1, 2, 0), (7, 4, 0)]
+SETTINGS = [(4, 3, 4), (1, 2, 0), (7, 4, 0)]
+# llama-lookahead's default window decodes ~120 tokens a step (44 plain steps here): checked at a
+# shorter length, on the default model (Gemma-3's kernels are not batch-invariant at any size, so the
+# settings above already hold it to the near-tie rule)
+DEFAULT_WINDOW, DEFAULT_WINDOW_TOKENS = (15, 5, 15), 40
 PROMPTS = {"code": CODE_PROMPT, "prose": PROSE_PROMPT}
 
 
@@ -50,13 +54,20 @@ def test_greedy_lookahead_is_lossless(model, prompt_name, wng):
     assert_lossless(session, tokens, plain_ids, result.token_ids, deviation, f"{key} {prompt_name} {wng}")
 
 
-def test_pool_accepts_on_repetitive_code(model):
-    key, session, _, _ = model
+@pytest.mark.parametrize("prompt_name", list(PROMPTS))
+def test_llama_cpp_default_window_is_lossless(model, prompt_name):
+    key, session, probe, plain = model
     if key != "default":
-        pytest.skip("the figure is asked of the default model")
-    result = session.complete(lookahead(15, 5, 15), CODE_PROMPT)
-    assert result.stats["n_accept"] > 0
-    assert result.stats["tokens_per_step"] > 1.5
+        pytest.skip("checked on the default model (see DEFAULT_WINDOW)")
+    tokens, plain_ids = plain[prompt_name]
+    config = lookahead(*DEFAULT_WINDOW, n=DEFAULT_WINDOW_TOKENS)
+    result = session.complete(config, PROMPTS[prompt_name])
+    deviation = deviation_for_batch(probe, config.lookahead.batch_size)
+    assert_lossless(session, tokens, plain_ids[:DEFAULT_WINDOW_TOKENS], result.token_ids, deviation,
+                    f"{key} {prompt_name} {DEFAULT_WINDOW}")
+    if prompt_name == "code":  # the pool works: repetitive code gets n-grams accepted
+        assert result.stats["n_accept"] > 0
+        assert result.stats["tokens_per_step"] > 1.5
 
 
 @pytest.mark.parametrize("ordered_kv", [True, False], ids=["ordered", "reference"])

@@ -187,3 +187,36 @@ def test_past_512_cells_every_flip_is_a_near_tie(session):
             assert finished[job.id].finish_reason == "length"
             assert_lossless(session, job.tokens, single, finished[job.id].token_ids, deviation,
                             f"{mode} P=2 past 512 cells {job.id}")
+
+
+def test_a_slot_starting_a_prompt_keeps_the_other_slots_drafts(session, smollm_path, smollm_drafts):
+    """The draft context is shared by the slots: a slot that takes the next prompt clears only its
+    own sequence. With the target drafting for itself every slot's drafts stay (nearly) always
+    right; a slot whose draft cache had been emptied under it would draft from nothing."""
+    session.load_draft(smollm_path)
+    checked_restart = False
+    try:
+        jobs = _jobs(session)
+        # p0 ends first, so slot 0 takes p4 while the three other slots are mid-run
+        jobs[0] = BatchJob(jobs[0].id, jobs[0].tokens, max_tokens=3)
+        events = []
+        for event in run_batch(session, CONFIGS["speculative"], jobs, 4):
+            events.append(event)
+            if isinstance(event, JobStep) and event.job_id == jobs[4].id and event.step == 0:
+                # slot 0 has just decoded p4's prompt into the draft: the other slots' draft cells
+                # are still there, and the draft's mirror still says what llama.cpp holds
+                draft_memory = session.draft.memory
+                for seq in range(4):
+                    assert draft_memory.mirror.base.seq_pos_max(seq) == draft_memory.pos_max(seq), seq
+                    assert draft_memory.pos_max(seq) >= 0, f"slot {seq}'s draft cache was emptied"
+                checked_restart = True
+    finally:
+        session.load_draft(smollm_drafts["default-q3_k_m"])
+    assert checked_restart  # slot 0 really took another prompt while the others ran
+    finished = {e.job_id: e for e in events if isinstance(e, JobFinished)}
+    for job_id, event in finished.items():
+        s = event.stats
+        if s["n_drafted"] >= 6:
+            # the same model on both sides: only a near-tie flipped by the shared cache can miss
+            assert s["n_accept"] >= 0.8 * s["n_drafted"], (job_id, s["n_accept"], s["n_drafted"])
+    assert session.memory.verifier.n_checked > 0  # the target's mirror was checked on every decode

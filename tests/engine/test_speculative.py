@@ -53,7 +53,6 @@ def test_greedy_speculation_is_lossless_on_smollm(smollm, smollm_path, draft, pa
         config = spec("speculative", params)
     result = session.complete(config, CODE_PROMPT)
     deviation = deviation_for_batch(probe, params.k_max + 1 if params.adaptive != "off" else params.k + 1)
-    assert deviation == 0.0, "SmolLM2 is batch-invariant for batches this small"
     assert_lossless(session, tokens, plain, result.token_ids, deviation, f"{draft} {params}")
     s = result.stats
     assert s["n_drafted"] > 0
@@ -164,7 +163,8 @@ def test_rule_with_a_point_mass_draft(case):
 
 # ----------------------------------------------------------------------------- end to end, T = 0.8
 SAMPLING = dict(temperature=0.8)
-N_SEEDS = 300
+# 100 seeds by default (a real difference in distribution still fails the test), the full 300 with -m slow
+SEED_COUNTS = [pytest.param(100, id="100-seeds"), pytest.param(300, id="300-seeds", marks=pytest.mark.slow)]
 
 
 def _two_sample_p_value(a: list[int], b: list[int]) -> float:
@@ -183,14 +183,15 @@ def _two_sample_p_value(a: list[int], b: list[int]) -> float:
 LOOKUP_PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the mat. The dog sat on"
 
 
+@pytest.mark.parametrize("n_seeds", SEED_COUNTS)
 @pytest.mark.parametrize("mode, text", [("speculative", PROSE_PROMPT), ("lookup", LOOKUP_PROMPT)])
-def test_stochastic_speculation_matches_plain_sampling(smollm, smollm_drafts, mode, text):
+def test_stochastic_speculation_matches_plain_sampling(smollm, smollm_drafts, mode, text, n_seeds):
     session, _, _, _, drafts = smollm
     session.load_draft(drafts["default-q3_k_m"])
     prompt = session.tokenize_prompt(text)
     runs: dict[str, list[list[int]]] = {"plain": [], mode: []}
     n_drafted = 0
-    for seed in range(N_SEEDS):
+    for seed in range(n_seeds):
         sampling = SamplingParams(seed=seed, **SAMPLING)
         for m in runs:
             config = RunConfig(mode=m, max_tokens=4, sampling=sampling, speculative=SpeculativeParams(k=3))
@@ -198,7 +199,7 @@ def test_stochastic_speculation_matches_plain_sampling(smollm, smollm_drafts, mo
             runs[m].append(list(final.token_ids) + [-1] * (4 - len(final.token_ids)))
             if m == mode:
                 n_drafted += final.stats["n_drafted"]
-    assert n_drafted > N_SEEDS  # the drafts really decided tokens
+    assert n_drafted > n_seeds  # the drafts really decided tokens
     for position in (1, 2, 3):
         p_value = _two_sample_p_value([r[position] for r in runs["plain"]], [r[position] for r in runs[mode]])
         assert p_value > 0.001, (mode, position, p_value)

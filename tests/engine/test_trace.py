@@ -7,10 +7,12 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine import trace
 from engine.config import LookaheadParams, RunConfig, SpeculativeParams
-from engine.events import KvSnapshot, RunStarted, StepBatch, StepDone
+from engine.events import BatchRow, KvSnapshot, RejectedDraft, RunFinished, RunStarted, StepBatch, StepDone, TokenInfo
 from engine.trace import Replay, TraceError, TraceRecorder
 from tests.conftest import CODE_PROMPT
 
@@ -190,7 +192,7 @@ def test_cli_run_writes_a_trace_and_replay_plays_it(smollm_path, tmp_path, capsy
 
     path = tmp_path / "cli.jsonl"
     assert main(["run", "-m", str(smollm_path), "--mode", "lookahead", "-n", "16", "-p", CODE_PROMPT,
-                 "--trace", str(path), "--json", "-t", "2"]) == 0
+                 "--trace", str(path), "--json", "-t", "2", "--no-predict"]) == 0
     ran = json.loads(capsys.readouterr().out)
     assert main(["replay", str(path), "--speed", "4", "--json"]) == 0
     replayed = json.loads(capsys.readouterr().out)
@@ -199,3 +201,154 @@ def test_cli_run_writes_a_trace_and_replay_plays_it(smollm_path, tmp_path, capsy
     path.write_text(path.read_text()[:-40])
     assert main(["replay", str(path)]) == 2
     assert "truncated" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- hostile traces
+def _small_trace() -> list[str]:
+    """A complete trace of a made-up lookahead run (no model needed): header, start, two steps
+    with their batches and KV snapshots, a rejected draft, the end."""
+    config = RunConfig(mode="lookahead", max_tokens=4, lookahead=LookaheadParams(2, 3, 1))
+    recorder = TraceRecorder()
+    n_seq, n_cells = config.n_sequences, 16
+
+    def snapshot(step: int, used: int) -> KvSnapshot:
+        seq_of_cell = np.zeros((n_seq, n_cells), dtype=bool)
+        seq_of_cell[0, :used] = True
+        seq_of_cell[1, used - 1] = True
+        pos = np.where(np.arange(n_cells) < used, np.arange(n_cells), -1).astype(np.int32)
+        written = np.where(np.arange(n_cells) < used, step, -1).astype(np.int32)
+        return KvSnapshot(step, seq_of_cell, pos, used, 0, n_cells - used, (0, used - 1, -1, -1),
+                          (used - 1, used - 1, -1, -1), None, written)
+
+    events = [RunStarted(config.as_dict(), {"name": "made-up", "arch": "llama"}, 5, "def f("),
+              StepDone(0, (TokenInfo(7, "x", "sampled"),), 0, 0, 0.01, 0.01),
+              StepBatch(1, (BatchRow(7, "x", 5, (0,), True, "input", ""), BatchRow(8, "y", 6, (1,), True, "ngram",
+                                                                                   "accepted"))),
+              RejectedDraft(1, (9,), ("z",)),
+              StepDone(1, (TokenInfo(8, "y", "accepted_ngram"), TokenInfo(3, "w", "sampled")), 2, 1, 0.02, 0.02),
+              RunFinished("xyw", (7, 8, 3), "length", {"n_predict": 3, "steps": 2}, None)]
+    for i, event in enumerate(events):
+        recorder.add(event, now=0.01 * i)
+        if isinstance(event, StepDone):
+            recorder.add(snapshot(event.step, 6 + 2 * event.step), now=0.01 * i + 0.001)
+    return list(trace.dump_lines(recorder.trace()))
+
+
+def _paths(value, prefix=()):
+    """Every place in a JSON value: (path, value) for the value itself and all it contains."""
+    yield prefix, value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, prefix + (i,))
+
+
+def _replaced(value, path, new):
+    if not path:
+        return new
+    copy = dict(value) if isinstance(value, dict) else list(value)
+    copy[path[0]] = _replaced(value[path[0]], path[1:], new)
+    return copy
+
+
+_LINES = _small_trace()
+_RECORDS = [json.loads(line) for line in _LINES]
+# every place a damaged file could hold something else: the header (its config and model facts among
+# them), and every field of every event (the KV snapshots' cells, sizes and masks among them)
+_PLACES = [(i, path) for i, record in enumerate(_RECORDS) for path, _ in _paths(record)]
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.sampled_from([-1, 0, 1, 2**31, 2**40, 10**9])
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12)
+    | st.sampled_from(["ff", "zz", "00" * 40, "lookahead", "auto", "plain"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=8)
+
+
+def test_the_made_up_trace_loads():
+    loaded = trace.parse(_LINES, "made-up.jsonl")
+    assert loaded.finished.text == "xyw" and loaded.config["mode"] == "lookahead"
+
+
+@settings(max_examples=1200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(place=st.sampled_from(_PLACES), new=_JSON_VALUES, also=st.sampled_from(_PLACES), other=_JSON_VALUES)
+def test_a_damaged_trace_is_refused_in_one_sentence_or_read_whole(place, new, also, other):
+    """Any field of a trace replaced by any JSON value (two at a time): the trace loads, or it is
+    refused with a TraceError of one line. Nothing else may escape (no MemoryError from a huge
+    KV map, no silently wrapped negative cell, no traceback from a config of the wrong type)."""
+    records = list(_RECORDS)
+    for (line, path), value in ((place, new), (also, other)):
+        try:
+            records[line] = _replaced(records[line], path, value)
+        except (KeyError, IndexError, TypeError):  # the first change removed this place
+            pass
+    lines = [json.dumps(r) for r in records]
+    try:
+        loaded = trace.parse(lines, "damaged.jsonl")
+    except TraceError as exc:
+        assert "\n" not in str(exc) and "damaged.jsonl" in str(exc)
+        return
+    # what loads is what the window may rely on
+    assert isinstance(loaded.header.get("model", {}), dict) and isinstance(loaded.title, str)
+    RunConfig.from_dict(loaded.config)
+    for _, event in loaded.events:
+        if isinstance(event, KvSnapshot):
+            assert event.seq_of_cell.shape[1] == event.pos_of_cell.shape[0] <= trace.MAX_KV_CELLS
+            assert (event.pos_of_cell >= -1).all()
+
+
+class _Markup:
+    """What a browser would build from a page: its elements, their attributes, and its text."""
+
+    def __init__(self, page: str) -> None:
+        from html.parser import HTMLParser
+
+        self.tags: list[str] = []
+        self.attributes: list[tuple[str, str]] = []
+        self.text: list[str] = []
+        outer = self
+
+        class Reader(HTMLParser):
+            def handle_starttag(self, tag, attrs):
+                outer.tags.append(tag)
+                outer.attributes += [(name, value or "") for name, value in attrs]
+
+            def handle_data(self, data):
+                outer.text.append(data)
+
+        Reader(convert_charrefs=True).feed(page)
+
+
+EVIL = '"><script>alert(1)</script><img src=x onerror="alert(2)">'
+
+
+def test_reports_and_transcripts_of_a_crafted_trace_carry_no_markup_from_it():
+    from engine import report, transcript
+    from engine.conversation import Conversation, Message
+
+    records = [json.loads(line) for line in _LINES]
+    records[0]["model"] = {"name": EVIL, EVIL: EVIL}
+    records[0]["created"] = EVIL
+    for record in records[1:]:
+        data = record["data"]
+        if record["type"] == "RunStarted":
+            data["prompt_text"] = EVIL
+            data["config"]["mode"] = "lookahead"
+        if record["type"] == "StepDone":
+            data["tokens"] = [[t[0], EVIL, EVIL] for t in data["tokens"]]  # the text and the source
+        if record["type"] == "RunFinished":
+            data["finish_reason"] = EVIL
+    crafted = trace.parse([json.dumps(r) for r in records], "crafted.jsonl")
+    conv = Conversation(title=EVIL)
+    conv.add(Message("user", EVIL))
+    conv.add(Message("assistant", EVIL, pieces=[[EVIL, EVIL, EVIL], [EVIL, "accepted_draft", 1, 5, 1.0]]))
+    pages = {"report": report.run_report(crafted, {EVIL: b"\x89PNG"}), "transcript": report.transcript_html(crafted),
+             "conversation": transcript.to_html(conv.view())}
+    for name, page in pages.items():
+        seen = _Markup(page)
+        assert "script" not in seen.tags and "img" not in set(seen.tags) - ({"img"} if name == "report" else set()), name
+        assert not [a for a, _ in seen.attributes if a.startswith("on")], name
+        assert EVIL in "".join(seen.text), name  # shown as the text it is
+    report_tags = _Markup(pages["report"])
+    assert report_tags.tags.count("img") == 1  # the one plot passed in, not the crafted one
