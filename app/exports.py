@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.qt import QtCore
+from specdec_studio.app.qt import QtCore
 
 
 def plot_png(plot_widget) -> bytes:
@@ -34,7 +34,7 @@ def pictures(window) -> dict[str, bytes]:
 
 def write(window, kind: str, path: Path) -> list[Path]:
     """Write one export; returns the files written."""
-    from engine import report
+    from specdec_studio.engine import report
 
     trace = window.last_trace
     if kind == "report":

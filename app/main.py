@@ -18,11 +18,11 @@ def main() -> int:
     model_file, argv = split_model_file(sys.argv[1:])
     args, qt_args = parser.parse_known_args(argv)
     if args.sweep_plots:
-        from app import sweep_plots
+        from specdec_studio.app import sweep_plots
 
         return sweep_plots.main(args.sweep_plots)
-    from app.qt import QtGui, QtWidgets
-    from app.main_window import MainWindow
+    from specdec_studio.app.qt import QtGui, QtWidgets
+    from specdec_studio.app.main_window import MainWindow
 
     qapp = QtWidgets.QApplication([sys.argv[0], *qt_args])
     qapp.setApplicationName("SpecDec Studio")
@@ -30,7 +30,7 @@ def main() -> int:
     qapp.setDesktopFileName("specdec-studio")  # Wayland finds the icon through the desktop entry
     qapp.setWindowIcon(QtGui.QIcon(str(app_icon_path())))
     if args.self_test:
-        from app.self_test import SelfTest, scratch_settings
+        from specdec_studio.app.self_test import SelfTest, scratch_settings
 
         window = MainWindow(args.model or model_file or "default", settings=scratch_settings())
         window.show()
@@ -52,7 +52,7 @@ def split_model_file(argv: list[str]) -> tuple[str | None, list[str]]:
 
 def app_icon_path() -> Path:
     """The 256 px icon, shipped as package data."""
-    return Path(str(resources.files("resources") / "icons" / "specdec-studio.png"))
+    return Path(str(resources.files("specdec_studio.resources") / "icons" / "specdec-studio.png"))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from app.qt import QtCore
-from engine.trace import Replay, Trace
+from specdec_studio.app.qt import QtCore
+from specdec_studio.engine.trace import Replay, Trace
 
 TICK_MS = 30
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.qt import QtCore
+from specdec_studio.app.qt import QtCore
 
 PROMPT = "The capital of France is"
 N_TOKENS = 8

@@ -21,7 +21,7 @@ def export_plots(result: dict, out_dir: str | Path) -> list[Path]:
     """Write the PNGs of ``result`` into ``out_dir``; needs a QApplication."""
     from pyqtgraph.exporters import ImageExporter
 
-    from app.widgets.sweep_view import SpeedupCurve, SpeedupHeatmap
+    from specdec_studio.app.widgets.sweep_view import SpeedupCurve, SpeedupHeatmap
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -41,7 +41,7 @@ def export_plots(result: dict, out_dir: str | Path) -> list[Path]:
 
 
 def _export(exporter_type, plot, path: Path) -> Path:
-    from app.qt import QtWidgets
+    from specdec_studio.app.qt import QtWidgets
 
     plot.setBackground("w")
     plot.show()  # lay the plot out (title, axes) before it is rendered
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m app.sweep_plots results.json OUT_DIR", file=sys.stderr)
         return 2
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from app.qt import QtWidgets
+    from specdec_studio.app.qt import QtWidgets
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     result = json.loads(Path(args[0]).read_text())

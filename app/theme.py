@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.qt import QtGui, QtWidgets
+from specdec_studio.app.qt import QtGui, QtWidgets
 
 THEMES = ("system", "light", "dark")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.widgets.token_stream import TokenStream
+from specdec_studio.app.widgets.token_stream import TokenStream
 
 DROPPED_DIVIDER = "— the model no longer sees the messages above: the context was full —"
 

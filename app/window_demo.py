@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app.qt import QtGui, QtWidgets
-from app.theme import apply_theme
-from app.transcript import Turn
-from app.widgets.token_stream import PRESENTATION_COLOURS, SOURCE_COLOURS, SOURCE_LABELS
+from specdec_studio.app.qt import QtGui, QtWidgets
+from specdec_studio.app.theme import apply_theme
+from specdec_studio.app.transcript import Turn
+from specdec_studio.app.widgets.token_stream import PRESENTATION_COLOURS, SOURCE_COLOURS, SOURCE_LABELS
 
 
 class DemoMixin:
@@ -79,7 +79,7 @@ class DemoMixin:
 
     # ------------------------------------------------------------------ traces
     def _fill_demo_menu(self) -> None:
-        from engine import demo_traces
+        from specdec_studio.engine import demo_traces
 
         self.demo_menu.clear()
         shipped = demo_traces.shipped()
@@ -94,7 +94,7 @@ class DemoMixin:
 
     def open_trace(self, path: str) -> bool:
         """Load a trace and play it into the window; a bad file changes nothing on screen."""
-        from engine.trace import TraceError, load
+        from specdec_studio.engine.trace import TraceError, load
 
         if self.running:
             self.statusBar().showMessage("Wait for the run to end before replaying a trace")
@@ -148,7 +148,7 @@ class DemoMixin:
             self.save_trace(path)
 
     def save_trace(self, path: str) -> None:
-        from engine import trace
+        from specdec_studio.engine import trace
 
         try:
             trace.save(self.last_trace, path)
@@ -173,7 +173,7 @@ class DemoMixin:
 
     def export_run(self, kind: str, path: str) -> list[str]:
         """Write one export of the shown run; returns the files written."""
-        from app import exports
+        from specdec_studio.app import exports
 
         try:
             written = exports.write(self, kind, Path(path))

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine_worker import BatchKv, DistillDone
-from app.qt import QtWidgets
+from specdec_studio.app.worker_messages import BatchKv, DistillDone
+from specdec_studio.app.qt import QtWidgets
 
 
 class JobsMixin:
-    def start_race(self) -> None:
+    def _ready_for_a_job(self) -> bool:
+        """A model is loaded and nothing runs; else the status bar says which is missing."""
         if self.running or not self.model_loaded:
             self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
+            return False
+        return True
+
+    def start_race(self) -> None:
+        if not self._ready_for_a_job():
             return
         text = self.input.text().strip() or (self.live.user if self.live is not None else "")
         if not text:
@@ -31,8 +37,7 @@ class JobsMixin:
         self.worker.race(config, text, chat=self._chat_shown_setting())
 
     def start_batch(self, source: str, count: int, parallel: int) -> None:
-        if self.running or not self.model_loaded:
-            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
+        if not self._ready_for_a_job():
             return
         config = self._valid_config()
         if config is None:
@@ -48,7 +53,7 @@ class JobsMixin:
         self.worker.run_batch(config, source, count, parallel, chat=self._chat_shown_setting())
 
     def _on_batch_event(self, event) -> bool:
-        from engine import parallel
+        from specdec_studio.engine import parallel
 
         view = self.batch_view
         if isinstance(event, parallel.BatchStarted):
@@ -71,13 +76,12 @@ class JobsMixin:
 
     def train_draft(self) -> None:
         """The draft menu's "Train a draft for this target…": ask how, then train on the engine thread."""
-        from engine import catalog
-        from app.widgets.distill_dialog import DistillDialog
+        from specdec_studio.engine import catalog
+        from specdec_studio.app.widgets.distill_dialog import DistillDialog
 
         # the draft menu shows the draft in use again (its "Train…" entry is an action, not a choice)
         self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(self.draft_path or ""), 0))
-        if self.running or not self.model_loaded:
-            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
+        if not self._ready_for_a_job():
             return
         dialog = DistillDialog(self.model_bar.draft_candidates(), self.model_path, catalog.cache_dir(), self)
         if dialog.exec() != QtWidgets.QDialog.Accepted:
@@ -96,7 +100,7 @@ class JobsMixin:
         self.worker.train_draft(spec)
 
     def _on_distill_event(self, event) -> bool:
-        from engine.distill import DistillProgress
+        from specdec_studio.engine.distill import DistillProgress
 
         if isinstance(event, DistillProgress):
             if event.phase == "train":

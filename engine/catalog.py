@@ -15,9 +15,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import frozen
-from engine.errors import ModelFetchError, ModelFileError
-from engine.models import file_sha256
+from specdec_studio.engine import frozen
+from specdec_studio.engine.errors import ModelFetchError, ModelFileError
+from specdec_studio.engine.models import file_sha256
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def derived_path(key: str) -> Path:
 
 def make_derived(key: str, *, log=print) -> Path:
     """Requantise the base model into a draft (once; the file is kept in the model cache)."""
-    from engine.quantize import requantize
+    from specdec_studio.engine.quantize import requantize
 
     dest = derived_path(key)
     if dest.exists():

@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from engine.config import RunConfig
-from engine.conversation import (
+from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.conversation import (
     DONE,
     INTERRUPTED,
     STREAMING,
@@ -27,9 +27,9 @@ from engine.conversation import (
     reencoded,
     set_system,
 )
-from engine.conversation_store import ConversationStore
-from engine.errors import PromptError
-from engine.events import Event, RejectedDraft, RunFinished, StepDone
+from specdec_studio.engine.conversation_store import ConversationStore
+from specdec_studio.engine.errors import PromptError
+from specdec_studio.engine.events import Event, RejectedDraft, RunFinished, StepDone
 
 SAVE_INTERVAL_S = 2.0
 MIN_ANSWER_ROOM = 64  # tokens an answer is given at least before older turns are dropped

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
-from engine.errors import PromptError
+from specdec_studio.engine.errors import PromptError
 
 TIME_LIMIT_S = 1.0
 MAX_OUTPUT_CHARS = 4 << 20  # 4 Mi characters: far more than any context holds

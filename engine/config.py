@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from engine.errors import ConfigError
-from engine.sampling import SamplingParams
+from specdec_studio.engine.errors import ConfigError
+from specdec_studio.engine.sampling import SamplingParams
 
 
 def default_threads() -> int:

@@ -13,14 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import llama_cpp as llama
+import numpy as np
 
-from engine import native
-from engine.batch import Batch
-from engine.errors import ContextAllocationError
-from engine.kv_cells import KvMirror
-from engine.kv_debug import DEBUG_ENV, DEBUG_LEVEL, KvVerifier
-from engine.memory import Memory
-from engine.models import LoadedModel, ModelInfo
+from specdec_studio.engine import native
+from specdec_studio.engine.batch import Batch
+from specdec_studio.engine.errors import ContextAllocationError
+from specdec_studio.engine.kv_cells import KvMirror
+from specdec_studio.engine.kv_debug import DEBUG_ENV, DEBUG_LEVEL, KvVerifier
+from specdec_studio.engine.memory import Memory
+from specdec_studio.engine.models import LoadedModel, ModelInfo
 
 LOGIT_BYTES = 4  # llama.cpp's compute buffer holds a ubatch's logits: n_ubatch x n_vocab floats
 
@@ -163,7 +164,7 @@ class ModelContext:
         cache that dropped its start, a decode that failed part-way) is cleared instead."""
         memory = self.memory
         most = len(tokens) - 1 if limit is None else min(limit, len(tokens) - 1)
-        n_keep = _common_prefix(self.cached, tokens, most)
+        n_keep = common_prefix(self.cached, tokens, most)
         intact = memory.pos_min(0) in (0, -1) and memory.pos_max(0) + 1 == len(self.cached)
         # a KV map switched off after a disagreement follows again only from an empty cache
         mirror_lost = memory.mirror is not None and not memory.mirror_ok
@@ -193,12 +194,13 @@ class ModelContext:
         self._stack.close()  # verifier, batch, then the context: LIFO
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    n = max(0, min(len(a), len(b), limit))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+def common_prefix(a: Sequence[int], b: Sequence[int], limit: int | None = None) -> int:
+    """How many leading tokens ``a`` and ``b`` share (at most ``limit``)."""
+    n = min(len(a), len(b)) if limit is None else max(0, min(len(a), len(b), limit))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
 
 
 @contextlib.contextmanager

@@ -24,9 +24,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from engine.chat_template import ChatTemplate
-from engine.errors import PromptError
-from engine.tokens import Vocab
+from specdec_studio.engine.chat_template import ChatTemplate
+from specdec_studio.engine.errors import PromptError
+from specdec_studio.engine.tokens import Vocab
 
 FORMAT_VERSION = 1
 DONE, STREAMING, INTERRUPTED = "done", "streaming", "interrupted"

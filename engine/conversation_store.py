@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.conversation import Conversation
-from engine.errors import SpecDecError
-from engine.jsonfile import write_json
+from specdec_studio.engine.conversation import Conversation
+from specdec_studio.engine.errors import SpecDecError
+from specdec_studio.engine.jsonfile import write_json
 
 STATE_FILE = "state.json"  # which conversation was open last
 

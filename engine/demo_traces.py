@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def shipped() -> list[Path]:
-    folder = resources.files("resources") / "traces"
+    folder = resources.files("specdec_studio.resources") / "traces"
     if not folder.is_dir():
         return []
     return sorted(Path(str(entry)) for entry in folder.iterdir() if entry.name.endswith(".jsonl"))

@@ -33,8 +33,8 @@ import numpy as np
 
 import llama_cpp as llama
 
-from engine import native
-from engine.errors import ModelFileError, SpecDecError
+from specdec_studio.engine import native
+from specdec_studio.engine.errors import ModelFileError, SpecDecError
 
 GGML_TYPE_I32 = 26
 LLAMA_FTYPE_ALL_F32 = 0
@@ -74,8 +74,8 @@ class DistillResult:
 def target_corpus(session, prompts: Sequence[Sequence[int]], n_tokens: int, cancel=None) -> list[int]:
     """The prompts followed by the target's greedy continuations, end to end: the text the draft
     learns to predict (each label is the target's own token). A Stop (``cancel``) ends it."""
-    from engine.config import RunConfig
-    from engine.events import RunFinished
+    from specdec_studio.engine.config import RunConfig
+    from specdec_studio.engine.events import RunFinished
 
     corpus: list[int] = []
     for tokens in prompts:
@@ -317,7 +317,7 @@ def distill_draft(session, draft_path: Path, prompts: Sequence[Sequence[int]], n
     ``start_path`` set to the draft as it was before training (cut, if it was cut)."""
     import tempfile
 
-    from engine.quantize import requantize
+    from specdec_studio.engine.quantize import requantize
 
     if progress is not None:
         progress(DistillProgress("corpus", 0, n_steps))
@@ -337,53 +337,3 @@ def distill_draft(session, draft_path: Path, prompts: Sequence[Sequence[int]], n
     result.f32_path = None
     result.start_path = start_path
     return result
-
-
-# ----------------------------------------------------------------------------- before and after
-def greedy_agreement(target_session, draft_path: Path, prompts: Sequence[Sequence[int]], n_tokens: int,
-                     cancel=None) -> float | None:
-    """The share of the target's greedy tokens that the draft's argmax predicts, teacher-forced on
-    the target's own text (the acceptance a draft would get proposing one token at a time).
-
-    Prompt and text are decoded in batches of the draft context's size, so any prompt that fits
-    the context can be measured. ``cancel`` (a threading.Event) stops it: None is returned."""
-    from engine.config import RunConfig
-    from engine.events import RunFinished
-    from engine.memory import DecodeAborted
-    from engine.sampling import logits_row
-    from engine.session import Session
-
-    def stopped() -> bool:
-        return cancel is not None and cancel.is_set()
-
-    texts = []
-    for tokens in prompts:
-        final = next(e for e in target_session.run(RunConfig(max_tokens=n_tokens), list(tokens), fresh_cancel=False)
-                     if isinstance(e, RunFinished))
-        if stopped() or final.finish_reason == "cancelled":
-            return None
-        texts.append((list(tokens), list(final.token_ids)))
-    agree = total = 0
-    with Session(draft_path, n_ctx=target_session.n_ctx, n_threads=target_session.n_threads, cancel=cancel) as draft:
-        ctx, batch, n_vocab = draft.ctx, draft.batch, draft.vocab.n_tokens
-        for prompt, output in texts:
-            draft.target.forget()
-            text = prompt + output
-            # the rows whose logits predict an output token: the prompt's last position onwards
-            predicts = range(len(prompt) - 1, len(text) - 1)
-            for start in range(0, len(text), batch.capacity):
-                chunk = range(start, min(start + batch.capacity, len(text)))
-                batch.clear()
-                rows = [batch.add(text[pos], pos, (0,), pos in predicts) for pos in chunk]
-                try:
-                    draft.memory.decode(batch)
-                except DecodeAborted:
-                    return None
-                for pos, row in zip(chunk, rows):
-                    if pos in predicts:
-                        expected = text[pos + 1]
-                        agree += int(np.argmax(logits_row(ctx, row, n_vocab))) == expected
-                        total += 1
-                if stopped():
-                    return None
-    return agree / total if total else 0.0

@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.errors import ModelFileError
+from specdec_studio.engine.errors import ModelFileError
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from engine import native
-from engine.errors import SpecDecError
-from engine.kv_cells import KvCells, KvMirror
+from specdec_studio.engine import native
+from specdec_studio.engine.errors import SpecDecError
+from specdec_studio.engine.kv_cells import KvCells, KvMirror
 
 DEBUG_ENV = "LLAMA_KV_CACHE_DEBUG"
 DEBUG_LEVEL = "3"

@@ -12,8 +12,8 @@ from typing import Protocol
 
 import llama_cpp as llama
 
-from engine.batch import Batch
-from engine.errors import DecodeError
+from specdec_studio.engine.batch import Batch
+from specdec_studio.engine.errors import DecodeError
 
 
 _NO_ABORT = llama.ggml_abort_callback()  # a NULL callback

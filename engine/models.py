@@ -10,8 +10,8 @@ from pathlib import Path
 
 import llama_cpp as llama
 
-from engine import native
-from engine.errors import ModelFileError, VocabMismatchError
+from specdec_studio.engine import native
+from specdec_studio.engine.errors import ModelFileError, VocabMismatchError
 
 GGUF_MAGIC = b"GGUF"
 # The vocabulary check of llama.cpp's speculative example: sizes may differ by this many tokens
@@ -75,7 +75,7 @@ def check_gguf_file(path: Path) -> None:
     """Raise :class:`ModelFileError` unless ``path`` is a readable GGUF whose header, metadata and
     tensor table pass the pre-flight check (:mod:`engine.gguf_check`); llama.cpp never sees a file
     that fails. A file that passed is remembered by (path, size, mtime) for the process."""
-    from engine.gguf_check import check_file
+    from specdec_studio.engine.gguf_check import check_file
 
     if not path.exists():
         raise ModelFileError(f"{path}: no such file; check the path or run `specdec models fetch`")

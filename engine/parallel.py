@@ -17,15 +17,15 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from engine.config import RunConfig
-from engine.errors import ConfigError
-from engine.events import KvSnapshot, TokenInfo
-from engine.memory import DecodeAborted, NoKvSlot
-from engine.sampling import Sampler, logits_row
-from engine.stats import RunCounters
-from engine.strategies.auto import StepCost
-from engine.strategies.common import FINISH_CANCELLED, FINISH_CONTEXT_FULL, FINISH_LENGTH, Output
-from engine.strategies.verify import AdaptiveK, through_end_of_generation, verify_proposals
+from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.errors import ConfigError
+from specdec_studio.engine.events import KvSnapshot, TokenInfo
+from specdec_studio.engine.memory import DecodeAborted, NoKvSlot
+from specdec_studio.engine.sampling import Sampler, logits_row
+from specdec_studio.engine.stats import RunCounters
+from specdec_studio.engine.strategies.auto.planner import AutoPlanner
+from specdec_studio.engine.strategies.common import FINISH_CANCELLED, FINISH_CONTEXT_FULL, FINISH_LENGTH, Output, first_token, guarded
+from specdec_studio.engine.strategies.verify import AdaptiveK, through_end_of_generation, verify_proposals
 
 BATCH_MODES = ("plain", "lookup", "speculative", "auto")
 FINISH_ERROR = "error"  # the prompt could not run (it does not fit in a slot): nothing decoded
@@ -161,7 +161,7 @@ def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: in
                 slot.drafter.cost.base = len(busy)
                 drafts = slot.drafter.plan(slot.context, max(0, min(room, k_max)))
             elif room > 0 and slot.drafter is not None:
-                draft = _guarded(lambda: slot.drafter.propose(slot.context, room), slot)
+                draft = guarded(slot.output, lambda: slot.drafter.propose(slot.context, room))
                 if draft is None:
                     continue
                 drafts = through_end_of_generation(draft.tokens[:room], vocab.is_eog)
@@ -246,10 +246,8 @@ def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[o
         return
     slot.counters.n_prompt = len(job.tokens)
     slot.counters.t_encode_s = time.perf_counter() - t0
-    token = slot.sampler.sample(logits_row(target.ctx, row, vocab.n_tokens))
-    info = slot.output.push(token, "sampled")
+    token, info = first_token(slot.sampler, slot.output, slot.counters, logits_row(target.ctx, row, vocab.n_tokens))
     slot.t_start = time.perf_counter()
-    slot.counters.record_step(1 if info else 0, 0, 0, 0.0)
     slot.context.append(token)
     slot.n_past = len(job.tokens)
     slot.token = token
@@ -263,25 +261,15 @@ def _drafter(slot: _Slot, session, config: RunConfig):
     if config.mode == "auto":
         return AutoPlanner(slot.job.tokens, session.cost_curve())
     if config.mode == "lookup":
-        from engine.strategies.lookup import DRAFTERS
+        from specdec_studio.engine.strategies.lookup import DRAFTERS
 
         params = config.speculative
         return DRAFTERS[params.lookup](params.ngram_min, params.ngram_max)
     if config.mode == "speculative":
-        from engine.strategies.speculative import DraftModelDrafter
+        from specdec_studio.engine.strategies.speculative import DraftModelDrafter
 
         return DraftModelDrafter(session.draft, slot.sampler, config.speculative.p_min, session.vocab.n_tokens,
                                  session.vocab.is_eog, session.cancel_flag, seq=slot.seq, owns_context=False)
-    return None
-
-
-def _guarded(call, slot: _Slot):
-    try:
-        return call()
-    except NoKvSlot:
-        slot.output.finish(FINISH_CONTEXT_FULL)
-    except DecodeAborted:
-        slot.output.finish(FINISH_CANCELLED)
     return None
 
 
@@ -309,69 +297,8 @@ def _finish(slot: _Slot, memory, reason: str) -> JobFinished:
     return event
 
 
-class BatchStepCost(StepCost):
-    """Auto's step cost inside a shared batch: ``base`` rows are decoded this step anyway (one
-    per busy slot), so a slot's k drafts cost T(base + k) / T(base) of what the step costs
-    without them, not T(1 + k) / T(1)."""
-
-    def __init__(self, curve) -> None:
-        super().__init__(curve)
-        self.base = 1
-
-    def relative(self, n_tokens: int) -> float:
-        if self.curve is None or self.base <= 1:
-            return super().relative(n_tokens)
-        return self.curve.relative(self.base - 1 + n_tokens) / self.curve.relative(self.base)
-
-    def return_penalty(self) -> float:
-        return 0.0  # the batch's shape changes every step anyway
-
-
-class AutoPlanner:
-    """Auto's per-step choice for one slot of a batch. A slot has one sequence, so its candidates
-    form a chain: the single source (n-gram cache or suffix match) whose tokens promise the most
-    emitted tokens per step cost, cut where that gain peaks; nothing when nothing pays."""
-
-    def __init__(self, prompt: Sequence[int], curve) -> None:
-        from engine.strategies.auto import AutoReport, Calibrator, Sources
-
-        self.sources = Sources(prompt, alternatives=False)
-        self.calibrator = Calibrator()
-        self.cost = BatchStepCost(curve)
-        self.report = AutoReport()
-        self.nodes: list = []
-
-    def begin(self, prompt: Sequence[int]) -> None:
-        pass  # the sources were built from the prompt
-
-    def settle(self, context: Sequence[int]) -> None:
-        pass  # the sources follow the context at the next plan
-
-    def plan(self, context: Sequence[int], room: int) -> list[int]:
-        from engine.strategies.auto import build_tree
-
-        best, best_gain = [], 1.0
-        if room > 0:
-            self.sources.advance(context)
-            for proposal in self.sources.propose(context, room, use_draft=False):
-                nodes, gain = build_tree([proposal], self.calibrator, self.cost, room)
-                if gain > best_gain:
-                    best, best_gain = nodes, gain
-        self.nodes = best
-        self.report.decide(best)
-        return [n.token for n in best]
-
-    def observe(self, n_accepted: int, n_tokens: int, t_decode: float) -> None:
-        """What verification made of the plan: the calibration and the step's timing learn."""
-        self.cost.observe(n_tokens, t_decode)
-        for i, node in enumerate(self.nodes[: n_accepted + 1]):
-            accepted = i < n_accepted
-            self.calibrator.observe(node.source, node.signal, node.depth - 1, node.p, accepted, node.agreed)
-            self.report.offer(node, accepted)
-
-
 def kv_snapshot(session, parallel: int) -> KvSnapshot:
     """The shared cache with every slot's sequence, for the Batch view's KV map."""
-    from engine.runner import kv_snapshot as snapshot
+    from specdec_studio.engine.runner import kv_snapshot as snapshot
 
     return snapshot(session.target, 0, parallel)

@@ -22,14 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.sampling import logits_row
-from engine.session import Session
+from specdec_studio.engine.identity import PROBE_TEXT, build_fingerprint, model_sha256
+from specdec_studio.engine.sampling import logits_row
+from specdec_studio.engine.session import Session
 
-PROBE_TEXT = (
-    "The quick brown fox jumps over the lazy dog. In 1905 Albert Einstein published four papers "
-    "that changed physics: on the photoelectric effect, Brownian motion, special relativity and "
-    "the equivalence of mass and energy. def add(a, b):\n    return a + b\n"
-)
 BATCH_SIZES = (2, 4, 8, 16, 32, 64, 128)
 # llama.cpp's CPU flash attention takes its split-KV path for one query row from this many cells
 SPLIT_KV_CELLS = 512
@@ -185,8 +181,7 @@ def exactness_note(result: dict) -> str:
 
 
 def _cache_path(session: Session) -> Path:
-    from engine.catalog import cache_root
-    from engine.tuning.profile import build_fingerprint, model_sha256
+    from specdec_studio.engine.catalog import cache_root
 
     sha = model_sha256(session.model.info.path)
     return cache_root() / "exactness" / f"{sha[:16]}-t{session.n_threads}-{build_fingerprint()}.json"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import base64
 import json
 
-from engine.events import RunFinished, StepDone
-from engine.html_pages import render
-from engine.trace import Trace
-from engine.transcript import SOURCE_STYLES
+from specdec_studio.engine.events import RunFinished, StepDone
+from specdec_studio.engine.html_pages import render
+from specdec_studio.engine.trace import Trace
+from specdec_studio.engine.transcript import SOURCE_STYLES
 
 FIGURES = [("n_predict", "tokens generated"), ("tokens_per_second", "tokens per second"),
            ("tokens_per_step", "tokens per step"), ("steps", "target decodes (steps)"),

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from engine.context import ModelContext
-from engine.events import Event, KvSnapshot, RunFinished, RunStarted, RunWarning, StepDone
-from engine.strategies.common import FINISH_LENGTH, Runtime
+from specdec_studio.engine.context import ModelContext
+from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted, RunWarning, StepDone
+from specdec_studio.engine.strategies.common import FINISH_LENGTH, Runtime
 
 
 def run_events(rt: Runtime, strategy: Callable[[Runtime, Sequence[int]], Iterator[Event]],

@@ -13,7 +13,7 @@ import numpy as np
 
 import llama_cpp as llama
 
-from engine.errors import ConfigError
+from specdec_studio.engine.errors import ConfigError
 
 
 @dataclass(frozen=True)

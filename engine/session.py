@@ -13,17 +13,17 @@ from pathlib import Path
 
 import llama_cpp as llama
 
-from engine.chat_template import ChatTemplate, TemplateRefused
-from engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConfig, default_threads
-from engine.context import ContextSettings, MemoryBudget, ModelContext
-from engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
-from engine.events import Event, KvSnapshot, RunFinished, RunStarted
-from engine.models import LoadedModel, ModelInfo, check_draft_vocab
-from engine.runner import kv_snapshot, run_events
-from engine.sampling import Sampler
-from engine.stats import RunCounters
-from engine.strategies.common import Output, Runtime
-from engine.tokens import Vocab
+from specdec_studio.engine.chat_template import ChatTemplate, TemplateRefused
+from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConfig, default_threads
+from specdec_studio.engine.context import ContextSettings, MemoryBudget, ModelContext
+from specdec_studio.engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
+from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted
+from specdec_studio.engine.models import LoadedModel, ModelInfo, check_draft_vocab
+from specdec_studio.engine.runner import kv_snapshot, run_events
+from specdec_studio.engine.sampling import Sampler
+from specdec_studio.engine.stats import RunCounters
+from specdec_studio.engine.strategies.common import Output, Runtime
+from specdec_studio.engine.tokens import Vocab
 
 
 class Session:
@@ -227,7 +227,7 @@ class Session:
                 f"the prompt has {len(prompt_tokens)} tokens but the context holds only {self.n_ctx}; "
                 "shorten the prompt or raise the context size"
             )
-        from engine.strategies import registry
+        from specdec_studio.engine.strategies import registry
 
         strategy = registry.get(config.mode)
         if config.mode == "speculative" and self.draft is None:
@@ -265,7 +265,7 @@ class Session:
     def cost_curve(self):
         """The batch-cost profile's curve if one was measured for this model and context (Auto
         prices its steps with it; without one it measures its own decodes as it goes)."""
-        from engine.tuning import profile
+        from specdec_studio.engine.tuning import profile
 
         known = profile.cached(profile.profile_key(self))
         return known.curve if known is not None else None

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import llama_cpp as llama
 
-from engine.errors import PromptError
+from specdec_studio.engine.errors import PromptError
 
 
 class Vocab:

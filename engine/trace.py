@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import __version__
-from engine.config import MAX_SEQUENCES, RunConfig
-from engine.errors import ConfigError, SpecDecError
-from engine.events import (BatchRow, Event, KvSnapshot, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
+from specdec_studio.engine import __version__
+from specdec_studio.engine.config import MAX_SEQUENCES, RunConfig
+from specdec_studio.engine.errors import ConfigError, SpecDecError
+from specdec_studio.engine.events import (BatchRow, Event, KvSnapshot, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
                            StepBatch, StepDone, TokenInfo)
 
 # What a trace keeps: a run's own events (a chat's conversation updates are not part of it)
@@ -105,7 +105,7 @@ def make_header(started: RunStarted) -> dict:
 # ----------------------------------------------------------------------------- writing
 def save(trace: Trace, path: str | Path) -> None:
     """Write ``trace`` as JSON lines (atomically: a reader never sees half a file)."""
-    from engine.jsonfile import write_text
+    from specdec_studio.engine.jsonfile import write_text
 
     write_text(Path(path), "".join(line + "\n" for line in dump_lines(trace)), shared=True)
 

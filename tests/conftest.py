@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import catalog
+from specdec_studio.engine import catalog
 
 
 def _scratch(prefix: str) -> str:
@@ -66,7 +66,7 @@ def any_model_path(request) -> Path:
 
 @pytest.fixture(scope="module")
 def smollm_session(smollm_path):
-    from engine.session import Session
+    from specdec_studio.engine.session import Session
 
     with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS) as session:
         yield session
@@ -87,7 +87,7 @@ def smollm_drafts(smollm_path) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def exactness_probe():
     """The exactness probe of a model, measured once per test session (it decodes ~1,400 tokens)."""
-    from engine.probe import probe_exactness
+    from specdec_studio.engine.probe import probe_exactness
 
     results: dict = {}
 

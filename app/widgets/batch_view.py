@@ -7,9 +7,9 @@ every finished prompt. The mode, k and token budget are the run controls'.
 
 from __future__ import annotations
 
-from app.qt import QtCore, QtWidgets, Qt
-from app.widgets.kv_map import KvMapView
-from app.widgets.stream_lane import StreamLane
+from specdec_studio.app.qt import QtCore, QtWidgets, Qt
+from specdec_studio.app.widgets.kv_map import KvMapView
+from specdec_studio.app.widgets.stream_lane import StreamLane
 
 MAX_PARALLEL = 8
 

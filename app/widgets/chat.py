@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.qt import QtGui, QtWidgets, Signal
+from specdec_studio.app.qt import QtGui, QtWidgets, Signal
 
 
 class ChatInput(QtWidgets.QWidget):

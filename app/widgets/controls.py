@@ -7,9 +7,9 @@ is explained under the controls and disables Run.
 
 from __future__ import annotations
 
-from app.qt import QtWidgets, Signal
-from app.widgets.slider_spin import SliderSpin
-from engine.config import (DEFAULT_K, DEFAULT_MAX_TOKENS_APP, DEFAULT_N_BATCH, LOOKAHEAD_APP_DEFAULTS, MODE_LABELS,
+from specdec_studio.app.qt import QtWidgets, Signal
+from specdec_studio.app.widgets.slider_spin import SliderSpin
+from specdec_studio.engine.config import (DEFAULT_K, DEFAULT_MAX_TOKENS_APP, DEFAULT_N_BATCH, LOOKAHEAD_APP_DEFAULTS, MODE_LABELS,
                            MODES)
 
 
@@ -131,8 +131,8 @@ class ControlsPanel(QtWidgets.QWidget):
                     w.setValue(type(w.value())(value))
 
     def config(self):
-        from engine.config import LookaheadParams, RunConfig, SpeculativeParams
-        from engine.sampling import SamplingParams
+        from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
+        from specdec_studio.engine.sampling import SamplingParams
 
         v = self.values()
         return RunConfig(
@@ -146,7 +146,7 @@ class ControlsPanel(QtWidgets.QWidget):
         )
 
     def validation_error(self) -> str | None:
-        from engine.errors import ConfigError
+        from specdec_studio.engine.errors import ConfigError
 
         try:
             self.config().validate(self.n_batch)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from app.qt import QtCore, QtWidgets, Signal
+from specdec_studio.app.qt import QtCore, QtWidgets, Signal
 
 ID_ROLE = QtCore.Qt.UserRole
 

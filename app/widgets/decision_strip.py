@@ -4,7 +4,7 @@ Hover a bar for the step's k, tree depth, predicted gain and the tokens' propose
 
 from __future__ import annotations
 
-from app.qt import QtCore, QtGui, QtWidgets
+from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
 
 DECISION_COLOURS = {
     "plain": "#a0a4aa",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.qt import QtWidgets
+from specdec_studio.app.qt import QtWidgets
 
 
 class DistillDialog(QtWidgets.QDialog):

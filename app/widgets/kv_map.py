@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.qt import QtGui, QtWidgets, pg
+from specdec_studio.app.qt import QtGui, QtWidgets, pg
 
 pg.setConfigOptions(imageAxisOrder="row-major")
 

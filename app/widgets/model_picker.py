@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.qt import QtCore, QtWidgets, Signal
-from engine.config import DEFAULT_N_CTX
+from specdec_studio.app.qt import QtCore, QtWidgets, Signal
+from specdec_studio.engine.config import DEFAULT_N_CTX
 
 OPEN_FILE = "__open__"
 NO_DRAFT = ""
@@ -57,7 +57,7 @@ class ModelBar(QtWidgets.QWidget):
         self.demo_button.setText("Play a recorded demo")
         self.demo_button.setPopupMode(QtWidgets.QToolButton.InstantPopup)
         demo_menu = QtWidgets.QMenu(self.demo_button)
-        from engine import demo_traces
+        from specdec_studio.engine import demo_traces
 
         for path in demo_traces.shipped():
             demo_menu.addAction(demo_traces.label(path), lambda p=str(path): self.demo_requested.emit(p))

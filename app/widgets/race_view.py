@@ -7,11 +7,11 @@ figure shown is the measured speed-up, not a guess. The label says so.
 
 from __future__ import annotations
 
-from app.qt import QtCore, QtWidgets, Qt
-from app.replay import TracePlayer
-from app.widgets.stream_lane import StreamLane
-from engine.events import RejectedDraft, RunFinished, StepDone
-from engine.trace import SPEEDS
+from specdec_studio.app.qt import QtCore, QtWidgets, Qt
+from specdec_studio.app.replay import TracePlayer
+from specdec_studio.app.widgets.stream_lane import StreamLane
+from specdec_studio.engine.events import RejectedDraft, RunFinished, StepDone
+from specdec_studio.engine.trace import SPEEDS
 
 HONEST_NOTE = ("Measured one after the other on this machine, then replayed side by side on a common clock "
                "at their recorded speeds.")

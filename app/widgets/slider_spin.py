@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.qt import QtCore, QtWidgets, Qt, Signal
+from specdec_studio.app.qt import QtCore, QtWidgets, Qt, Signal
 
 
 class SliderSpin(QtWidgets.QWidget):

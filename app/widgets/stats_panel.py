@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.qt import Qt, QtWidgets, pg
+from specdec_studio.app.qt import Qt, QtWidgets, pg
 
 
 class StatsPanel(QtWidgets.QWidget):

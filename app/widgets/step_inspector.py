@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.qt import QtCore, QtGui, QtWidgets, Qt
-from app.widgets.kv_map import KvMapView
+from specdec_studio.app.qt import QtCore, QtGui, QtWidgets, Qt
+from specdec_studio.app.widgets.kv_map import KvMapView
 
 ROLE_COLOURS = {  # Okabe–Ito, as the KV map
     "input": "#56B4E9", "redecode": "#999999", "window": "#E69F00", "ngram": "#009E73",
@@ -46,7 +46,7 @@ class RunRecord:
         self.snapshots.clear()
 
     def add(self, event) -> None:
-        from engine.events import KvSnapshot, RunFinished, RunStarted, StepBatch, StepDone
+        from specdec_studio.engine.events import KvSnapshot, RunFinished, RunStarted, StepBatch, StepDone
 
         if isinstance(event, RunStarted):
             self.clear()

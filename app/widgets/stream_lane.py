@@ -3,8 +3,8 @@ coloured token stream and a line of figures."""
 
 from __future__ import annotations
 
-from app.qt import QtWidgets
-from app.widgets.token_stream import TokenStream
+from specdec_studio.app.qt import QtWidgets
+from specdec_studio.app.widgets.token_stream import TokenStream
 
 
 class StreamLane(QtWidgets.QWidget):

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from app.qt import QtCore, Signal, pg
+from specdec_studio.app.qt import QtCore, Signal, pg
 
 UNMEASURED_RGBA = (150, 150, 150, 255)
 SLOWER_RGB = np.array((192, 57, 43), dtype=float)
@@ -51,7 +51,7 @@ def cell_lookup(result: dict) -> dict[tuple, dict]:
 
 
 def describe_cell(cell: dict | None, setting: dict) -> str:
-    from engine.tuning.sweep import setting_label
+    from specdec_studio.engine.tuning.sweep import setting_label
 
     label = setting_label(setting)
     if cell is None:

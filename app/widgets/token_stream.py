@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 
-from app.qt import QtGui, QtWidgets
+from specdec_studio.app.qt import QtGui, QtWidgets
 
 # Colours per token source; chosen to read on light and dark backgrounds.
 SOURCE_COLOURS = {

@@ -10,8 +10,8 @@ kept per model and reopens with it.
 
 from __future__ import annotations
 
-from app.qt import QtCore, QtWidgets, Qt, Signal
-from app.widgets.sweep_view import SpeedupCurve, SpeedupHeatmap
+from specdec_studio.app.qt import QtCore, QtWidgets, Qt, Signal
+from specdec_studio.app.widgets.sweep_view import SpeedupCurve, SpeedupHeatmap
 
 SHORT_CATEGORY_LABELS = {
     "chat": "chat", "code_generation": "code", "code_editing": "code edit", "summarisation": "summary",
@@ -28,7 +28,7 @@ class TunePanel(QtWidgets.QWidget):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
-        from engine.tuning import prompts, sweep
+        from specdec_studio.engine.tuning import prompts, sweep
 
         self.results: dict[str, dict] = {}  # mode -> latest result (partial while running)
         self.sweeping = False
@@ -164,8 +164,8 @@ class TunePanel(QtWidgets.QWidget):
 
     def spec(self):
         """The sweep the controls describe; raises a SpecDecError naming what is wrong."""
-        from engine.errors import ConfigError
-        from engine.tuning import prompts, sweep
+        from specdec_studio.engine.errors import ConfigError
+        from specdec_studio.engine.tuning import prompts, sweep
 
         mode = self.current_mode()
         if mode == "lookahead":
@@ -191,7 +191,7 @@ class TunePanel(QtWidgets.QWidget):
             check.setChecked(key in keys)
 
     def request_sweep(self) -> None:
-        from engine.errors import SpecDecError
+        from specdec_studio.engine.errors import SpecDecError
 
         if self.sweeping or not self.model_ready:
             return
@@ -228,7 +228,7 @@ class TunePanel(QtWidgets.QWidget):
         self.eta.setText(f"ETA {_duration(event.eta_s)} · last: {event.label}")
 
     def on_cell(self, event) -> None:
-        from engine.tuning import sweep
+        from specdec_studio.engine.tuning import sweep
 
         mode = self.current_mode()
         result = self.results.get(mode)
@@ -264,7 +264,7 @@ class TunePanel(QtWidgets.QWidget):
 
     # ------------------------------------------------------------------ choosing
     def best(self) -> dict | None:
-        from engine.tuning import sweep
+        from specdec_studio.engine.tuning import sweep
 
         result = self.results.get(self.current_mode())
         return sweep.best_cell(result["cells"]) if result else None
@@ -294,7 +294,7 @@ class TunePanel(QtWidgets.QWidget):
         self._redraw()
 
     def _redraw(self, *_args) -> None:
-        from engine.tuning import sweep
+        from specdec_studio.engine.tuning import sweep
 
         mode = self.current_mode()
         result = self.results.get(mode)

@@ -12,14 +12,14 @@ import numpy as np
 
 import llama_cpp as llama
 
-from engine.batch import Batch
-from engine.config import RunConfig
-from engine.context import ModelContext
-from engine.events import BatchRow, Event, StepBatch, StepDone, TokenInfo, TokenSource
-from engine.memory import DecodeAborted, Memory, NoKvSlot
-from engine.sampling import Sampler, logits_row
-from engine.stats import RunCounters
-from engine.tokens import IncrementalDetokenizer, Vocab
+from specdec_studio.engine.batch import Batch
+from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.context import ModelContext
+from specdec_studio.engine.events import BatchRow, Event, StepBatch, StepDone, TokenInfo, TokenSource
+from specdec_studio.engine.memory import DecodeAborted, Memory, NoKvSlot
+from specdec_studio.engine.sampling import Sampler, logits_row
+from specdec_studio.engine.stats import RunCounters
+from specdec_studio.engine.tokens import IncrementalDetokenizer, Vocab
 
 FINISH_STOP = "stop"  # the model produced an end-of-generation token
 FINISH_LENGTH = "length"  # max_tokens reached
@@ -123,13 +123,7 @@ class Runtime:
     def guarded(self, call):
         """``call()``, or None with the finish reason recorded if a decode inside it found the
         context full or was stopped (the target's, or a draft model's)."""
-        try:
-            return call()
-        except NoKvSlot:
-            self.output.finish(FINISH_CONTEXT_FULL)
-        except DecodeAborted:
-            self.output.finish(FINISH_CANCELLED)
-        return None
+        return guarded(self.output, call)
 
     def should_stop(self, n_past: int, n_new: int) -> bool:
         """True (with the finish reason set) if the run cannot or must not decode ``n_new`` more."""
@@ -153,6 +147,18 @@ class Start:
     n_past: int
 
 
+def guarded(output: Output, call):
+    """``call()``, or None with ``output``'s finish reason recorded if a decode inside it found
+    the context full or was stopped."""
+    try:
+        return call()
+    except NoKvSlot:
+        output.finish(FINISH_CONTEXT_FULL)
+    except DecodeAborted:
+        output.finish(FINISH_CANCELLED)
+    return None
+
+
 def begin_run(rt: Runtime, prompt: Sequence[int], *, prepare: Callable[[], None] | None = None,
               extra: dict | None = None) -> Generator[Event, None, Start | None]:
     """The start every strategy shares: decode the prompt (after the reused prefix), let the
@@ -171,13 +177,20 @@ def begin_run(rt: Runtime, prompt: Sequence[int], *, prepare: Callable[[], None]
         rt.guarded(prepare)
         if rt.output.done:
             return None
-    token = rt.sampler.sample(rt.logits(row))
-    info = rt.output.push(token, "sampled")
+    token, info = first_token(rt.sampler, rt.output, rt.counters, rt.logits(row))
     rt.t_start = time.perf_counter()
-    rt.counters.record_step(1 if info else 0, 0, 0, 0.0)
     if info is not None:
         yield StepDone(0, (info,), 0, 0, 0.0, 0.0, dict(extra or {}))
     return Start(token, len(prompt))
+
+
+def first_token(sampler, output: Output, counters, logits) -> tuple[int, TokenInfo | None]:
+    """The token sampled from the prompt's logits, pushed to ``output`` and counted as step 0
+    (its TokenInfo is None if it ended the generation)."""
+    token = sampler.sample(logits)
+    info = output.push(token, "sampled")
+    counters.record_step(1 if info else 0, 0, 0, 0.0)
+    return token, info
 
 
 def decode_prompt(rt: Runtime, tokens: Sequence[int], seq_id: int = 0) -> int | None:

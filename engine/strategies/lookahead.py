@@ -27,9 +27,9 @@ import numpy as np
 
 import llama_cpp as llama
 
-from engine.config import LookaheadParams
-from engine.events import Event, StepDone
-from engine.strategies.common import Runtime, begin_run
+from specdec_studio.engine.config import LookaheadParams
+from specdec_studio.engine.events import Event, StepDone
+from specdec_studio.engine.strategies.common import Runtime, begin_run
 
 # The reference starts the window with this run of token ids (100 + i); kept for comparability.
 WINDOW_INIT_BASE = 100

@@ -20,9 +20,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from engine.events import Event
-from engine.strategies.common import Runtime
-from engine.strategies.verify import Draft, run_draft_verify
+from specdec_studio.engine.events import Event
+from specdec_studio.engine.strategies.common import Runtime
+from specdec_studio.engine.strategies.verify import Draft, run_draft_verify
 
 # Confidence a continuation needs before it is drafted, by n-gram length (1, 2, 3 and longer):
 # how many times the n-gram must have been followed by anything, and the share (percent) the most
@@ -32,7 +32,7 @@ MIN_SAMPLES = (2, 2, 1)
 MIN_PERCENT = (66, 50, 50)
 
 
-class _Followers:
+class Followers:
     """The tokens seen after one n-gram: counts, their total, and the most frequent one
     (the most recent wins a tie), kept up to date on every insert."""
 
@@ -57,18 +57,18 @@ class NgramCacheDrafter:
 
     def __init__(self, ngram_min: int, ngram_max: int) -> None:
         self.ngram_min, self.ngram_max = ngram_min, ngram_max
-        self.followers: dict[tuple[int, ...], _Followers] = {}
+        self.followers: dict[tuple[int, ...], Followers] = {}
         self.n_seen = 0  # context tokens already counted
 
     def begin(self, prompt: Sequence[int]) -> None:
         self.followers.clear()
         self.n_seen = 0
-        self._count(prompt)
+        self.count(prompt)
 
     def settle(self, context: Sequence[int]) -> None:
         pass
 
-    def _count(self, context: Sequence[int]) -> None:
+    def count(self, context: Sequence[int]) -> None:
         """Count every n-gram that ends at a token not counted yet; the context only ever grows
         by emitted tokens, so nothing counted is ever taken back."""
         followers = self.followers
@@ -78,11 +78,11 @@ class NgramCacheDrafter:
                 key = tuple(context[i - size : i])
                 entry = followers.get(key)
                 if entry is None:
-                    entry = followers[key] = _Followers()
+                    entry = followers[key] = Followers()
                 entry.add(token)
         self.n_seen = len(context)
 
-    def confident(self, seq: Sequence[int]) -> tuple[int, _Followers] | None:
+    def confident(self, seq: Sequence[int]) -> tuple[int, Followers] | None:
         """The longest n-gram ending ``seq`` whose most frequent follower is frequent and dominant
         enough (the thresholds above), as (its size, its followers); None if there is none."""
         for size in range(min(self.ngram_max, len(seq)), self.ngram_min - 1, -1):
@@ -94,13 +94,17 @@ class NgramCacheDrafter:
                 return size, entry
         return None
 
+    def followers_of(self, ngram: tuple[int, ...]) -> Followers | None:
+        """The tokens seen after ``ngram`` so far, or None if it never occurred."""
+        return self.followers.get(ngram)
+
     def _confident_follower(self, seq: list[int]) -> int | None:
         found = self.confident(seq)
         return found[1].best if found is not None else None
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
         t0 = time.perf_counter()
-        self._count(context)
+        self.count(context)
         # the tail of the context the n-grams can reach, extended by each proposal in turn
         seq = list(context[max(0, len(context) - self.ngram_max) :])
         n_tail = len(seq)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 
-from engine.events import Event, StepDone
-from engine.strategies.common import Runtime, begin_run
+from specdec_studio.engine.events import Event, StepDone
+from specdec_studio.engine.strategies.common import Runtime, begin_run
 
 
 def run_plain(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:

@@ -4,28 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine.errors import ConfigError
+from specdec_studio.engine.errors import ConfigError
 
 
 def get(mode: str) -> Callable:
     if mode == "plain":
-        from engine.strategies.plain import run_plain
+        from specdec_studio.engine.strategies.plain import run_plain
 
         return run_plain
     if mode == "lookahead":
-        from engine.strategies.lookahead import run_lookahead
+        from specdec_studio.engine.strategies.lookahead import run_lookahead
 
         return run_lookahead
     if mode == "speculative":
-        from engine.strategies.speculative import run_speculative
+        from specdec_studio.engine.strategies.speculative import run_speculative
 
         return run_speculative
     if mode == "lookup":
-        from engine.strategies.lookup import run_lookup
+        from specdec_studio.engine.strategies.lookup import run_lookup
 
         return run_lookup
     if mode == "auto":
-        from engine.strategies.auto import run_auto
+        from specdec_studio.engine.strategies.auto import run_auto
 
         return run_auto
     raise ConfigError(f"mode {mode!r} is not available in this build")

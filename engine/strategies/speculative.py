@@ -10,11 +10,11 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from engine.events import Event
-from engine.sampling import Sampler, logits_row
-from engine.context import ModelContext
-from engine.strategies.common import Runtime
-from engine.strategies.verify import Draft, run_draft_verify
+from specdec_studio.engine.events import Event
+from specdec_studio.engine.sampling import Sampler, logits_row
+from specdec_studio.engine.context import ModelContext, common_prefix
+from specdec_studio.engine.strategies.common import Runtime
+from specdec_studio.engine.strategies.verify import Draft, run_draft_verify
 
 
 class DraftModelDrafter:
@@ -67,23 +67,14 @@ class DraftModelDrafter:
 
     def settle(self, context: Sequence[int]) -> None:
         """Trim the draft's cache to the longest prefix it shares with the accepted context."""
-        common = self._common_prefix(context)
+        common = common_prefix(self.cached, context)
         if common < len(self.cached):
             self.draft.memory.seq_rm(self.seq, common, -1)
             del self.cached[common:]
 
-    def _common_prefix(self, context: Sequence[int]) -> int:
-        n = min(len(self.cached), len(context))
-        if n == 0:
-            return 0
-        a = np.asarray(self.cached[:n])
-        b = np.asarray(context[:n])
-        diff = np.flatnonzero(a != b)
-        return int(diff[0]) if diff.size else n
-
     def _sync(self, context: Sequence[int]) -> int:
         """Make the draft cache hold ``context``; return the batch row of the newest token's logits."""
-        common = min(self._common_prefix(context), len(context) - 1)  # always decode the newest token
+        common = min(common_prefix(self.cached, context), len(context) - 1)  # always decode the newest token
         self.draft.memory.seq_rm(self.seq, common, -1)
         del self.cached[common:]
         return self._decode_chunks(context[common:], common)

@@ -18,9 +18,9 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.config import SpeculativeParams
-from engine.events import Event, RejectedDraft, StepDone
-from engine.strategies.common import Runtime, begin_run
+from specdec_studio.engine.config import SpeculativeParams
+from specdec_studio.engine.events import Event, RejectedDraft, StepDone
+from specdec_studio.engine.strategies.common import Runtime, begin_run
 
 
 @dataclass

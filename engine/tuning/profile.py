@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-import llama_cpp as llama
 
-from engine.batch import Batch
-from engine.errors import SpecDecError
-from engine.jsonfile import write_json
-from engine.memory import DecodeAborted, Memory
-from engine.tuning.cost_model import CostCurve
+from specdec_studio.engine.batch import Batch
+from specdec_studio.engine.errors import SpecDecError
+from specdec_studio.engine.identity import PROBE_TEXT, build_fingerprint, model_sha256
+from specdec_studio.engine.jsonfile import write_json
+from specdec_studio.engine.memory import DecodeAborted, Memory
+from specdec_studio.engine.tuning.cost_model import CostCurve
 
 PROFILE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128)
 # Cells already in the cache, like a chat prompt plus some of its answer. Kept under 256 so that
@@ -97,37 +97,16 @@ class BatchCostProfile:
                    float(data["measured_at"]), float(data["t_measure_s"]))
 
 
+def curve_of(profile: dict | None) -> CostCurve | None:
+    """The cost curve of a profile sent as plain data (``to_dict``), or None without one."""
+    return BatchCostProfile.from_dict(profile).curve if profile is not None else None
+
+
 # ------------------------------------------------------------------------- cache
 def profile_dir() -> Path:
-    from engine.catalog import cache_root
+    from specdec_studio.engine.catalog import cache_root
 
     return cache_root() / "profiles"
-
-
-def build_fingerprint() -> str:
-    """The llama.cpp build: llama-cpp-python's version and the CPU features and backends llama.cpp
-    reports (a different wheel, flags or machine gives a different fingerprint)."""
-    info = llama.llama_print_system_info().decode("utf-8", "replace")
-    return f"{llama.__version__}-{hashlib.sha256(info.encode()).hexdigest()[:12]}"
-
-
-def model_sha256(path: str | Path) -> str:
-    """The model file's sha256, hashed once per (path, size, mtime) and remembered on disk."""
-    from engine.catalog import cache_root
-    from engine.models import file_sha256
-
-    path = Path(path).resolve()
-    st = path.stat()
-    index_path = cache_root() / "file-hashes.json"
-    entry = f"{path}|{st.st_size}|{st.st_mtime_ns}"
-    try:
-        index = json.loads(index_path.read_text())
-    except (OSError, ValueError):
-        index = {}
-    if entry not in index:
-        index[entry] = file_sha256(path)
-        write_json(index_path, index, indent=1)
-    return index[entry]
 
 
 def cached(key: ProfileKey) -> BatchCostProfile | None:
@@ -208,7 +187,6 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
 
 def fill_tokens_for(vocab, n: int) -> list[int]:
     """``n`` ordinary tokens to fill the cache with (their values do not change a decode's time)."""
-    from engine.probe import PROBE_TEXT
 
     base = vocab.tokenize(PROBE_TEXT, add_special=True, parse_special=False)
     return (base * (n // len(base) + 1))[:n]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from engine.errors import PromptError
+from specdec_studio.engine.errors import PromptError
 
 CATEGORIES: dict[str, str] = {
     "chat": "multi-turn chat",
@@ -85,7 +85,7 @@ def load_file(path: str | Path) -> list[Prompt]:
 
 def shipped(categories: Sequence[str] | None = None, per_category: int | None = None) -> list[Prompt]:
     """The shipped prompt sets, in :data:`CATEGORIES` order; ``per_category`` takes the first n of each."""
-    folder = resources.files("resources") / "prompts"
+    folder = resources.files("specdec_studio.resources") / "prompts"
     wanted = list(categories) if categories else list(CATEGORIES)
     out: list[Prompt] = []
     for category in wanted:

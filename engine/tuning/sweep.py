@@ -22,13 +22,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from engine.config import RunConfig
-from engine.errors import ConfigError, SpecDecError
-from engine.events import RunFinished
-from engine.sampling import SamplingParams
-from engine.tuning import cost_model
-from engine.tuning.cost_model import CostCurve
-from engine.tuning.prompts import Prompt
+from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.errors import ConfigError, SpecDecError
+from specdec_studio.engine.events import RunFinished
+from specdec_studio.engine.sampling import SamplingParams
+from specdec_studio.engine.tuning import cost_model
+from specdec_studio.engine.tuning.cost_model import CostCurve
+from specdec_studio.engine.tuning.prompts import Prompt
 
 FORMAT_VERSION = 1
 SWEEP_MODES = ("lookahead", "lookup", "speculative")
@@ -240,7 +240,7 @@ def run_sweep(session, spec: SweepSpec, *, curve: CostCurve | None = None, draft
 
 def _cell(session, index: int, setting: dict, mode: str, runs: Sequence[RunFinished], before: Sequence[RunFinished],
           after: Sequence[RunFinished], plain_ids, tokens, spec: SweepSpec, curve, draft_curve) -> SweepCell:
-    from engine.probe import plain_top2_margin
+    from specdec_studio.engine.probe import plain_top2_margin
 
     per_prompt, divergences = [], []
     for i, run in enumerate(runs):
@@ -332,7 +332,7 @@ def write_results(result: dict, out_dir: str | Path) -> tuple[Path, Path]:
 
 
 def sweeps_dir() -> Path:
-    from engine.catalog import cache_root
+    from specdec_studio.engine.catalog import cache_root
 
     return cache_root() / "sweeps"
 
@@ -351,7 +351,7 @@ def load_saved(model_sha256: str, mode: str) -> dict | None:
 
 
 def save(result: dict, model_sha256: str) -> Path:
-    from engine.jsonfile import write_json
+    from specdec_studio.engine.jsonfile import write_json
 
     path = saved_path(model_sha256, result["spec"]["mode"])
     write_json(path, result)

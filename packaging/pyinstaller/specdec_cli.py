@@ -2,6 +2,6 @@
 
 import sys
 
-from engine.cli import main
+from specdec_studio.engine.cli import main
 
 sys.exit(main())

@@ -14,8 +14,8 @@ def open_window(qtbot, tmp_path, smollm_drafts, monkeypatch):
     """Opens the window on the default model with its own settings and data folder, and waits
     for the model (and, with ``wait_for_profile``, its batch-cost profile). ``settings`` are
     stored before the window reads them (``chat``, ``n_ctx``, …)."""
-    from app.main_window import MainWindow
-    from app.qt import QtCore
+    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.qt import QtCore
 
     monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))  # a fresh conversation store per test
     opened = []

@@ -9,11 +9,11 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from app.main_window import MainWindow
-from app.qt import QtCore, Qt
-from app.widgets import kv_map
-from app.widgets.token_stream import PRESENTATION_COLOURS
-from engine import demo_traces, trace
+from specdec_studio.app.main_window import MainWindow
+from specdec_studio.app.qt import QtCore, Qt
+from specdec_studio.app.widgets import kv_map
+from specdec_studio.app.widgets.token_stream import PRESENTATION_COLOURS
+from specdec_studio.engine import demo_traces, trace
 from tests.app.test_main_window import colours_by_source, run
 from tests.app.conftest import TIMEOUT_MS
 from tests.conftest import CODE_PROMPT
@@ -216,7 +216,7 @@ def _open_in_a_browser(path, text: str, tmp_path) -> None:
     shot = tmp_path / "report.png"
     subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1000,1400", path.as_uri()],
                    capture_output=True, timeout=120)
-    from app.qt import QtGui
+    from specdec_studio.app.qt import QtGui
 
     image = QtGui.QImage(str(shot))
     assert not image.isNull() and image.width() == 1000

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from app.main_window import MainWindow
-from app.qt import QtCore, QtGui
-from app.widgets.token_stream import SOURCE_COLOURS, SOURCE_PROPERTY, proposer_label
-from engine import catalog
+from specdec_studio.app.main_window import MainWindow
+from specdec_studio.app.qt import QtCore, QtGui
+from specdec_studio.app.widgets.token_stream import SOURCE_COLOURS, SOURCE_PROPERTY, proposer_label
+from specdec_studio.engine import catalog
 from tests.conftest import CODE_PROMPT
 
 TIMEOUT_MS = 120_000
@@ -95,7 +95,7 @@ def test_speculative_and_lookup_colour_drafts(window, qtbot, smollm_drafts):
 
 
 def test_auto_shows_its_decisions_proposers_and_calibration(window, qtbot, monkeypatch):
-    from engine.session import Session
+    from specdec_studio.engine.session import Session
     from tests.engine.test_auto import FLAT
 
     # price steps as on a machine where verifying is nearly free, so that Auto drafts here too
@@ -160,7 +160,7 @@ def test_stop_ends_within_one_step_and_the_app_runs_again(window, qtbot):
     window.stop_run()
     qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
     window.drain_events()
-    from engine.events import StepDone
+    from specdec_studio.engine.events import StepDone
 
     assert window.last_finished.finish_reason == "cancelled"
     steps_after_stop = [e for t, e in emitted if t > stop_time and isinstance(e, StepDone)]
@@ -188,8 +188,8 @@ def test_stop_during_a_model_load_skips_its_profile_and_keeps_the_app_usable(win
     """Nothing is cached, so the load would measure a batch-cost profile. Stop pressed during the
     load skips it, and the draft the window restores right after the load (a job of its own) does
     not measure it either: the Stop is not lost between jobs."""
-    from app.engine_worker import DraftLoaded, ProfileReady, ProfileStarted
-    from engine.tuning.profile import profile_dir
+    from specdec_studio.app.worker_messages import DraftLoaded, ProfileReady, ProfileStarted
+    from specdec_studio.engine.tuning.profile import profile_dir
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     window.settings.setValue("auto_profile", "true")
@@ -212,7 +212,7 @@ def test_stop_during_a_model_load_skips_its_profile_and_keeps_the_app_usable(win
 
 
 def test_an_error_in_the_middle_of_a_chat_turn_ends_the_answer_as_interrupted(window, qtbot):
-    session = window.worker._session
+    session = window.worker._state.session
     original = session.kv_snapshot
     calls: list[int] = []
 
@@ -275,7 +275,7 @@ def test_two_turn_chat_keeps_turns_and_regenerate_replaces_only_the_last(window,
     window.drain_events()
     assert window.last_finished.finish_reason in ("stop", "length")
     assert [m.role for m in window.conversation.messages] == ["user", "assistant", "user", "assistant"]
-    assert window.worker._conversation.view() == window.conversation
+    assert window.worker._state.conversation.view() == window.conversation
 
 
 def test_the_conversation_is_saved_and_reopens_on_start(window, qtbot, tmp_path):
@@ -348,7 +348,7 @@ def test_the_baseline_repeats_the_last_run_and_a_stopped_one_is_not_kept(window,
     qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
     window.drain_events()
     assert list(window.baselines) == [window.last_run_key]
-    from app.engine_worker import BaselineDone
+    from specdec_studio.app.worker_messages import BaselineDone
 
     done = [e for e in emitted if isinstance(e, BaselineDone)]
     assert len(done) == 1 and done[0].key == window.last_run_key
@@ -360,10 +360,10 @@ def test_the_chats_list_shows_cli_chats_and_names_a_damaged_file(window, qtbot, 
     import subprocess
     import sys
 
-    from app.widgets.conversation_list import ID_ROLE
+    from specdec_studio.app.widgets.conversation_list import ID_ROLE
 
     data = tmp_path / "data"  # the window's own data folder (its fixture's)
-    done = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "-n", "8", "-t", "2", "-c", "1024"],
+    done = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "chat", "-n", "8", "-t", "2", "-c", "1024"],
                           input="Name a colour.\n", capture_output=True, text=True, check=True,
                           env={**os.environ, "SPECDEC_DATA": str(data)})
     conv_id = done.stderr.split("[conversation ")[1].split(":")[0]

@@ -3,7 +3,7 @@ ends it early (what was trained is kept and loaded as the draft), the window sta
 
 from __future__ import annotations
 
-from app.widgets.model_picker import TRAIN_DRAFT
+from specdec_studio.app.widgets.model_picker import TRAIN_DRAFT
 from tests.app.conftest import TIMEOUT_MS
 
 

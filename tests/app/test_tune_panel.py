@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from app.qt import QtCore, Qt
-from engine import catalog
+from specdec_studio.app.qt import QtCore, Qt
+from specdec_studio.engine import catalog
 from tests.conftest import CODE_PROMPT
 
 TIMEOUT_MS = 180_000

@@ -19,14 +19,14 @@ import sys
 
 from _common import THREADS, model_path
 
-from engine.config import RunConfig, SpeculativeParams
-from engine.events import RunFinished
-from engine.session import Session
-from engine.strategies import auto as auto_strategy
-from engine.tuning import profile
-from engine.tuning.cost_model import geometric_mean
-from engine.tuning.prompts import shipped
-from engine.tuning.sweep import prompt_tokens
+from specdec_studio.engine.config import RunConfig, SpeculativeParams
+from specdec_studio.engine.events import RunFinished
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.strategies import auto as auto_strategy
+from specdec_studio.engine.tuning import profile
+from specdec_studio.engine.tuning.cost_model import geometric_mean
+from specdec_studio.engine.tuning.prompts import shipped
+from specdec_studio.engine.tuning.sweep import prompt_tokens
 
 LOOKUP_KS = (2, 4, 8)
 

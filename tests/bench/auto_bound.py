@@ -30,14 +30,14 @@ import sys
 
 from _common import CODE_PROMPT, THREADS, model_path
 
-from engine.config import RunConfig
-from engine.events import RunFinished, StepDone
-from engine.session import Session
-from engine.strategies.lookup import LatestMatchDrafter, NgramCacheDrafter
-from engine.strategies.suffix_automaton import SuffixMatcher
-from engine.tuning import profile
-from engine.tuning.prompts import shipped
-from engine.tuning.sweep import prompt_tokens
+from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.events import RunFinished, StepDone
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.strategies.lookup import LatestMatchDrafter, NgramCacheDrafter
+from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
+from specdec_studio.engine.tuning import profile
+from specdec_studio.engine.tuning.prompts import shipped
+from specdec_studio.engine.tuning.sweep import prompt_tokens
 
 SOURCES = ("ngram best", "ngram 2nd", "ngram 3rd", "suffix", "latest match")
 
@@ -48,7 +48,7 @@ def first_proposals(context: list[int], ngrams: NgramCacheDrafter, suffix: Suffi
     best = ngrams.propose(context, 1).tokens
     ranked: list[int] = []
     for size in range(min(ngrams.ngram_max, len(context)), ngrams.ngram_min - 1, -1):
-        entry = ngrams.followers.get(tuple(context[len(context) - size:]))
+        entry = ngrams.followers_of(tuple(context[len(context) - size:]))
         if entry is not None:
             ranked = [t for t, _ in sorted(entry.counts.items(), key=lambda kv: -kv[1])]
             break

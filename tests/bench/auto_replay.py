@@ -33,15 +33,15 @@ import sys
 from _common import CODE_PROMPT, THREADS, model_path
 from auto_bound import oracle_cost
 
-from engine.config import AUTO_SEQUENCES, RunConfig
-from engine.events import StepDone
-from engine.session import Session
-from engine.strategies import auto
-from engine.strategies.lookup import NgramCacheDrafter
-from engine.tuning import profile
-from engine.tuning.cost_model import geometric_mean
-from engine.tuning.prompts import shipped
-from engine.tuning.sweep import prompt_tokens
+from specdec_studio.engine.config import AUTO_SEQUENCES, RunConfig
+from specdec_studio.engine.events import StepDone
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.strategies import auto
+from specdec_studio.engine.strategies.lookup import NgramCacheDrafter
+from specdec_studio.engine.tuning import profile
+from specdec_studio.engine.tuning.cost_model import geometric_mean
+from specdec_studio.engine.tuning.prompts import shipped
+from specdec_studio.engine.tuning.sweep import prompt_tokens
 
 LOOKUP_KS = range(1, 9)
 K_MAX = 16

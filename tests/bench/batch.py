@@ -20,12 +20,12 @@ import time
 
 from _common import THREADS, model_path
 
-from engine.config import RunConfig, SpeculativeParams
-from engine.events import RunFinished
-from engine.parallel import BatchFinished, BatchJob, JobFinished, run_batch
-from engine.session import Session
-from engine.tuning.prompts import shipped
-from engine.tuning.sweep import prompt_tokens
+from specdec_studio.engine.config import RunConfig, SpeculativeParams
+from specdec_studio.engine.events import RunFinished
+from specdec_studio.engine.parallel import BatchFinished, BatchJob, JobFinished, run_batch
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.tuning.prompts import shipped
+from specdec_studio.engine.tuning.sweep import prompt_tokens
 
 PARALLEL = (1, 2, 4, 8)
 

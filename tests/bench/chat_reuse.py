@@ -18,12 +18,12 @@ from pathlib import Path
 
 from _common import THREADS, model_path
 
-from engine.chat import Chat
-from engine.config import RunConfig
-from engine.conversation_store import ConversationStore
-from engine.events import RunFinished, StepDone
-from engine.session import Session
-from engine.tuning.prompts import shipped
+from specdec_studio.engine.chat import Chat
+from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.conversation_store import ConversationStore
+from specdec_studio.engine.events import RunFinished, StepDone
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.tuning.prompts import shipped
 
 TARGET_TOKENS = 1500
 

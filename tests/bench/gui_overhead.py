@@ -11,8 +11,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from _common import CODE_PROMPT, THREADS, model_path  # noqa: E402
 
-from engine.config import LookaheadParams, RunConfig  # noqa: E402
-from engine.session import Session  # noqa: E402
+from specdec_studio.engine.config import LookaheadParams, RunConfig  # noqa: E402
+from specdec_studio.engine.session import Session  # noqa: E402
 
 ROUNDS = 3
 N_TOKENS = 160
@@ -28,7 +28,7 @@ def headless(session: Session) -> float:
 
 
 def in_app(app, window) -> float:
-    from app.qt import QtCore
+    from specdec_studio.app.qt import QtCore
 
     window.controls.set_values(VALUES)
     window.input.set_text(CODE_PROMPT)
@@ -43,8 +43,8 @@ def in_app(app, window) -> float:
 
 
 def main() -> None:
-    from app.main_window import MainWindow
-    from app.qt import QtCore, QtWidgets
+    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.qt import QtCore, QtWidgets
 
     app = QtWidgets.QApplication([])
     settings = QtCore.QSettings(tempfile.mktemp(suffix=".ini"), QtCore.QSettings.IniFormat)

@@ -7,9 +7,9 @@ import time
 
 from _common import CODE_PROMPT, THREADS, model_path
 
-from engine.config import LookaheadParams, RunConfig
-from engine.kv_cells import KvMirror
-from engine.session import Session
+from specdec_studio.engine.config import LookaheadParams, RunConfig
+from specdec_studio.engine.kv_cells import KvMirror
+from specdec_studio.engine.session import Session
 
 N_TOKENS = 128
 

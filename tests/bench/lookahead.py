@@ -12,8 +12,8 @@ import sys
 
 from _common import THREADS, bench_prompts, measure, model_path
 
-from engine.config import LookaheadParams, RunConfig
-from engine.session import Session
+from specdec_studio.engine.config import LookaheadParams, RunConfig
+from specdec_studio.engine.session import Session
 
 N_TOKENS = int(sys.argv[1]) if len(sys.argv) > 1 else 256
 FIXED = [(15, 5, 15), (4, 3, 4), (2, 3, 1)]

@@ -69,7 +69,7 @@ def run_llama_lookup(binary: Path, model: Path, prompt_file: Path, k: int) -> di
 
 def run_ours(model: Path, prompt_file: Path, k: int, auto: bool = False) -> dict:
     mode = ["--mode", "auto"] if auto else ["--mode", "lookup", "--lookup", "cache", "--ngram-max", "4", "-k", str(k)]
-    cmd = [sys.executable, "-m", "engine.cli", "run", "-m", str(model), "-f", str(prompt_file), *mode,
+    cmd = [sys.executable, "-m", "specdec_studio.engine.cli", "run", "-m", str(model), "-f", str(prompt_file), *mode,
            "-n", str(N_TOKENS), "--temp", "0", "-t", str(THREADS), "--no-predict"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO)
     return parse(out.stdout + out.stderr)

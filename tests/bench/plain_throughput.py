@@ -11,8 +11,8 @@ import time
 from _common import THREADS, model_path
 from llama_cpp import Llama
 
-from engine.config import RunConfig
-from engine.session import Session
+from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.session import Session
 
 N_TOKENS = 256
 ROUNDS = 3

@@ -12,9 +12,9 @@ import sys
 
 from _common import THREADS, bench_prompts, measure, model_path
 
-from engine import catalog
-from engine.config import RunConfig, SpeculativeParams
-from engine.session import Session
+from specdec_studio.engine import catalog
+from specdec_studio.engine.config import RunConfig, SpeculativeParams
+from specdec_studio.engine.session import Session
 
 N_TOKENS = int(sys.argv[1]) if len(sys.argv) > 1 else 256
 

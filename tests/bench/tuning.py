@@ -22,8 +22,8 @@ import time
 
 from _common import THREADS, model_path
 
-from engine.session import Session
-from engine.tuning import profile, prompts, sweep
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.tuning import profile, prompts, sweep
 
 CATEGORIES = ("code_editing", "summarisation", "chat")
 GRIDS = {
@@ -79,7 +79,7 @@ def main() -> int:
     if args.default_sweep:
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "engine.cli", "sweep", "-t", str(THREADS), "-o", out],
+            done = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "sweep", "-t", str(THREADS), "-o", out],
                                   capture_output=True, text=True)
             t_sweep = time.perf_counter() - t0
             print(f"default `specdec sweep` (lookahead): {t_sweep:.0f} s (target <= 180 s); "

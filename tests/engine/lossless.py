@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.probe import plain_top2_margin
-from engine.session import Session
+from specdec_studio.engine.probe import plain_top2_margin
+from specdec_studio.engine.session import Session
 
 
 def assert_lossless(

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import RunConfig, SpeculativeParams
-from engine.events import RunFinished, StepDone
-from engine.sampling import SamplingParams
-from engine.session import Session
-from engine.strategies.auto import Calibrator, Proposal, Sources, StepCost, build_tree
-from engine.tuning.cost_model import CostCurve
-from engine.tuning.prompts import CATEGORIES, shipped
-from engine.tuning.sweep import prompt_tokens
+from specdec_studio.engine.config import RunConfig, SpeculativeParams
+from specdec_studio.engine.events import RunFinished, StepDone
+from specdec_studio.engine.sampling import SamplingParams
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.strategies.auto import Calibrator, Proposal, Sources, StepCost, build_tree
+from specdec_studio.engine.tuning.cost_model import CostCurve
+from specdec_studio.engine.tuning.prompts import CATEGORIES, shipped
+from specdec_studio.engine.tuning.sweep import prompt_tokens
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
 from tests.engine.lossless import assert_lossless
 from tests.engine.test_speculative import SEED_COUNTS, _two_sample_p_value
@@ -202,7 +202,7 @@ def test_cli_json_reports_sources_and_decisions():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "engine.cli", "run", "--mode", "auto", "-p", CODE_PROMPT, "-n", "48",
+    done = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "run", "--mode", "auto", "-p", CODE_PROMPT, "-n", "48",
                            "-t", str(N_THREADS), "--json", "--no-predict"], capture_output=True, text=True, check=True)
     stats = json.loads(done.stdout)["stats"]
     assert sum(stats["auto"]["decisions"].values()) == stats["steps"] - 1

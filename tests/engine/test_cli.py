@@ -10,7 +10,7 @@ from tests.conftest import N_THREADS
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, check=True)
+    return subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", *args], capture_output=True, text=True, check=True)
 
 
 def test_run_json_has_every_field():
@@ -58,7 +58,7 @@ def test_chat_reads_one_turn_per_line_with_reuse_and_commands(tmp_path):
 
     env = {**os.environ, "SPECDEC_DATA": str(tmp_path)}
     script = "Name a colour.\nWhy that one?\n/regen\n/save Colours\n/list\n/bogus\n"
-    done = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "-n", "16", "--mode", "lookup",
+    done = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "chat", "-n", "16", "--mode", "lookup",
                            "-t", str(N_THREADS), "-c", "1024"], input=script, capture_output=True, text=True,
                           env=env, check=True)
     figures = [line for line in done.stderr.splitlines() if "reused" in line]
@@ -68,7 +68,7 @@ def test_chat_reads_one_turn_per_line_with_reuse_and_commands(tmp_path):
     assert "saved as" in done.stderr and "Colours" in done.stderr
     assert "unknown command /bogus" in done.stderr
     conv_id = done.stderr.split("saved as ")[1].split(":")[0]
-    again = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "-n", "8", "-t", str(N_THREADS),
+    again = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "chat", "-n", "8", "-t", str(N_THREADS),
                             "-c", "1024", "--load", conv_id], input="And another?\n", capture_output=True,
                            text=True, env=env, check=True)
     assert "loaded 'Colours': 4 messages" in again.stderr
@@ -76,8 +76,8 @@ def test_chat_reads_one_turn_per_line_with_reuse_and_commands(tmp_path):
 
 
 def test_transcript_exports_markdown_and_html():
-    from engine.conversation import Conversation, Message
-    from engine.transcript import to_html, to_markdown
+    from specdec_studio.engine.conversation import Conversation, Message
+    from specdec_studio.engine.transcript import to_html, to_markdown
 
     conv = Conversation(title="Colours")
     conv.add(Message("user", "Name a colour <b>."))
@@ -93,7 +93,7 @@ def test_transcript_exports_markdown_and_html():
 
 def test_auto_with_a_draft_model_drafts_with_it(capsys):
     """``-md`` is kept for Auto: the draft model is one of its sources."""
-    from engine.cli import main
+    from specdec_studio.engine.cli import main
 
     # counting: the draft is sure of the next numbers, and nothing before them repeats yet
     assert main(["run", "-m", "default", "--mode", "auto", "-md", "default-q8_0", "-n", "24",
@@ -105,7 +105,7 @@ def test_auto_with_a_draft_model_drafts_with_it(capsys):
 
 
 def test_auto_settings_survive_the_config_round_trip():
-    from engine.config import RunConfig, SpeculativeParams
+    from specdec_studio.engine.config import RunConfig, SpeculativeParams
 
     config = RunConfig(mode="auto", max_tokens=33, speculative=SpeculativeParams(k_max=7, p_min=0.25))
     data = config.as_dict()
@@ -116,8 +116,8 @@ def test_auto_settings_survive_the_config_round_trip():
 def test_a_config_of_the_wrong_shape_is_refused_in_one_sentence():
     import pytest
 
-    from engine.config import RunConfig
-    from engine.errors import ConfigError
+    from specdec_studio.engine.config import RunConfig
+    from specdec_studio.engine.errors import ConfigError
 
     for bad in ([], {"mode": "warp"}, {"mode": "lookahead", "W": "many"}, {"max_tokens": None},
                 {"mode": "auto", "k_max": True}, {"temperature": float("nan")}, {"mode": "lookahead", "W": 10**9}):
@@ -133,7 +133,7 @@ def _chat(tmp_path, *args: str) -> subprocess.CompletedProcess:
     import os
 
     env = {**os.environ, "SPECDEC_DATA": str(tmp_path)}
-    return subprocess.run([sys.executable, "-m", "engine.cli", "chat", "-n", "12", "-t", str(N_THREADS),
+    return subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "chat", "-n", "12", "-t", str(N_THREADS),
                            "-c", "1024", *args], input=TURNS, capture_output=True, text=True, env=env, check=True)
 
 

@@ -6,18 +6,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from engine.chat import Chat, ConversationChanged
-from engine.config import RunConfig
-from engine.conversation import INTERRUPTED, Conversation, Message
-from engine.conversation_store import ConversationStore
-from engine.errors import PromptError
-from engine.events import RunFinished, StepDone
-from engine.session import Session
+from specdec_studio.engine.chat import Chat, ConversationChanged
+from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.conversation import INTERRUPTED, Conversation, Message
+from specdec_studio.engine.conversation_store import ConversationStore
+from specdec_studio.engine.errors import PromptError
+from specdec_studio.engine.events import RunFinished, StepDone
+from specdec_studio.engine.session import Session
 from tests.conftest import N_THREADS
 from tests.engine.lossless import assert_lossless
 
@@ -71,7 +70,7 @@ def test_ten_turns_decode_only_new_tokens_and_equal_fresh_decodes(smollm_session
 
 
 def test_lookahead_and_a_draft_model_start_from_the_warm_cache(smollm_path, smollm_drafts):
-    from engine.config import LookaheadParams, SpeculativeParams
+    from specdec_studio.engine.config import LookaheadParams, SpeculativeParams
 
     with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS, verify_kv=True,
                  draft_path=smollm_drafts["default-q3_k_m"]) as session:
@@ -221,12 +220,12 @@ def test_a_model_switch_re_encodes_the_conversation(smollm_session, smollm_draft
 KILL_SCRIPT = """
 import sys
 import time
-from engine import catalog
-from engine.chat import Chat
-from engine.config import RunConfig
-from engine.conversation_store import ConversationStore
-from engine.events import StepDone
-from engine.session import Session
+from specdec_studio.engine import catalog
+from specdec_studio.engine.chat import Chat
+from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.conversation_store import ConversationStore
+from specdec_studio.engine.events import StepDone
+from specdec_studio.engine.session import Session
 
 store = ConversationStore()
 with Session(catalog.resolve("default"), n_ctx=1024, n_threads=2) as session:
@@ -276,7 +275,7 @@ def test_a_damaged_conversation_file_costs_only_itself(tmp_path, content):
     found, damaged = store.scan()
     assert [s.id for s in found] == [good.id] and damaged == ["damaged.json"]
     assert [s.id for s in store.list("colour")] == [good.id]
-    from engine.conversation_store import DamagedConversation
+    from specdec_studio.engine.conversation_store import DamagedConversation
 
     with pytest.raises(DamagedConversation, match="damaged.json is damaged") as err:
         store.load("damaged")
@@ -286,7 +285,7 @@ def test_a_damaged_conversation_file_costs_only_itself(tmp_path, content):
 def test_a_turn_that_fails_to_start_drops_no_older_turns(smollm_path, tmp_path):
     """Fitting a turn may drop the oldest turns; if the run then cannot start (here: speculative
     without a draft), the conversation is as it was, on disk too."""
-    from engine.errors import ConfigError
+    from specdec_studio.engine.errors import ConfigError
 
     store = ConversationStore(tmp_path)
     with Session(smollm_path, n_ctx=256, n_threads=N_THREADS) as session:

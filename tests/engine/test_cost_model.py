@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.config import LookaheadParams, RunConfig, SpeculativeParams
-from engine.tuning import cost_model
-from engine.tuning.cost_model import CostCurve
+from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
+from specdec_studio.engine.tuning import cost_model
+from specdec_studio.engine.tuning.cost_model import CostCurve
 
 # A curve shaped like SmolLM2's on 2 cores (seconds); the last-row variant pays less output work.
 CURVE = CostCurve(

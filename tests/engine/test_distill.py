@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine import catalog, distill
-from engine.config import RunConfig, SpeculativeParams
-from engine.events import RunFinished
-from engine.quantize import requantize
-from engine.session import Session
+from specdec_studio.engine import catalog, distill, draft_measure
+from specdec_studio.engine.config import RunConfig, SpeculativeParams
+from specdec_studio.engine.events import RunFinished
+from specdec_studio.engine.quantize import requantize
+from specdec_studio.engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
 
 PROMPTS = [CODE_PROMPT, PROSE_PROMPT, "List three colours:\n1.", "The capital of France is"]
@@ -49,8 +49,8 @@ def test_the_trained_draft_loads_and_drafts_losslessly(smollm_path, trained):
         assert spec.stats["n_accept"] > 0
         # it learnt the target's text: on the training prompts it agrees more than the draft it started from
         prompts = [session.tokenize_prompt(p) for p in PROMPTS[:2]]
-        before = distill.greedy_agreement(session, catalog.derived_path("default-q2_k"), prompts, 48)
-        after = distill.greedy_agreement(session, trained["path"], prompts, 48)
+        before = draft_measure.greedy_agreement(session, catalog.derived_path("default-q2_k"), prompts, 48)
+        after = draft_measure.greedy_agreement(session, trained["path"], prompts, 48)
         assert after > before
 
 
@@ -75,7 +75,7 @@ def test_agreement_is_measured_on_prompts_longer_than_one_batch(smollm_path):
     with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS) as session:
         long_prompt = session.tokenize_prompt(CODE_PROMPT * 8)
         assert len(long_prompt) + 16 > session.n_batch
-        agreement = distill.greedy_agreement(session, smollm_path, [long_prompt], 16)
+        agreement = draft_measure.greedy_agreement(session, smollm_path, [long_prompt], 16)
     # the target agrees with itself, but for a near-tie that the batch sizes may flip past 512 cells
     assert agreement is not None and agreement >= 0.9
 
@@ -85,5 +85,5 @@ def test_a_stop_ends_the_agreement_measurement(smollm_path):
     with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS) as session:
         prompts = [session.tokenize_prompt(p) for p in PROMPTS]
         session.cancel()
-        assert distill.greedy_agreement(session, smollm_path, prompts, 200, cancel=session.cancel_flag) is None
+        assert draft_measure.greedy_agreement(session, smollm_path, prompts, 200, cancel=session.cancel_flag) is None
         assert session.cancel_flag.is_set()

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from engine.config import LookaheadParams, RunConfig
-from engine.errors import ConfigError, ContextAllocationError, ModelFileError, PromptError
-from engine.models import LoadedModel
-from engine.session import Session
+from specdec_studio.engine.config import LookaheadParams, RunConfig
+from specdec_studio.engine.errors import ConfigError, ContextAllocationError, ModelFileError, PromptError
+from specdec_studio.engine.models import LoadedModel
+from specdec_studio.engine.session import Session
 from tests.conftest import N_THREADS
 
 
@@ -62,7 +62,7 @@ def test_unknown_mode_and_bad_lookahead():
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", *args], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from engine import catalog, frozen
-from engine.errors import ModelFetchError
+from specdec_studio.engine import catalog, frozen
+from specdec_studio.engine.errors import ModelFetchError
 
 DEFAULT = catalog.KNOWN_MODELS["default"].filename
 

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.gguf_check import GgufProblem, check_buffer, check_file
+from specdec_studio.engine.gguf_check import GgufProblem, check_buffer, check_file
 
 # 2,000 cases in all with -m slow, 1,000 in the regular run; Gemma's check walks 262,144 vocabulary
 # entries (0.15 s), SmolLM2's 49,152
@@ -52,7 +52,7 @@ class Mutated:
 
 @pytest.fixture(scope="module", params=["default", "gemma"])
 def model(request):
-    from engine import catalog
+    from specdec_studio.engine import catalog
 
     path = catalog.known_path(request.param)
     layout = check_file(path)
@@ -138,8 +138,8 @@ def test_fuzzed_headers_get_a_clear_answer_and_passing_files_load(model, tmp_pat
 # ends the process with a signal, which the test sees as a non-zero return code.
 LOADER = """
 import json, sys
-from engine.errors import ModelFileError
-from engine.models import LoadedModel
+from specdec_studio.engine.errors import ModelFileError
+from specdec_studio.engine.models import LoadedModel
 for path in json.loads(sys.argv[1]):
     try:
         with LoadedModel(path) as model:

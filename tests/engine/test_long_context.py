@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import LookaheadParams, RunConfig, SpeculativeParams
-from engine.probe import SPLIT_KV_CELLS, deviation_for_batch, exactness_note
-from engine.session import Session
-from engine.tuning import prompts
+from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
+from specdec_studio.engine.probe import SPLIT_KV_CELLS, deviation_for_batch, exactness_note
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.tuning import prompts
 from tests.conftest import N_THREADS
 from tests.engine.lossless import assert_lossless
 from tests.engine.test_auto import FLAT

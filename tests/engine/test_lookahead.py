@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import LookaheadParams, RunConfig
-from engine.errors import ConfigError
-from engine.events import StepDone
-from engine.probe import deviation_for_batch
-from engine.sampling import SamplingParams
-from engine.session import Session
+from specdec_studio.engine.config import LookaheadParams, RunConfig
+from specdec_studio.engine.errors import ConfigError
+from specdec_studio.engine.events import StepDone
+from specdec_studio.engine.probe import deviation_for_batch
+from specdec_studio.engine.sampling import SamplingParams
+from specdec_studio.engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
 from tests.engine.lossless import assert_lossless
 
@@ -24,7 +24,7 @@ PROMPTS = {"code": CODE_PROMPT, "prose": PROSE_PROMPT}
 
 @pytest.fixture(scope="module", params=["default", "gemma"])
 def model(request, exactness_probe):
-    from engine import catalog
+    from specdec_studio.engine import catalog
 
     path = catalog.known_path(request.param)
     probe = exactness_probe(path)

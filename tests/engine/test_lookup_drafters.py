@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.strategies.lookup import LatestMatchDrafter, NgramCacheDrafter
+from specdec_studio.engine.strategies.lookup import LatestMatchDrafter, NgramCacheDrafter
 
 
 def cache_draft(context: list[int], k: int, ngram_min: int = 1, ngram_max: int = 4) -> list[int]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine import probe
-from engine.config import RunConfig, SpeculativeParams
-from engine.events import RunFinished
-from engine.parallel import BatchFinished, BatchJob, JobFinished, JobStarted, JobStep, run_batch
-from engine.session import Session
+from specdec_studio.engine import probe
+from specdec_studio.engine.config import RunConfig, SpeculativeParams
+from specdec_studio.engine.events import RunFinished
+from specdec_studio.engine.parallel import BatchFinished, BatchJob, JobFinished, JobStarted, JobStep, run_batch
+from specdec_studio.engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
 from tests.engine.lossless import assert_lossless
 
@@ -151,7 +151,7 @@ def test_a_prompt_too_long_for_its_slot_is_reported_not_run(session):
 def test_cli_batch_writes_one_line_per_prompt_in_input_order(smollm_path, tmp_path, capsys):
     import json
 
-    from engine.cli import main
+    from specdec_studio.engine.cli import main
 
     prompts = tmp_path / "in.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"x{i}", "prompt": p}) + "\n" for i, p in enumerate(PROMPTS[:3]))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from llama_cpp import Llama
 
-from engine.config import RunConfig
-from engine.events import RunFinished, RunStarted, StepDone
-from engine.sampling import SamplingParams
-from engine.session import Session
+from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.events import RunFinished, RunStarted, StepDone
+from specdec_studio.engine.sampling import SamplingParams
+from specdec_studio.engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
 
 N_TOKENS = 128
@@ -64,7 +64,7 @@ def test_max_tokens_and_context_full(smollm_path):
 
 
 def test_chat_stops_at_end_of_turn(smollm_session):
-    from engine.chat import Chat
+    from specdec_studio.engine.chat import Chat
 
     chat = Chat(smollm_session)
     events = list(chat.send(RunConfig(max_tokens=200), "Say hello in one word."))

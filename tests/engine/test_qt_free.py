@@ -6,11 +6,11 @@ import pkgutil
 import subprocess
 import sys
 
-import engine
+from specdec_studio import engine
 
 
 def test_engine_imports_without_qt():
-    modules = [m.name for m in pkgutil.walk_packages(engine.__path__, "engine.")]
+    modules = [m.name for m in pkgutil.walk_packages(engine.__path__, "specdec_studio.engine.")]
     code = (
         "import sys\n"
         "for name in ('PySide6', 'PyQt5', 'PyQt6', 'pyqtgraph', 'shiboken6'):\n"

@@ -8,16 +8,17 @@ import json
 import numpy as np
 import pytest
 
-import engine.context
-from engine import catalog
-from engine.config import LookaheadParams, RunConfig, SpeculativeParams
-from engine.errors import ContextAllocationError, ModelFileError
-from engine.events import KvSnapshot, RunFinished, RunWarning, StepDone
-from engine.kv_cells import KvMirror
-from engine.models import LoadedModel
-from engine.session import Session
-from engine.strategies import speculative
-from engine.strategies.lookahead import NgramPool
+import specdec_studio.engine.context  # noqa: F401 - engine.context, patched below
+from specdec_studio import engine
+from specdec_studio.engine import catalog
+from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
+from specdec_studio.engine.errors import ContextAllocationError, ModelFileError
+from specdec_studio.engine.events import KvSnapshot, RunFinished, RunWarning, StepDone
+from specdec_studio.engine.kv_cells import KvMirror
+from specdec_studio.engine.models import LoadedModel
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.strategies import speculative
+from specdec_studio.engine.strategies.lookahead import NgramPool
 from tests.conftest import CODE_PROMPT, N_THREADS
 
 
@@ -194,7 +195,7 @@ def test_a_draft_with_extra_tokens_proposes_only_ids_the_target_has(monkeypatch)
         return out
 
     monkeypatch.setattr(speculative, "logits_row", logits)
-    from engine.sampling import Sampler, SamplingParams
+    from specdec_studio.engine.sampling import Sampler, SamplingParams
 
     for params in (SamplingParams(), SamplingParams(temperature=1.0, seed=3)):
         drafter = speculative.DraftModelDrafter(Draft(), Sampler(params), 0.0, n_target)
@@ -232,7 +233,7 @@ def test_the_ngram_pool_keeps_g_distinct_continuations_in_a_ring():
 
 # ------------------------------------------------------------------ the CLI
 def test_chat_on_a_model_without_a_template_runs_as_completion(capsys):
-    from engine.cli import main
+    from specdec_studio.engine.cli import main
 
     rc = main(["run", "-m", "gemma", "--chat", "-p", "Once upon a time", "-n", "4", "-t", str(N_THREADS),
                "-c", "256", "--no-predict", "--json"])
@@ -242,8 +243,9 @@ def test_chat_on_a_model_without_a_template_runs_as_completion(capsys):
 
 
 def test_json_does_not_hash_the_model_on_every_run(capsys, monkeypatch, tmp_path):
-    import engine.models
-    from engine.cli import main
+    from specdec_studio import engine
+    import specdec_studio.engine.models  # noqa: F401 - loads the module named below
+    from specdec_studio.engine.cli import main
 
     monkeypatch.setenv("SPECDEC_MODELS", str(catalog.cache_dir()))
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
@@ -264,7 +266,7 @@ def test_json_does_not_hash_the_model_on_every_run(capsys, monkeypatch, tmp_path
     ("{{ raise_exception('no') }}", "failed"),
 ])
 def test_a_hostile_chat_template_is_refused(source, why):
-    from engine.chat_template import ChatTemplate, TemplateRefused
+    from specdec_studio.engine.chat_template import ChatTemplate, TemplateRefused
 
     with pytest.raises(TemplateRefused, match=why):
         ChatTemplate(source, bos_token="<s>", eos_token="</s>", name="evil.gguf")
@@ -273,7 +275,7 @@ def test_a_hostile_chat_template_is_refused(source, why):
 def test_a_model_with_a_refused_template_opens_in_completion_mode(smollm_path, monkeypatch):
     import dataclasses
 
-    from engine.errors import PromptError
+    from specdec_studio.engine.errors import PromptError
 
     original = LoadedModel._read_info
 
@@ -300,7 +302,7 @@ def test_the_real_template_renders_as_before(smollm_session):
 def test_the_budget_counts_what_llama_cpp_allocates(key):
     """The KV estimate equals llama.cpp's own KV buffers (Gemma-3's 256-wide heads included) and
     the compute buffers are the ones llama.cpp reported."""
-    from engine import native
+    from specdec_studio.engine import native
 
     lines: list[str] = []
     sink = lambda _level, line: lines.append(line)  # noqa: E731
@@ -319,7 +321,7 @@ def test_the_budget_counts_what_llama_cpp_allocates(key):
 
 
 def test_a_context_that_does_not_fit_names_what_to_lower(smollm_path, monkeypatch):
-    import engine.context
+    from specdec_studio import engine
 
     monkeypatch.setattr(engine.context, "_available_memory_bytes", lambda: 150 << 20)
     with pytest.raises(ContextAllocationError, match="KV cache .* compute buffers .* lower the context size"):
@@ -333,7 +335,7 @@ def test_ctrl_c_ends_a_cli_run_cleanly(mode_args):
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "run", "-p", CODE_PROMPT, "-n", "4000", "-c", "8192",
+    proc = subprocess.Popen([sys.executable, "-m", "specdec_studio.engine.cli", "run", "-p", CODE_PROMPT, "-n", "4000", "-c", "8192",
                              "-t", str(N_THREADS), "--no-predict", *mode_args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.read(40)  # it is generating
@@ -347,8 +349,9 @@ def test_ctrl_c_ends_a_cli_run_cleanly(mode_args):
 # run that follows ends at once, cleanly.
 CTRL_C_DURING_LOAD = """
 import os, signal, sys
-import engine.session
-from engine.cli import main
+from specdec_studio import engine
+import specdec_studio.engine.session  # noqa: F401 - loads the module named below
+from specdec_studio.engine.cli import main
 
 class LoadedWhileCtrlC(engine.session.LoadedModel):
     def __init__(self, *args, **kwargs):

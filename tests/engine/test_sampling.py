@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.errors import ConfigError
-from engine.sampling import Sampler, SamplingParams
+from specdec_studio.engine.errors import ConfigError
+from specdec_studio.engine.sampling import Sampler, SamplingParams
 
 
 def test_greedy_is_argmax():

@@ -13,12 +13,12 @@ import threading
 
 import pytest
 
-from engine.config import LookaheadParams, RunConfig, SpeculativeParams
-from engine.events import RunFinished
-from engine.sampling import SamplingParams
-from engine.session import Session
-from engine.tuning import prompts
-from engine.tuning.sweep import prompt_tokens
+from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
+from specdec_studio.engine.events import RunFinished
+from specdec_studio.engine.sampling import SamplingParams
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.tuning import prompts
+from specdec_studio.engine.tuning.sweep import prompt_tokens
 from tests.conftest import N_THREADS
 
 N_RUNS = 300

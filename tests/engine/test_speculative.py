@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from engine.config import RunConfig, SpeculativeParams
-from engine.errors import ConfigError, VocabMismatchError
-from engine.events import RejectedDraft, RunFinished, StepDone
-from engine.probe import deviation_for_batch
-from engine.sampling import Sampler, SamplingParams
-from engine.session import Session
+from specdec_studio.engine.config import RunConfig, SpeculativeParams
+from specdec_studio.engine.errors import ConfigError, VocabMismatchError
+from specdec_studio.engine.events import RejectedDraft, RunFinished, StepDone
+from specdec_studio.engine.probe import deviation_for_batch
+from specdec_studio.engine.sampling import Sampler, SamplingParams
+from specdec_studio.engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
 from tests.engine.lossless import assert_lossless
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.strategies.suffix_automaton import SuffixMatcher
+from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
 
 
 def _longest_earlier_match(tokens: list[int]) -> int:

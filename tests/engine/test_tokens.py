@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-from engine.models import LoadedModel
-from engine.tokens import IncrementalDetokenizer, Vocab
+from specdec_studio.engine.models import LoadedModel
+from specdec_studio.engine.tokens import IncrementalDetokenizer, Vocab
 
 TEXT = "Café ☕ — 東京で寿司を食べた 🍣🎉👩‍👩‍👧 naïve 한국어 ok"
 

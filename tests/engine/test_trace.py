@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import trace
-from engine.config import LookaheadParams, RunConfig, SpeculativeParams
-from engine.events import BatchRow, KvSnapshot, RejectedDraft, RunFinished, RunStarted, StepBatch, StepDone, TokenInfo
-from engine.trace import Replay, TraceError, TraceRecorder
+from specdec_studio.engine import trace
+from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
+from specdec_studio.engine.events import BatchRow, KvSnapshot, RejectedDraft, RunFinished, RunStarted, StepBatch, StepDone, TokenInfo
+from specdec_studio.engine.trace import Replay, TraceError, TraceRecorder
 from tests.conftest import CODE_PROMPT
 
 CONFIGS = {
@@ -188,7 +188,7 @@ def test_kv_snapshot_ages_and_removals(recorded):
 
 
 def test_cli_run_writes_a_trace_and_replay_plays_it(smollm_path, tmp_path, capsys):
-    from engine.cli import main
+    from specdec_studio.engine.cli import main
 
     path = tmp_path / "cli.jsonl"
     assert main(["run", "-m", str(smollm_path), "--mode", "lookahead", "-n", "16", "-p", CODE_PROMPT,
@@ -324,8 +324,8 @@ EVIL = '"><script>alert(1)</script><img src=x onerror="alert(2)">'
 
 
 def test_reports_and_transcripts_of_a_crafted_trace_carry_no_markup_from_it():
-    from engine import report, transcript
-    from engine.conversation import Conversation, Message
+    from specdec_studio.engine import report, transcript
+    from specdec_studio.engine.conversation import Conversation, Message
 
     records = [json.loads(line) for line in _LINES]
     records[0]["model"] = {"name": EVIL, EVIL: EVIL}

@@ -9,10 +9,10 @@ import struct
 
 import pytest
 
-from engine import catalog
-from engine.errors import ConfigError, SpecDecError
-from engine.session import Session
-from engine.tuning import profile, prompts, sweep
+from specdec_studio.engine import catalog
+from specdec_studio.engine.errors import ConfigError, SpecDecError
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.tuning import profile, prompts, sweep
 from tests.conftest import N_THREADS
 
 
@@ -128,7 +128,7 @@ def _png_size(path) -> tuple[int, int]:
 
 
 def test_tiny_sweep_writes_json_csv_and_png(tmp_cache, tmp_path, capsys):
-    from engine.cli import main
+    from specdec_studio.engine.cli import main
 
     out = tmp_path / "out"
     rc = main(["sweep", "--mode", "lookahead", "-W", "1,2", "-N", "2", "-G", "0,1", "-n", "24",

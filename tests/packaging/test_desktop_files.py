@@ -59,7 +59,7 @@ def test_icon_is_an_svg_and_its_256_px_png():
 
 
 def test_the_file_the_desktop_entry_passes_is_the_model_and_qt_options_stay_in_order():
-    from app.main import split_model_file
+    from specdec_studio.app.main import split_model_file
 
     assert split_model_file(["/models/m.gguf"]) == ("/models/m.gguf", [])
     assert split_model_file(["-platform", "offscreen", "m.GGUF"]) == ("m.GGUF", ["-platform", "offscreen"])

@@ -66,46 +66,68 @@ def test_wheel_holds_the_packages_the_resources_and_both_commands(built):
     with zipfile.ZipFile(built["wheel"]) as wheel:
         names = set(wheel.namelist())
         entry_points = next(wheel.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    assert set(SHIPPED_DATA) <= names
-    assert {"resources/icons/specdec-studio.svg", "resources/icons/specdec-studio.png"} <= names
-    assert {"app/main.py", "engine/cli.py", "engine/frozen.py", "engine/strategies/lookahead.py"} <= names
-    assert not any(name.startswith(("tests/", "packaging/", "scripts/")) for name in names)
-    assert "specdec = engine.cli:main" in entry_points
-    assert "specdec-studio = app.main:main" in entry_points
+    # one import name at the top of site-packages, beside the wheel's own metadata
+    assert {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")} == {"specdec_studio"}
+    assert {"specdec_studio/" + path for path in SHIPPED_DATA} <= names
+    assert {"specdec_studio/resources/icons/specdec-studio.svg", "specdec_studio/resources/icons/specdec-studio.png"} <= names
+    assert {"specdec_studio/app/main.py", "specdec_studio/engine/cli/main.py", "specdec_studio/engine/frozen.py",
+            "specdec_studio/engine/strategies/lookahead.py"} <= names
+    assert "specdec = specdec_studio.engine.cli:main" in entry_points
+    assert "specdec-studio = specdec_studio.app.main:main" in entry_points
 
 
 def test_sdist_holds_the_sources_and_the_resources(built):
     with tarfile.open(built["sdist"]) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
-    assert {"pyproject.toml", "README.md", "app/main.py", "engine/cli.py"} <= names
+    assert {"pyproject.toml", "README.md", "app/main.py", "engine/cli/main.py"} <= names
     assert set(SHIPPED_DATA) <= names
 
 
-def test_installed_wheel_finds_its_resources_outside_the_checkout(fresh_venv, tmp_path):
+# Another project's packages with the common names ours had before they moved under specdec_studio:
+# importing them fails loudly, so anything of ours that still reached for them would break.
+FOREIGN = "raise ImportError('this is another project\\'s {name!r} package')\n"
+
+
+@pytest.fixture(scope="session")
+def crowded_venv(fresh_venv) -> Path:
+    site = Path(subprocess.run([str(fresh_venv / "bin" / "python"), "-c",
+                                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    for name in ("app", "engine", "resources"):
+        (site / name).mkdir(exist_ok=True)
+        (site / name / "__init__.py").write_text(FOREIGN.format(name=name))
+    return fresh_venv
+
+
+def test_installed_wheel_finds_its_resources_outside_the_checkout(crowded_venv, tmp_path):
     probe = (
-        "import json, app, engine\n"
-        "from engine import demo_traces\n"
-        "from engine.tuning import prompts\n"
-        "from app.main import app_icon_path\n"
+        "import json\n"
+        "from specdec_studio import app, engine\n"
+        "from specdec_studio.engine import demo_traces\n"
+        "from specdec_studio.engine.tuning import prompts\n"
+        "from specdec_studio.app.main import app_icon_path\n"
         "print(json.dumps({'app': app.__file__, 'engine': engine.__file__,\n"
         "    'prompts': len(prompts.shipped()), 'traces': [p.name for p in demo_traces.shipped()],\n"
         "    'icon': str(app_icon_path()), 'icon_exists': app_icon_path().is_file()}))\n"
     )
-    done = _run(fresh_venv, tmp_path, str(fresh_venv / "bin" / "python"), "-c", probe)
+    done = _run(crowded_venv, tmp_path, str(crowded_venv / "bin" / "python"), "-c", probe)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     for key in ("app", "engine", "icon"):
-        assert found[key].startswith(str(fresh_venv)), (key, found[key])
+        assert found[key].startswith(str(crowded_venv)), (key, found[key])
     assert found["prompts"] >= 10
     assert len(found["traces"]) == len(list((ROOT / "resources" / "traces").glob("*.jsonl")))
     assert found["icon_exists"]
+    # and the other project's packages still import as theirs
+    done = _run(crowded_venv, tmp_path, str(crowded_venv / "bin" / "python"), "-c", "import engine")
+    assert "another project's 'engine' package" in done.stderr
 
 
-def test_installed_specdec_decodes_in_lookahead_mode_like_plain(fresh_venv, tmp_path, smollm_path):
-    specdec = str(fresh_venv / "bin" / "specdec")
+def test_installed_specdec_decodes_in_lookahead_mode_like_plain(crowded_venv, tmp_path, smollm_path):
+    specdec = str(crowded_venv / "bin" / "specdec")
     runs = {}
     for mode, extra in (("plain", []), ("lookahead", ["-W", "4", "-N", "3", "-G", "4", "--verify-kv"])):
-        done = _run(fresh_venv, tmp_path, specdec, "run", "-m", str(smollm_path), "--mode", mode, *extra,
+        done = _run(crowded_venv, tmp_path, specdec, "run", "-m", str(smollm_path), "--mode", mode, *extra,
                     "-n", "16", "-t", "2", "-p", CODE_PROMPT, "--json")
         assert done.returncode == 0, done.stderr
         runs[mode] = json.loads(done.stdout)
@@ -113,10 +135,10 @@ def test_installed_specdec_decodes_in_lookahead_mode_like_plain(fresh_venv, tmp_
     assert runs["lookahead"]["token_ids"] == runs["plain"]["token_ids"]
 
 
-def test_installed_specdec_studio_loads_the_model_and_streams_a_run(fresh_venv, tmp_path, smollm_path):
+def test_installed_specdec_studio_loads_the_model_and_streams_a_run(crowded_venv, tmp_path, smollm_path):
     """The real window from the installed wheel: it loads the model, decodes 8 tokens, shows them
     in the stream, and exits (``--self-test``); a window that merely has not crashed proves little."""
-    done = _run(fresh_venv, tmp_path, str(fresh_venv / "bin" / "specdec-studio"), "--self-test", str(smollm_path),
+    done = _run(crowded_venv, tmp_path, str(crowded_venv / "bin" / "specdec-studio"), "--self-test", str(smollm_path),
                 timeout=180)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Traceback" not in done.stderr, done.stderr

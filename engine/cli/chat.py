@@ -21,21 +21,21 @@ import signal
 import sys
 import time
 
-from engine.errors import SpecDecError
+from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, run_setup, write_tokens
+from specdec_studio.engine.errors import SpecDecError
 
 COMMANDS = "/regen, /clear, /save [TITLE], /load ID, /list, /quit"
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from engine.chat import Chat
-    from engine.cli import _ctrl_c_stops, run_setup
-    from engine.conversation_store import ConversationStore
-    from engine.session import Session
+    from specdec_studio.engine.chat import Chat
+    from specdec_studio.engine.conversation_store import ConversationStore
+    from specdec_studio.engine.session import Session
 
     config, model_path, draft_path = run_setup(args)
     store = ConversationStore()
     interactive = sys.stdin.isatty()
-    with _ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
+    with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
                                           n_threads=args.threads, n_gpu_layers=args.gpu_layers,
                                           draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
         chat = Chat(session, store=None if args.no_save else store)
@@ -91,7 +91,7 @@ def _say_where(chat, store) -> None:
 
 
 def _open(session, store, conv_id: str, no_save: bool):
-    from engine.chat import Chat
+    from specdec_studio.engine.chat import Chat
 
     try:
         conversation = store.load(conv_id)
@@ -136,9 +136,8 @@ def _command(line: str, chat, session, store, config, args):
 def _answer(events, chat, args) -> None:
     """One turn: its tokens as they come and a newline at its end (or, with ``--json``, one JSON
     line for the turn) on standard output; its figures on standard error."""
-    from engine.chat import ConversationChanged
-    from engine.cli import write_tokens
-    from engine.events import RunFinished, RunWarning, StepDone
+    from specdec_studio.engine.chat import ConversationChanged
+    from specdec_studio.engine.events import RunFinished, RunWarning, StepDone
 
     t0 = time.perf_counter()
     t_first = None
@@ -175,11 +174,11 @@ def _answer(events, chat, args) -> None:
 
 
 def add_parser(sub) -> None:
-    from engine.cli import _add_run_args
-
+    """``chat``: every run flag, a system message, a conversation to open, --no-save."""
     p = sub.add_parser("chat", help="chat in the terminal (one turn per line; /regen /clear /save /load /list)")
-    _add_run_args(p)
+    add_run_args(p)
     p.add_argument("--system", default="", help="a system message to start the conversation with")
     p.add_argument("--load", default=None, help="open a saved conversation (its id, see /list)")
+    p.set_defaults(handler=cmd_chat)
     p.add_argument("--no-save", action="store_true",
                    help="a throwaway chat: nothing is written (by default it is saved after every turn, as the app does)")

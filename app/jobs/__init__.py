@@ -1,0 +1,37 @@
+"""The engine thread's jobs, one function each, taking the worker's state and the request; JOBS
+says which function answers which request."""
+
+from __future__ import annotations
+
+from specdec_studio.app import worker_messages as m
+from specdec_studio.app.jobs import batch, conversations, distill, models, runs, tuning
+from specdec_studio.app.jobs.state import WorkerState
+
+
+def _load(state: WorkerState, command: m.LoadRequest) -> None:
+    state.auto_profile = command.profile  # a Stop during this load's profile turns it off again
+    models.load_model(state, command.path, command.n_ctx, command.n_threads, command.n_gpu_layers)
+
+
+def _fetch(state: WorkerState, command: m.FetchRequest) -> None:
+    from specdec_studio.engine import catalog
+
+    state.emit(m.LoadStarted(command.key, what="download"))
+    catalog.fetch(command.key, log=lambda _msg: None)
+    models.load_model(state, command.key, command.n_ctx, command.n_threads, 0)
+
+
+JOBS = {
+    m.LoadRequest: _load,
+    m.FetchRequest: _fetch,
+    m.DraftRequest: lambda state, command: models.load_draft(state, command.path),
+    m.RunRequest: runs.run,
+    m.RaceRequest: runs.race,
+    m.BaselineRequest: runs.baseline,
+    m.BatchRequest: batch.decode_batch,
+    m.DistillRequest: lambda state, command: distill.train_draft(state, command.spec),
+    m.ProfileRequest: lambda state, command: models.known_profiles(state, measure=True, remeasure=command.remeasure),
+    m.SweepRequest: lambda state, command: tuning.sweep_settings(state, command.spec),
+    m.ProbeRequest: lambda state, command: models.exactness(state, measure=True),
+    m.ConversationRequest: conversations.conversation,
+}

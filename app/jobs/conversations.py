@@ -1,0 +1,95 @@
+"""The conversation on the engine thread: its store, its binding to the loaded model, and the
+window's conversation requests."""
+
+from __future__ import annotations
+
+from specdec_studio.app.jobs.state import WorkerState
+from specdec_studio.app.worker_messages import ConversationList, ConversationRequest
+
+
+def rebind(state: WorkerState, session) -> None:
+    """A new model keeps the conversation: its ids are re-encoded for the model now, and the
+    window says so."""
+    state.chat = None
+    if state.conversation is None or not state.conversation.messages or not session.has_chat_template:
+        return
+    require_chat(state)
+
+
+def store_of(state: WorkerState):
+    if state.conversation_store is None:
+        from specdec_studio.engine.conversation_store import ConversationStore
+
+        state.conversation_store = ConversationStore()
+    return state.conversation_store
+
+
+def require_chat(state: WorkerState):
+    """The chat binding of the current conversation to the current model (re-encoded for it
+    if another model wrote its ids; the window is told)."""
+    from specdec_studio.engine.chat import Chat, ConversationChanged
+    from specdec_studio.engine.conversation import Conversation
+
+    session = state.require_session()
+    if state.chat is None or state.chat.session is not session:
+        if state.conversation is None:
+            state.conversation = Conversation()
+        state.chat = Chat(session, state.conversation, store=store_of(state),
+                          model_key=session.model.info.path)
+        if state.chat.note:
+            state.emit(ConversationChanged(state.conversation.view(), state.chat.note))
+    return state.chat
+
+
+def show(state: WorkerState, note: str = "") -> None:
+    from specdec_studio.engine.chat import ConversationChanged
+
+    state.emit(ConversationChanged(state.conversation.view(), note))
+    emit_list(state)
+
+
+def emit_list(state: WorkerState, query: str = "") -> None:
+    current = state.conversation.id if state.conversation is not None else ""
+    found, damaged = store_of(state).scan(query)
+    state.emit(ConversationList(tuple(found), current, query, tuple(damaged)))
+
+
+def conversation(state: WorkerState, command: ConversationRequest) -> None:
+    from specdec_studio.engine.conversation import Conversation, new_like, set_system
+    from specdec_studio.engine.conversation_store import DamagedConversation
+
+    store = store_of(state)
+    action = command.action
+    if action == "list":
+        emit_list(state, command.text)
+        return
+    current = state.conversation or Conversation()
+    if action == "start":
+        last = store.last_opened()
+        try:
+            current = store.load(last) if last else current
+        except DamagedConversation:
+            pass  # start afresh (the file stays for the user to look at; the list names it)
+    elif action == "new":
+        current = new_like(current)
+    elif action == "open":
+        current = store.load(command.conv_id)
+    elif action == "rename":
+        if command.conv_id == current.id:
+            current.title = command.text.strip() or current.title
+            store.save(current)
+        else:
+            store.rename(command.conv_id, command.text)
+    elif action == "delete":
+        store.delete(command.conv_id)
+        if command.conv_id == current.id:
+            current = Conversation()
+    elif action == "system":
+        set_system(current, command.text)
+        if current.messages:
+            store.save(current)
+    state.conversation = current
+    state.chat = None  # bound again (and re-encoded if needed) at the next turn
+    if state.conversation.messages:
+        store.set_last_opened(state.conversation.id)
+    show(state)

@@ -1,0 +1,109 @@
+"""Jobs that decode: a run (completion or chat turn), a race of plain against a strategy, the plain
+baseline of the last prompt."""
+
+from __future__ import annotations
+
+from specdec_studio.app.jobs import conversations
+from specdec_studio.app.jobs.state import WorkerState
+from specdec_studio.app.worker_messages import BaselineDone, BaselineRequest, Paused, RaceProgress, RaceReady, RaceRequest, RunRequest, RunRequested, TraceReady
+
+
+def run(state: WorkerState, command: RunRequest) -> None:
+    from specdec_studio.engine.events import RunFinished, StepDone
+    from specdec_studio.engine.trace import TraceRecorder
+
+    session = state.require_session()
+    if command.chat:
+        chat = conversations.require_chat(state)
+        if command.regenerate:
+            events = chat.regenerate(command.config, fresh_cancel=False)
+        elif command.edit_index is not None:
+            events = chat.edit(command.edit_index, command.text, command.config, fresh_cancel=False)
+        else:
+            events = chat.send(command.config, command.text, fresh_cancel=False)
+        user_text = chat.conversation.messages[-1].content
+    else:
+        user_text = command.text
+        tokens = session.tokenize_prompt(user_text)
+        events = session.run(command.config, tokens, prompt_text=user_text, fresh_cancel=False,
+                             reuse_prefix=True)
+    state.last_prompt_tokens = list(session.last_prompt_tokens)
+    state.emit(RunRequested(command.config, user_text, command.chat))
+    finished = False
+    recorder = TraceRecorder()
+    try:
+        for event in events:
+            finished = finished or isinstance(event, RunFinished)
+            state.emit(event)
+            recorder.add(event)
+            if isinstance(event, StepDone):
+                if session.memory.mirror_ok:  # the KV map's picture of this step
+                    snapshot = session.kv_snapshot(event.step, command.config.n_sequences)
+                    state.emit(snapshot)
+                    recorder.add(snapshot)
+                state.gate.wait(on_pause=lambda step=event.step: state.emit(Paused(step, True)))
+        recorded = recorder.trace()
+        if recorded is not None and finished:
+            state.emit(TraceReady(recorded))
+    finally:
+        # Whatever ended the loop (an exception here included), the run's generator is closed
+        # now, so a chat turn marks its answer interrupted before the window is shown it.
+        events.close()
+        if command.chat:  # a failed turn keeps what it wrote (marked interrupted): show it
+            conversations.store_of(state).set_last_opened(state.conversation.id)
+            if finished:
+                conversations.emit_list(state)
+            else:
+                conversations.show(state)
+
+
+def race(state: WorkerState, command: RaceRequest) -> None:
+    """Record plain and the strategy one after the other on the same prompt; the window
+    replays both on a common clock. Neither run reuses the other's cache, so both decode
+    the whole prompt."""
+    from specdec_studio.engine.config import RunConfig
+    from specdec_studio.engine.events import RunFailed, RunFinished, StepDone
+    from specdec_studio.engine.trace import TraceRecorder
+
+    session = state.require_session()
+    if command.chat and session.has_chat_template:
+        tokens = session.chat_tokens([("user", command.text)])
+    else:
+        tokens = session.tokenize_prompt(command.text)
+    plain = RunConfig(mode="plain", max_tokens=command.config.max_tokens, sampling=command.config.sampling)
+    traces = []
+    for which, config in (("plain", plain), (command.config.mode, command.config)):
+        recorder = TraceRecorder()
+        n_tokens = 0
+        for event in session.run(config, tokens, prompt_text=command.text, fresh_cancel=False):
+            recorder.add(event)
+            if isinstance(event, StepDone):
+                n_tokens += len(event.tokens)
+                if session.memory.mirror_ok:
+                    recorder.add(session.kv_snapshot(event.step, config.n_sequences))
+                state.emit(RaceProgress(which, n_tokens))
+            elif isinstance(event, RunFailed):
+                state.emit(event)
+                return
+            elif isinstance(event, RunFinished) and event.finish_reason == "cancelled":
+                state.emit(RunFailed("the race was stopped"))
+                return
+        traces.append(recorder.trace())
+    state.emit(RaceReady(traces[0], traces[1]))
+
+
+def baseline(state: WorkerState, command: BaselineRequest) -> None:
+    """A plain run of the last run's prompt: the speed-up's denominator, measured on demand."""
+    from specdec_studio.engine.errors import SpecDecError
+    from specdec_studio.engine.events import RunFinished
+
+    session = state.require_session()
+    if not state.last_prompt_tokens:
+        raise SpecDecError("run something first; the baseline repeats the last prompt with plain decoding")
+    final = None
+    for event in session.run(command.config, state.last_prompt_tokens, fresh_cancel=False):
+        if isinstance(event, RunFinished):
+            final = event
+    if final is None or final.finish_reason == "cancelled":
+        raise SpecDecError("stopped: the plain baseline was not measured")
+    state.emit(BaselineDone(command.key, final.stats["tokens_per_second"]))

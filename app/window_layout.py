@@ -1,0 +1,300 @@
+"""The window's widgets, docks, menus and shortcuts, and the settings they persist. A mixin of
+:class:`app.main_window.MainWindow`."""
+
+from __future__ import annotations
+
+from specdec_studio.app.qt import QtGui, QtWidgets, Qt
+from specdec_studio.app.theme import THEMES, apply_theme
+from specdec_studio.app.widgets.batch_view import BatchView
+from specdec_studio.app.widgets.chat import ChatInput
+from specdec_studio.app.widgets.controls import ControlsPanel
+from specdec_studio.app.widgets.conversation_list import ConversationSidebar
+from specdec_studio.app.widgets.decision_strip import DecisionStrip
+from specdec_studio.app.widgets.kv_map import KvMapView
+from specdec_studio.app.widgets.model_picker import ModelBar
+from specdec_studio.app.widgets.race_view import RaceView
+from specdec_studio.app.widgets.stats_panel import StatsPanel
+from specdec_studio.app.widgets.step_inspector import StepInspector
+from specdec_studio.app.widgets.sweep_view import ProfilePlot
+from specdec_studio.app.widgets.token_stream import SOURCE_COLOURS, TokenStream
+from specdec_studio.app.widgets.tune_panel import TunePanel
+from specdec_studio.engine.config import DEFAULT_N_CTX, MODES, default_threads
+from specdec_studio.engine.trace import SPEEDS
+
+
+class LayoutMixin:
+    def _build(self) -> None:
+        self.model_bar = ModelBar()
+        self.model_bar.load_requested.connect(self.load_model)
+        self.model_bar.draft_requested.connect(self.choose_draft)
+        self.model_bar.fetch_requested.connect(self.fetch_default)
+        self.model_bar.demo_requested.connect(self.open_trace)
+        self.model_bar.train_draft_requested.connect(self.train_draft)
+
+        self.controls = ControlsPanel()
+        self.controls.changed.connect(self._update_buttons)
+        controls_scroll = QtWidgets.QScrollArea()
+        controls_scroll.setWidget(self.controls)
+        controls_scroll.setWidgetResizable(True)
+        controls_scroll.setMinimumWidth(340)
+        controls_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+
+        self.stream = TokenStream()
+        self.input = ChatInput()
+        self.input.submit.connect(self.start_run)
+        self.input.stop.clicked.connect(self.stop_run)
+        self.input.regenerate.clicked.connect(self.regenerate)
+        self.input.edit_last.clicked.connect(self.edit_last)
+        self.input.clear.clicked.connect(self.new_conversation)
+        self.input.chat_mode.toggled.connect(lambda _on: self._render_all())
+        self.input.show_rejected.toggled.connect(self._toggle_rejected)
+        self.input.mark_steps.toggled.connect(self._toggle_steps)
+        self.error_label = QtWidgets.QLabel("")
+        self.error_label.setStyleSheet("color: #c0392b; font-weight: 600;")
+        self.error_label.setWordWrap(True)
+
+        self.legend = QtWidgets.QLabel()  # one wrapping label: it never widens the window
+        self.legend.setWordWrap(True)
+        self._style_legend(SOURCE_COLOURS)
+
+        self.replay_bar = QtWidgets.QWidget()
+        rb = QtWidgets.QHBoxLayout(self.replay_bar)
+        rb.setContentsMargins(0, 0, 0, 0)
+        self.replay_label = QtWidgets.QLabel("")
+        self.replay_label.setWordWrap(True)
+        self.replay_label.setTextFormat(Qt.RichText)  # bold through markup: a style sheet would pin its font
+        self.replay_speed = QtWidgets.QComboBox()
+        for speed in SPEEDS:
+            self.replay_speed.addItem(f"{speed:g}×", speed)
+        self.replay_speed.setCurrentIndex(SPEEDS.index(1.0))
+        self.replay_speed.currentIndexChanged.connect(lambda _i: self.player.set_speed(self.replay_speed.currentData()))
+        self.replay_restart = QtWidgets.QPushButton("Restart")
+        self.replay_restart.clicked.connect(lambda: self.last_trace is not None and self.play_trace(self.last_trace))
+        self.replay_close = QtWidgets.QPushButton("Close replay")
+        self.replay_close.clicked.connect(self.close_replay)
+        rb.addWidget(self.replay_label, 1)
+        rb.addWidget(QtWidgets.QLabel("speed"))
+        rb.addWidget(self.replay_speed)
+        rb.addWidget(self.replay_restart)
+        rb.addWidget(self.replay_close)
+        self.replay_bar.setVisible(False)
+
+        centre = QtWidgets.QWidget()
+        cl = QtWidgets.QVBoxLayout(centre)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.addWidget(self.replay_bar)
+        cl.addWidget(self.legend)
+        cl.addWidget(self.stream, 1)
+        self.decisions = DecisionStrip()
+        self.decisions_box = QtWidgets.QWidget()
+        db = QtWidgets.QVBoxLayout(self.decisions_box)
+        db.setContentsMargins(0, 0, 0, 0)
+        decisions_legend = QtWidgets.QLabel("Auto's steps: " + self.decisions.legend_html()
+                                            + " — height: tokens emitted; hover for the step")
+        decisions_legend.setStyleSheet("font-size: 9pt;")
+        decisions_legend.setWordWrap(True)
+        db.addWidget(decisions_legend)
+        db.addWidget(self.decisions)
+        self.decisions_box.setVisible(False)
+        cl.addWidget(self.decisions_box)
+        self.conversation_note = QtWidgets.QLabel("")
+        self.conversation_note.setWordWrap(True)
+        self.conversation_note.setStyleSheet("color: #8a6d00;")
+        cl.addWidget(self.conversation_note)
+        cl.addWidget(self.error_label)
+        cl.addWidget(self.input)
+        self.race = RaceView()
+        self.race.race_requested.connect(self.start_race)
+        self.centre_tabs = QtWidgets.QTabWidget()
+        self.centre_tabs.addTab(centre, "Stream")
+        self.centre_tabs.addTab(self.race, "Race")
+        self.batch_view = BatchView()
+        self.batch_view.batch_requested.connect(self.start_batch)
+        self.centre_tabs.addTab(self.batch_view, "Batch")
+
+        self.kv_map = KvMapView()
+        self.kv_map.set_token_colours(SOURCE_COLOURS)
+        self.stats = StatsPanel()
+        self.stats.baseline_button.clicked.connect(self.measure_baseline)
+        live = QtWidgets.QSplitter(Qt.Vertical)
+        live.addWidget(self._titled("KV cache cells", self.kv_map))
+        live.addWidget(self._titled("Figures", self.stats))
+        live.setSizes([360, 360])
+
+        self.tune = TunePanel()
+        self.tune.sweep_requested.connect(self.start_sweep)
+        self.tune.stop_requested.connect(self.stop_run)
+        self.tune.setting_chosen.connect(self.apply_setting)
+        self.profile_plot = ProfilePlot()
+        self.profile_label = QtWidgets.QLabel("No batch-cost profile yet: it is measured once per model, "
+                                              "context size and thread count.")
+        self.profile_label.setWordWrap(True)
+        self.remeasure_button = QtWidgets.QPushButton("Re-measure profile")
+        self.remeasure_button.setToolTip("Time one decode of 1 to 128 tokens again on this machine (about 20 s)")
+        self.remeasure_button.clicked.connect(self.remeasure_profile)
+        self.exactness_label = QtWidgets.QLabel("Exactness: not checked on this machine yet.")
+        self.exactness_label.setWordWrap(True)
+        self.exactness_button = QtWidgets.QPushButton("Check exactness")
+        self.exactness_button.setToolTip("Decode a text alone and in batches, in a short and a long context "
+                                         "(past 512 cells), and compare the logits (about 10 s)")
+        self.exactness_button.clicked.connect(self.check_exactness)
+        profile_page = QtWidgets.QWidget()
+        pl = QtWidgets.QVBoxLayout(profile_page)
+        pl.addWidget(self.profile_plot, 1)
+        pl.addWidget(self.profile_label)
+        pl.addWidget(self.remeasure_button)
+        pl.addWidget(self.exactness_label)
+        pl.addWidget(self.exactness_button)
+
+        self.inspector = StepInspector()
+        for view in (self.inspector.kv_before, self.inspector.kv_after):
+            view.set_token_colours(SOURCE_COLOURS)
+        self.inspector.set_record(self.record)
+        self.inspector.pause_toggled.connect(self.set_paused)
+        self.inspector.forward_requested.connect(self._step_engine)
+        right = QtWidgets.QTabWidget()
+        right.addTab(live, "Live")
+        right.addTab(self.inspector, "Inspect")
+        right.addTab(self.tune, "Tune")
+        right.currentChanged.connect(lambda _i: right.currentWidget() is self.inspector and self.inspector.refresh())
+        right.addTab(profile_page, "Profile")
+        self.right_tabs = right
+
+        self.sidebar = ConversationSidebar()
+        self.sidebar.new_requested.connect(self.new_conversation)
+        self.sidebar.open_requested.connect(lambda conv_id: self._conversation_action("open", conv_id))
+        self.sidebar.rename_requested.connect(lambda conv_id, title: self.worker.conversation("rename", conv_id, title))
+        self.sidebar.delete_requested.connect(lambda conv_id: self._conversation_action("delete", conv_id))
+        self.sidebar.search_changed.connect(lambda text: self.worker.conversation("list", text=text))
+        self.sidebar.export_requested.connect(self.export_conversation)
+        left = QtWidgets.QTabWidget()
+        left.addTab(controls_scroll, "Run")
+        left.addTab(self.sidebar, "Chats")
+        self.left_tabs = left
+
+        self.splitter = QtWidgets.QSplitter(Qt.Horizontal)
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.centre_tabs)
+        self.splitter.addWidget(right)
+        self.splitter.setSizes([340, 620, 520])
+
+        root = QtWidgets.QWidget()
+        rl = QtWidgets.QVBoxLayout(root)
+        rl.addWidget(self.model_bar)
+        rl.addWidget(self.splitter, 1)
+        self.setCentralWidget(root)
+
+        self.run_action = QtGui.QAction("Run", self, shortcut=QtGui.QKeySequence("Ctrl+Return"),
+                                        triggered=self.start_run)
+        self.stop_action = QtGui.QAction("Stop", self, shortcut=QtGui.QKeySequence(Qt.Key_Escape),
+                                         triggered=self.stop_run)
+        for action in (self.run_action, self.stop_action):
+            action.setShortcutContext(Qt.ApplicationShortcut)
+            self.addAction(action)
+        file_menu = self.menuBar().addMenu("&File")
+        file_menu.addAction("New conversation", self.new_conversation, QtGui.QKeySequence("Ctrl+N"))
+        file_menu.addAction("Export conversation as Markdown…", lambda: self.export_conversation("markdown"))
+        file_menu.addAction("Export conversation as HTML…", lambda: self.export_conversation("html"))
+        file_menu.addAction("System message…", self.edit_system_message)
+        file_menu.addSeparator()
+        file_menu.addAction("Open trace…", self.open_trace_dialog, QtGui.QKeySequence("Ctrl+O"))
+        self.demo_menu = file_menu.addMenu("Demo traces")
+        self._fill_demo_menu()
+        file_menu.addAction("Save run trace…", self.save_trace_dialog, QtGui.QKeySequence("Ctrl+S"))
+        export_menu = file_menu.addMenu("Export run")
+        export_menu.addAction("Report (one HTML file)…", lambda: self.export_dialog("report"))
+        export_menu.addAction("Transcript as HTML…", lambda: self.export_dialog("transcript"))
+        export_menu.addAction("Figures as JSON…", lambda: self.export_dialog("figures"))
+        export_menu.addAction("KV map as PNG…", lambda: self.export_dialog("kv_png"))
+        export_menu.addAction("Plots as PNG…", lambda: self.export_dialog("plots_png"))
+        edit_menu = self.menuBar().addMenu("&Edit")
+        edit_menu.addAction("Copy conversation as text", self.copy_text)
+        edit_menu.addAction("Copy conversation as HTML (with colours)", self.copy_html)
+        view_menu = self.menuBar().addMenu("&View")
+        self.presentation_action = view_menu.addAction("Presentation mode", self.toggle_presentation,
+                                                       QtGui.QKeySequence(Qt.Key_F11))
+        self.presentation_action.setCheckable(True)
+        self.presentation_action.setShortcutContext(Qt.ApplicationShortcut)
+        kv_menu = view_menu.addMenu("KV map colouring")
+        for name in ("sequence", "writer", "age"):
+            kv_menu.addAction(f"By {name}", lambda n=name: self.kv_map.set_colouring(n))
+        run_menu = self.menuBar().addMenu("&Run")
+        self.pause_action = run_menu.addAction("Pause / resume", self.toggle_pause)
+        self.step_action = run_menu.addAction("Step forward", self.step_forward)
+        self.back_action = run_menu.addAction("Step back", self.step_back)
+        self.reset_action = run_menu.addAction("Reset", self.reset_demo)
+        run_menu.addAction("Race against plain", self.start_race)
+        # Presentation keys: active in presentation mode only (elsewhere they are typing)
+        self.presentation_keys = [(self.pause_action, Qt.Key_Space), (self.step_action, Qt.Key_Right),
+                                  (self.back_action, Qt.Key_Left), (self.reset_action, Qt.Key_R)]
+        self.mode_actions = []
+        for i, mode in enumerate(MODES[:5]):
+            action = QtGui.QAction(f"Mode: {mode}", self, triggered=lambda _c=False, m=mode: self.choose_mode(m))
+            action.setShortcut(QtGui.QKeySequence(str(i + 1)))
+            action.setEnabled(False)
+            self.addAction(action)
+            self.mode_actions.append(action)
+        theme_menu = view_menu.addMenu("Theme")
+        self._theme_group = QtGui.QActionGroup(self)
+        for theme in THEMES:
+            action = theme_menu.addAction(theme.capitalize(), lambda t=theme: self.set_theme(t))
+            action.setCheckable(True)
+            action.setData(theme)
+            self._theme_group.addAction(action)
+        self.training_bar = QtWidgets.QProgressBar()
+        self.training_bar.setMaximumWidth(420)
+        self.training_bar.setTextVisible(True)
+        self.training_bar.hide()
+        self.statusBar().addPermanentWidget(self.training_bar)
+        self.statusBar().showMessage("Starting…")
+        self._update_buttons()
+
+    @staticmethod
+    def _titled(title: str, widget: QtWidgets.QWidget) -> QtWidgets.QWidget:
+        box = QtWidgets.QGroupBox(title)
+        layout = QtWidgets.QVBoxLayout(box)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(widget)
+        return box
+
+    def _restore_settings(self) -> None:
+        geometry = self.settings.value("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1480, 900)
+        params = self.settings.value("params")
+        if isinstance(params, dict):
+            self.controls.set_values(params)
+        self.model_bar.threads.setValue(int(self.settings.value("threads", default_threads())))
+        self.model_bar.ctx.setValue(int(self.settings.value("n_ctx", DEFAULT_N_CTX)))
+        self.input.chat_mode.setChecked(self.settings.value("chat", "true") in (True, "true"))
+        self.set_theme(str(self.settings.value("theme", "system")))
+
+    def save_settings(self) -> None:
+        s = self.settings
+        s.setValue("geometry", self.saveGeometry())
+        s.setValue("params", self.controls.values())
+        s.setValue("threads", self.model_bar.threads.value())
+        s.setValue("n_ctx", self.model_bar.ctx.value())
+        s.setValue("chat", self.input.chat_mode.isChecked())
+        if self.model_path:
+            s.setValue("last_model", self.model_path)
+        s.setValue("last_draft", self.draft_path or "")
+        s.sync()
+
+    def set_theme(self, theme: str) -> None:
+        if theme not in THEMES:
+            theme = "system"
+        app = QtWidgets.QApplication.instance()
+        apply_theme(app, theme)
+        for action in self._theme_group.actions():
+            action.setChecked(action.data() == theme)
+        base = QtWidgets.QApplication.palette().color(QtGui.QPalette.Base)  # the window's follows by event
+        self.kv_map.set_background(base)
+        self.inspector.set_background(base)
+        self.stats.set_background(base)
+        self.tune.set_background(base)
+        self.profile_plot.setBackground(base)
+        self.settings.setValue("theme", theme)
+        self._render_all()

@@ -1,0 +1,129 @@
+"""Tuning from the window: sweeps, the batch-cost profile, the exactness check, the plain baseline
+and the predicted speed-up. A mixin of :class:`app.main_window.MainWindow`."""
+
+from __future__ import annotations
+
+from specdec_studio.app.worker_messages import ExactnessReady, ProfileProgress, ProfileReady, ProfileStarted, SavedSweeps
+
+
+class TuningMixin:
+    def start_sweep(self, spec) -> None:
+        if self.running or not self.model_loaded:
+            return
+        if spec.mode == "speculative" and not self.draft_path:
+            self.tune.error.setText("A draft-model sweep needs a draft model: choose one in the model bar.")
+            return
+        self.running = self.sweeping = True
+        self.tune.on_requested()
+        self.statusBar().showMessage("Sweeping… (Stop ends it after the current run)")
+        self._update_buttons()
+        self.worker.start_sweep(spec)
+
+    def apply_setting(self, mode: str, setting: dict) -> None:
+        """Put a sweep's setting into the run controls; they mark what changed as pending."""
+        values = {"mode": mode, **{k: v for k, v in setting.items() if k in ("W", "N", "G", "lookup", "adaptive")}}
+        if "k" in setting:
+            if int(setting["k"]) == 0:
+                values = {"mode": "plain"}
+            else:
+                values["k"] = int(setting["k"])
+        self.controls.set_values(values)
+        self.statusBar().showMessage("Run controls set to " + ", ".join(f"{k} {v}" for k, v in values.items())
+                                     + " — applies to the next run")
+
+    def remeasure_profile(self) -> None:
+        if self.running or self.profiling or not self.model_loaded:
+            return
+        self.profiling = True
+        self._update_buttons()
+        self.worker.measure_profile(remeasure=True)
+
+    def check_exactness(self) -> None:
+        if self.running or not self.model_loaded:
+            return
+        self.running = self.checking_exactness = True
+        self._update_buttons()
+        self.statusBar().showMessage("Checking whether batching changes this model's logits…")
+        self.worker.probe_exactness()
+
+    def predicted_speedup(self, stats: dict, mode: str) -> float | None:
+        """The cost model's speed-up for a finished run, from the profile and the run's counters."""
+        from specdec_studio.engine.tuning import cost_model
+        from specdec_studio.engine.tuning.profile import curve_of
+
+        curve, draft_curve = curve_of(self.profiles["target"]), curve_of(self.profiles["draft"])
+        if curve is None:
+            return None
+        if mode == "speculative" and draft_curve is None:
+            return None
+        return cost_model.predict_from_stats(stats, curve, mode=mode, draft_curve=draft_curve)
+
+    def measure_baseline(self) -> None:
+        if self.running or self.last_run_key is None or not self.model_loaded:
+            return
+        from specdec_studio.engine.config import RunConfig
+
+        # the baseline of the last run: its token budget and sampling, whatever the controls say now,
+        # so that it is stored under the key of the run it measures
+        config = self.last_run_config
+        self.running = True
+        self._update_buttons()
+        self.statusBar().showMessage("Measuring the plain baseline…")
+        self.worker.run_baseline(RunConfig(mode="plain", max_tokens=config.max_tokens, sampling=config.sampling),
+                                 self.last_run_key)
+
+    def _on_tuning_event(self, event) -> bool:
+        """Profile and sweep events; False if ``event`` is neither."""
+        from specdec_studio.engine.tuning import sweep
+
+        if isinstance(event, ProfileStarted):
+            self.profiling = self.profiling or event.measuring
+            if event.measuring:
+                self.statusBar().showMessage(f"Measuring the {event.what}'s batch-cost profile (once for this "
+                                             "model, context and thread count; Stop skips it)…")
+        elif isinstance(event, ProfileProgress):
+            self.statusBar().showMessage(f"Measuring the {event.what}'s batch-cost profile… "
+                                         f"{100 * event.fraction:.0f}%")
+        elif isinstance(event, ProfileReady):
+            self.profiles = {"target": event.target, "draft": event.draft}
+            self.profile_plot.set_profiles(event.target, event.draft)
+            if event.target is not None:
+                c = event.target
+                self.profile_label.setText(
+                    f"{c['model_name']}: one decode of B tokens costs T(B)/T(1) = "
+                    + ", ".join(f"{r:.1f} (B={b})" for b, r in zip(c["sizes"], c["relative_all_logits"])
+                                if b in (2, 4, 8, 16, 32, 128))
+                    + f". Measured in {c['t_measure_s']:.0f} s; a step wins when it emits more tokens than it costs.")
+            self.profiling = False
+            self.statusBar().showMessage(event.message or "Batch-cost profile ready")
+            if self.last_finished is not None and self.live is not None and self.live.stats is not None:
+                self.stats.finish(self.last_finished.stats, self.baselines.get(self.last_run_key),
+                                  self.predicted_speedup(self.last_finished.stats, self.last_run_mode))
+        elif isinstance(event, SavedSweeps):
+            self.tune.set_saved(event.results)
+        elif isinstance(event, ExactnessReady):
+            self.exactness_label.setText("Exactness: " + event.note)
+            self.exactness_label.setToolTip(
+                "Largest logit difference, batched against one token at a time: "
+                + ", ".join(f"B={b}: {v:.3f}" for b, v in event.result["max_abs_diff_by_batch"].items())
+                + f"; past {event.result['long_context']['n_cells']} cells: "
+                + ", ".join(f"B={b}: {v:.3f}" for b, v in event.result["long_context"]["max_abs_diff_by_batch"].items()))
+            if self.checking_exactness:
+                self.running = self.checking_exactness = False
+                self.statusBar().showMessage("Exactness checked")
+        elif isinstance(event, sweep.SweepStarted):
+            self.tune.on_started(event)
+        elif isinstance(event, sweep.SweepProgress):
+            self.tune.on_progress(event)
+        elif isinstance(event, sweep.SweepCell):
+            self.tune.on_cell(event)
+        elif isinstance(event, sweep.SweepFinished):
+            self.tune.on_finished(event)
+            self.running = self.sweeping = False
+            best = sweep.best_cell(event.result["cells"])
+            self.statusBar().showMessage(
+                ("Sweep stopped" if event.cancelled else "Sweep done")
+                + (f": best {sweep.setting_label(best['setting'])} at {best['measured']:.2f}× plain" if best else ""))
+        else:
+            return False
+        return True

@@ -1,0 +1,231 @@
+"""What crosses between the window and the engine thread: the requests the window queues (one per
+job) and the reports the engine thread sends back. All frozen: they cross a thread boundary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LoadStarted:
+    path: str
+    what: str = "model"
+
+
+@dataclass(frozen=True)
+class ModelLoaded:
+    path: str
+    info: dict
+    has_chat_template: bool
+    n_ctx: int
+    n_threads: int
+    gpu_offload: bool
+    # (path, None if it can draft for this target, else why not)
+    draft_candidates: tuple[tuple[str, str | None], ...] = ()
+    template_problem: str | None = None  # why the model's chat template was refused
+
+
+@dataclass(frozen=True)
+class DraftLoaded:
+    path: str | None
+    info: dict | None
+
+
+@dataclass(frozen=True)
+class LoadFailed:
+    message: str
+    previous_model_kept: bool = False
+    what: str = "model"
+
+
+@dataclass(frozen=True)
+class BaselineDone:
+    key: tuple
+    tokens_per_second: float
+
+
+@dataclass(frozen=True)
+class ProfileStarted:
+    what: str  # "target" or "draft"
+    measuring: bool  # False: read from the cache
+
+
+@dataclass(frozen=True)
+class ProfileProgress:
+    what: str
+    fraction: float
+
+
+@dataclass(frozen=True)
+class ProfileReady:
+    """The batch-cost profiles of the loaded target and draft, as plain dicts (``to_dict``)."""
+
+    target: dict | None
+    draft: dict | None
+    message: str = ""  # why a profile is missing (stopped), shown in the status bar
+
+
+@dataclass(frozen=True)
+class ExactnessReady:
+    """The exactness probe of the loaded model and what it means for the user."""
+
+    result: dict
+    note: str
+
+
+@dataclass(frozen=True)
+class SavedSweeps:
+    """The latest sweep of each mode kept for the loaded model (reopened with it)."""
+
+    results: tuple[dict, ...]
+
+
+@dataclass(frozen=True)
+class RunRequested:
+    """Echoed when a run really starts on the engine thread (the window clears pending marks)."""
+
+    config: object
+    user_text: str
+    chat: bool
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    path: str
+    n_ctx: int
+    n_threads: int | None
+    n_gpu_layers: int
+    profile: bool = True  # measure the batch-cost profile after loading if none is cached
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    path: str | None
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    key: str
+    n_ctx: int
+    n_threads: int | None
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    config: object
+    text: str
+    chat: bool
+    regenerate: bool = False
+    edit_index: int | None = None  # chat: replace this user message with ``text`` and answer it
+
+
+@dataclass(frozen=True)
+class BaselineRequest:
+    config: object
+    key: tuple
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    remeasure: bool
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    pass
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    spec: object  # engine.tuning.sweep.SweepSpec
+
+
+@dataclass(frozen=True)
+class ConversationRequest:
+    action: str  # "new", "open", "rename", "delete", "list", "system", "start"
+    conv_id: str = ""
+    text: str = ""  # a title, a system message or a search query
+
+
+@dataclass(frozen=True)
+class ConversationList:
+    """The saved conversations (a search's matches when ``query``), newest first."""
+
+    items: tuple  # engine.conversation_store.ConversationSummary
+    current: str
+    query: str = ""
+    damaged: tuple[str, ...] = ()  # files skipped because they are not conversations
+
+
+@dataclass(frozen=True)
+class TraceReady:
+    """A run ended: its recording, ready to save, replay or inspect."""
+
+    trace: object  # engine.trace.Trace
+
+
+@dataclass(frozen=True)
+class Paused:
+    """The run waits after ``step`` (``paused`` False: it runs freely again)."""
+
+    step: int
+    paused: bool
+
+
+@dataclass(frozen=True)
+class RaceRequest:
+    config: object
+    text: str
+    chat: bool
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    config: object
+    source: str  # "shipped" or a JSON-lines file of {"id", "prompt"} (or the prompt-set format)
+    count: int
+    parallel: int
+    chat: bool
+
+
+@dataclass(frozen=True)
+class BatchKv:
+    """The KV map of a batch: the P sequences sharing the cache."""
+
+    snapshot: object
+
+
+@dataclass(frozen=True)
+class DistillRequest:
+    spec: dict  # app.widgets.distill_dialog.DistillDialog.spec()
+
+
+@dataclass(frozen=True)
+class DistillDone:
+    """A draft was trained (and is now loaded as the draft); its figures before and after."""
+
+    path: str
+    steps: int
+    stopped: bool
+    loss_first: float | None
+    loss_last: float | None
+    eval_losses: tuple[float, ...]
+    t_train_s: float
+    agreement_before: float | None  # None: a Stop ended the measurement
+    agreement_after: float | None
+
+
+@dataclass(frozen=True)
+class RaceProgress:
+    """A race's run is decoding: ``which`` is "plain" or the strategy's mode."""
+
+    which: str
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class RaceReady:
+    """Both runs of a race, recorded one after the other, to be replayed on a common clock."""
+
+    plain: object  # engine.trace.Trace
+    strategy: object  # engine.trace.Trace

@@ -1,0 +1,7 @@
+"""``python -m specdec_studio.engine.cli``."""
+
+import sys
+
+from specdec_studio.engine.cli.main import main
+
+sys.exit(main())

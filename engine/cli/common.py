@@ -1,0 +1,181 @@
+"""What every ``specdec`` subcommand that runs a model shares: the run flags and the config they make, Ctrl+C as a Stop flag,
+streaming tokens and printing llama.cpp-style figures."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+
+from specdec_studio.engine.errors import SpecDecError
+
+
+CYAN, GREEN, RESET = "\033[0;96m", "\033[0;92m", "\033[0m"
+
+
+@contextlib.contextmanager
+def ctrl_c_stops():
+    """A Stop flag that Ctrl+C sets from the moment the command starts, model loading included:
+    a run, profile or sweep then ends cleanly at its next check instead of with a traceback."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def write_tokens(event, color: bool) -> None:
+    """A step's tokens to standard output, accepted ones coloured (cyan: n-gram, green: draft)."""
+    for tok in event.tokens:
+        colour = {"accepted_ngram": CYAN, "accepted_draft": GREEN}.get(tok.source) if color else None
+        sys.stdout.write(f"{colour}{tok.text}{RESET}" if colour else tok.text)
+    sys.stdout.flush()
+
+
+def add_context_args(p: argparse.ArgumentParser) -> None:
+    from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX
+
+    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-c", "--ctx-size", type=int, default=DEFAULT_N_CTX)
+    p.add_argument("-b", "--batch-size", type=int, default=DEFAULT_N_BATCH)
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    from specdec_studio.engine.config import DEFAULT_K, DEFAULT_MAX_TOKENS_CLI, LOOKAHEAD_CLI_DEFAULTS, MODES
+
+    p.add_argument("-m", "--model", default="default", help="default, gemma, or a path to a .gguf file")
+    p.add_argument("--mode", choices=MODES, default="plain")
+    p.add_argument("-p", "--prompt", help="prompt text (or use -f)")
+    p.add_argument("-f", "--file", help="read the prompt from this file")
+    p.add_argument("-n", "--n-predict", type=int, default=DEFAULT_MAX_TOKENS_CLI, help="maximum tokens to generate")
+    add_context_args(p)
+    p.add_argument("-ngl", "--gpu-layers", type=int, default=0)
+    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--color", action="store_true", help="colour accepted tokens (cyan: n-gram, green: draft)")
+    p.add_argument("--kv-dump", action="store_true", help="print the KV cache cells after each step")
+    p.add_argument("--trace", metavar="FILE", default=None,
+                   help="record the run (every event, a KV snapshot after every step) as a JSON-lines trace "
+                        "that the app and `specdec replay` play back without the model")
+    p.add_argument("--verify-kv", action="store_true",
+                   help="check the KV mirror against llama.cpp's own dump before every decode")
+    p.add_argument("--baseline", action="store_true",
+                   help="also run plain decoding on the same prompt and print the measured speed-up")
+    p.add_argument("--no-predict", action="store_true",
+                   help="skip the predicted speed-up (it measures the batch-cost profile once if none is cached)")
+    la = p.add_argument_group("lookahead")
+    w, n, g = LOOKAHEAD_CLI_DEFAULTS
+    la.add_argument("-W", type=int, default=w, help="Jacobi window")
+    la.add_argument("-N", type=int, default=n, help="n-gram size")
+    la.add_argument("-G", type=int, default=g, help="verification n-grams per step")
+    la.add_argument("--no-prompt-pool", action="store_true", help="do not seed the n-gram pool from the prompt")
+    la.add_argument("--window-from-prompt", action="store_true", help="initialise the window with prompt tokens")
+    la.add_argument("--reference-kv", action="store_true",
+                    help="keep matched n-gram cells in place as llama-lookahead does (fragments the cache)")
+    sp = p.add_argument_group("speculative / lookup")
+    sp.add_argument("-md", "--model-draft", default=None, help="draft model (default, gemma or a path)")
+    sp.add_argument("-k", "--draft", type=int, default=DEFAULT_K, help="tokens drafted per step")
+    sp.add_argument("--adaptive", choices=("off", "tutorial", "heuristic"), default="off")
+    sp.add_argument("--k-min", type=int, default=1)
+    sp.add_argument("--k-max", type=int, default=16)
+    sp.add_argument("--p-min", type=float, default=0.0)
+    sp.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram matched")
+    sp.add_argument("--ngram-min", type=int, default=1, help="prompt lookup: shortest n-gram matched")
+    sp.add_argument("--lookup", choices=("cache", "latest"), default="cache",
+                    help="prompt lookup: confident continuations from n-gram counts (llama-lookup) "
+                         "or whatever followed the latest match (transformers)")
+
+
+def config_from(args: argparse.Namespace):
+    from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
+    from specdec_studio.engine.sampling import SamplingParams
+
+    return RunConfig(
+        mode=args.mode,
+        max_tokens=args.n_predict,
+        sampling=SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed),
+        lookahead=LookaheadParams(
+            args.W, args.N, args.G, not args.no_prompt_pool, args.window_from_prompt, not args.reference_kv
+        ),
+        speculative=SpeculativeParams(
+            k=args.draft, adaptive=args.adaptive, k_min=args.k_min, k_max=args.k_max,
+            p_min=args.p_min, ngram_max=args.ngram_max, ngram_min=args.ngram_min, lookup=args.lookup,
+        ),
+    )
+
+
+def run_setup(args: argparse.Namespace):
+    """The run config of ``run``'s flags, checked, and the target and draft model paths they name."""
+    from specdec_studio.engine import catalog
+
+    config = config_from(args)
+    config.validate(args.batch_size)
+    model_path = catalog.resolve(args.model)
+    if config.mode == "speculative" and not args.model_draft:
+        raise SpecDecError("--mode speculative needs a draft model: pass -md PATH (or -md default)")
+    # Auto proposes with a draft model too when one is given (its tree's "draft" source)
+    draft_path = catalog.resolve(args.model_draft) if args.model_draft and config.mode in ("speculative", "auto") \
+        else None
+    return config, model_path, draft_path
+
+
+def ensure_profile(session) -> None:
+    from specdec_studio.engine.tuning import profile
+
+    if profile.cached(profile.profile_key(session)) is None:
+        print("measuring the batch-cost profile for this model, context and thread count "
+              "(once; about 20 s for SmolLM2 on 2 cores)…", file=sys.stderr)
+        try:
+            profile.load_or_measure(session)
+        except profile.ProfileCancelled:
+            pass
+
+
+def print_stats(config, stats: dict, finish_reason: str) -> None:
+    err = sys.stderr
+    print("\n", file=err)
+    print(f"encoded {stats['n_prompt']:4d} tokens in {stats['t_encode_s']:8.3f} seconds, "
+          f"speed: {stats['encode_tokens_per_second']:8.3f} t/s", file=err)
+    print(f"decoded {stats['n_predict']:4d} tokens in {stats['t_generate_s']:8.3f} seconds, "
+          f"speed: {stats['tokens_per_second']:8.3f} t/s", file=err)
+    print(file=err)
+    if config.mode == "lookahead":
+        la = config.lookahead
+        print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=err)
+    if config.mode in ("speculative", "lookup"):
+        print(f"n_draft   = {config.speculative.k}", file=err)
+    print(f"n_predict = {stats['n_predict']}", file=err)
+    if config.mode != "plain":
+        print(f"n_drafted = {stats['n_drafted']}", file=err)
+        print(f"n_accept  = {stats['n_accept']}", file=err)
+        if stats["n_drafted"]:
+            print(f"accept    = {100.0 * stats['accept_rate']:.3f}%", file=err)
+    if config.mode == "auto" and "auto" in stats:
+        auto = stats["auto"]
+        print("decisions = " + ", ".join(f"{d} {n}" for d, n in auto["decisions"].items()), file=err)
+        for source, c in auto["sources"].items():
+            rate = c["accepted"] / c["offered"] if c["offered"] else 0.0
+            print(f"  {source:7s} offered {c['offered']:4d}, accepted {c['accepted']:4d} ({100 * rate:.1f}%)", file=err)
+        agreed = auto.get("agreed", {})
+        if agreed.get("offered"):
+            print(f"  of these, proposed by several sources: offered {agreed['offered']}, "
+                  f"accepted {agreed['accepted']}", file=err)
+    print(f"steps     = {stats['steps']}", file=err)
+    print(f"tokens/step = {stats['tokens_per_step']:.3f}", file=err)
+    print(f"finish    = {finish_reason}", file=err)
+    if stats.get("predicted_speedup") is not None or "measured_speedup" in stats:
+        predicted = stats.get("predicted_speedup")
+        measured = stats.get("measured_speedup")
+        print(f"speed-up  = predicted {predicted:.2f}x" if predicted is not None else "speed-up  = predicted –",
+              f"· measured {measured:.2f}x (plain {stats['plain_tokens_per_second']:.1f} t/s)"
+              if measured is not None else "· measured – (pass --baseline)", file=err)
+    if "kv_checks" in stats:
+        print(f"kv mirror = equal to llama.cpp's dump before all {stats['kv_checks']} decodes", file=err)

@@ -1,0 +1,125 @@
+"""``specdec run``: one prompt, one strategy; the text streamed, then llama.cpp's figures (or one JSON
+object), with the predicted and measured speed-ups."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from specdec_studio.engine.errors import SpecDecError
+from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, ensure_profile, print_stats, run_setup, write_tokens
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from specdec_studio.engine import trace
+    from specdec_studio.engine.events import RunFinished, RunStarted, RunWarning, StepDone
+    from specdec_studio.engine.session import Session
+    from specdec_studio.engine.trace import TraceRecorder
+    from specdec_studio.engine.identity import model_sha256
+
+    if args.file:
+        prompt = Path(args.file).read_text(encoding="utf-8")
+    elif args.prompt is not None:
+        prompt = args.prompt
+    else:
+        raise SpecDecError("no prompt given; pass -p TEXT or -f FILE")
+    config, model_path, draft_path = run_setup(args)
+    with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
+                                         n_threads=args.threads, n_gpu_layers=args.gpu_layers,
+                                         draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
+        if args.chat and session.has_chat_template:
+            tokens = session.chat_tokens([("user", prompt)])
+        else:
+            if args.chat:
+                print(f"specdec: {Path(model_path).name} has no chat template; running the prompt as plain "
+                      "completion", file=sys.stderr)
+            tokens = session.tokenize_prompt(prompt)
+        if config.mode == "auto" and not args.no_predict:
+            ensure_profile(session)  # Auto prices its steps with it
+        final: RunFinished | None = None
+        recorder = TraceRecorder() if args.trace else None
+        for event in session.run(config, tokens, prompt_text=prompt, fresh_cancel=False):
+            if recorder is not None:
+                recorder.add(event)
+                if isinstance(event, StepDone) and session.memory.mirror_ok:
+                    recorder.add(session.kv_snapshot(event.step, config.n_sequences))
+            if isinstance(event, RunStarted) and not args.json and config.mode == "lookahead":
+                la = config.lookahead
+                print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=sys.stderr)
+            elif isinstance(event, StepDone) and not args.json:
+                write_tokens(event, args.color)
+                if args.kv_dump:
+                    view = session.memory.mirror.base.render_view(config.n_sequences)
+                    print(f"\n--- after step {event.step}\n{view}", file=sys.stderr)
+            elif isinstance(event, RunWarning):
+                print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
+            elif isinstance(event, RunFinished):
+                final = event
+        assert final is not None
+        if recorder is not None:
+            trace.save(recorder.trace(), args.trace)
+            print(f"specdec: trace written to {args.trace}", file=sys.stderr)
+        info = session.model.info
+        stats = final.stats
+        if args.verify_kv:
+            stats["kv_checks"] = session.memory.verifier.n_checked
+        if final.finish_reason != "cancelled":
+            stats.update(_speedups(session, config, tokens, stats, args))
+        if args.json:
+            print(json.dumps({
+                "text": final.text,
+                "token_ids": list(final.token_ids),
+                "finish_reason": final.finish_reason,
+                "model": {
+                    "path": str(model_path),
+                    "sha256": model_sha256(model_path)[:16],
+                    "arch": info.arch,
+                    "n_vocab": info.n_vocab,
+                    "quant": info.quant,
+                },
+                "config": {**config.as_dict(), "n_ctx": args.ctx_size, "n_batch": args.batch_size,
+                           "n_threads": session.n_threads, "chat": args.chat and session.has_chat_template},
+                "stats": stats,
+            }, indent=2))
+        else:
+            print_stats(config, stats, final.finish_reason)
+    return 0
+
+
+def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Namespace) -> dict:
+    """Predicted speed-up (cost model on the batch-cost profile and the run's own counters) and,
+    with ``--baseline``, the speed-up measured against a plain run of the same prompt."""
+    from specdec_studio.engine.config import RunConfig
+    from specdec_studio.engine.session import last_event
+    from specdec_studio.engine.tuning import cost_model, profile
+    from specdec_studio.engine.tuning.profile import ProfileCancelled
+
+    out: dict = {}
+    if not args.no_predict and not session.cancel_flag.is_set():
+        if config.mode != "plain" and profile.cached(profile.profile_key(session)) is None:
+            print("measuring the batch-cost profile for this model, context and thread count "
+                  "(once; about 20 s for SmolLM2 on 2 cores)…", file=sys.stderr)
+        try:
+            curve = profile.load_or_measure(session).curve
+            draft_curve = profile.load_or_measure(session, draft=True).curve if config.mode == "speculative" else None
+        except ProfileCancelled:
+            print("specdec: profile stopped; no predicted speed-up", file=sys.stderr)
+        else:
+            out["predicted_speedup"] = cost_model.predict_from_stats(stats, curve, mode=config.mode,
+                                                                     draft_curve=draft_curve)
+    if args.baseline and not session.cancel_flag.is_set():
+        plain = RunConfig(mode="plain", max_tokens=config.max_tokens, sampling=config.sampling)
+        base = last_event(session.run(plain, tokens, fresh_cancel=False))
+        if base.finish_reason != "cancelled" and base.stats["tokens_per_second"]:
+            out["plain_tokens_per_second"] = base.stats["tokens_per_second"]
+            out["measured_speedup"] = stats["tokens_per_second"] / base.stats["tokens_per_second"]
+    return out
+
+
+def add_parser(sub) -> None:
+    """``run``: every run flag."""
+    p = sub.add_parser("run", help="generate text with one strategy")
+    add_run_args(p)
+    p.set_defaults(handler=cmd_run)

@@ -1,0 +1,183 @@
+"""``specdec profile``, ``sweep`` and ``probe-exactness``: what this machine's llama.cpp costs and does."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from specdec_studio.engine.errors import SpecDecError
+from specdec_studio.engine.cli.common import add_context_args, ctrl_c_stops
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from specdec_studio.engine import catalog
+    from specdec_studio.engine.probe import exactness_note, probe_exactness
+
+    result = probe_exactness(catalog.resolve(args.model), n_threads=args.threads)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for size, dev in result["max_abs_diff_by_batch"].items():
+            print(f"batch {size:>3}: max |logit difference| = {dev:.6f}")
+        long = result["long_context"]
+        for size, dev in long["max_abs_diff_by_batch"].items():
+            print(f"batch {size:>3} after {long['n_cells']} cells: max |logit difference| = {dev:.6f}")
+        verdict = "batch-invariant" if result["batch_invariant"] else "NOT batch-invariant"
+        print(f"{Path(result['model']).name}: {verdict} with {result['n_threads']} threads "
+              f"(max deviation {result['max_abs_diff']:.6f}, past {long['n_cells']} cells {long['max_abs_diff']:.6f})")
+        print(exactness_note(result))
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from specdec_studio.engine import catalog
+    from specdec_studio.engine.session import Session
+    from specdec_studio.engine.tuning import profile
+
+    draft_path = catalog.resolve(args.model_draft) if args.model_draft else None
+    with ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
+                                         n_threads=args.threads, draft_path=draft_path, cancel=stop) as session:
+        found = [("target", profile.load_or_measure(session, remeasure=args.remeasure))]
+        if draft_path is not None:
+            found.append(("draft", profile.load_or_measure(session, draft=True, remeasure=args.remeasure)))
+    if args.json:
+        print(json.dumps({role: p.to_dict() for role, p in found}, indent=2))
+        return 0
+    for role, p in found:
+        c = p.curve
+        k = p.key
+        print(f"{role}: {p.model_name} · n_ctx {k.n_ctx} · {k.n_threads} threads · KV filled to {k.kv_fill} cells "
+              f"· measured in {p.t_measure_s:.1f} s · build {k.build}")
+        print(f"{'B':>5} {'T(B) ms':>9} {'T(B)/T(1)':>10} {'last-row ms':>12} {'per token':>10}")
+        for b, t_all, t_last in zip(c.sizes, c.t_all_logits, c.t_last_logit):
+            print(f"{b:5d} {1e3 * t_all:9.2f} {c.relative(b):10.2f} {1e3 * t_last:12.2f} {c.relative(b) / b:10.3f}")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from specdec_studio.engine import catalog
+    from specdec_studio.engine.session import Session
+    from specdec_studio.engine.tuning import profile, prompts, sweep
+
+    axes = _sweep_axes(args)
+    if args.file:
+        prompt_set = prompts.load_file(args.file)
+    else:
+        categories = args.categories.split(",") if args.categories else list(sweep.DEFAULT_CATEGORIES)
+        prompt_set = prompts.shipped(categories, args.per_category)
+    spec = sweep.SweepSpec(args.mode, axes, tuple(prompt_set), args.n_predict, args.plain_every, not args.raw)
+    spec.validate()
+    draft_path = catalog.resolve(args.model_draft) if args.model_draft else None
+    if args.mode == "speculative" and draft_path is None:
+        raise SpecDecError("a speculative sweep needs a draft model: pass -md PATH (or -md default)")
+    out_dir = Path(args.output)
+    with ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
+                                         n_threads=args.threads, draft_path=draft_path, cancel=stop) as session:
+        curve = profile.load_or_measure(session).curve
+        draft_curve = profile.load_or_measure(session, draft=True).curve if draft_path else None
+        finished = None
+        for event in sweep.run_sweep(session, spec, curve=curve, draft_curve=draft_curve):
+            if isinstance(event, sweep.SweepStarted):
+                print(f"{len(event.settings)} settings × {len(spec.prompts)} prompts, "
+                      f"{event.n_runs} runs with the plain ones", file=sys.stderr)
+            elif isinstance(event, sweep.SweepProgress) and not args.json:
+                print(f"\r[{event.done}/{event.total}] {event.label[:50]:50} ETA {event.eta_s:5.0f} s",
+                      end="", file=sys.stderr, flush=True)
+            elif isinstance(event, sweep.SweepCell) and not args.json:
+                print(f"\r{sweep.setting_label(event.setting):32} measured {event.measured:5.2f}x  "
+                      f"predicted {event.predicted:5.2f}x  tokens/step {event.tokens_per_step:4.2f}"
+                      f"{'' if event.lossless else '  DIVERGED ' + str(event.divergences)}" + " " * 20,
+                      file=sys.stderr)
+            elif isinstance(event, sweep.SweepFinished):
+                finished = event
+    result = finished.result
+    json_path, csv_path = sweep.write_results(result, out_dir)
+    pngs = _plot_sweep(json_path, out_dir)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        best = sweep.best_cell(result["cells"])
+        state = "stopped early" if finished.cancelled else "done"
+        print(f"\n{state} in {result['t_sweep_s']:.0f} s; wrote {json_path}, {csv_path}"
+              + "".join(f", {p}" for p in pngs), file=sys.stderr)
+        if best is not None:
+            predicted = f" (predicted {best['predicted']:.2f}x)" if best["predicted"] is not None else ""
+            print(f"best: {sweep.setting_label(best['setting'])} measured {best['measured']:.2f}x{predicted}")
+    return 0
+
+
+def _sweep_axes(args: argparse.Namespace) -> dict[str, tuple]:
+    from specdec_studio.engine.tuning import sweep
+
+    axes = dict(sweep.DEFAULT_AXES[args.mode])
+    given = {"W": args.W, "N": args.N, "G": args.G, "k": args.draft}
+    for name, text in given.items():
+        if text is not None:
+            if name not in sweep.AXES[args.mode]:
+                raise SpecDecError(f"-{name} is not an axis of a {args.mode} sweep")
+            axes[name] = sweep.parse_values(text)
+    for name, text in (("lookup", args.lookup), ("adaptive", args.adaptive)):
+        if text is not None:
+            if name not in sweep.AXES[args.mode]:
+                raise SpecDecError(f"--{name} is not an axis of a {args.mode} sweep")
+            axes[name] = sweep.parse_values(text, str)
+    return axes
+
+
+def _plot_sweep(json_path: Path, out_dir: Path) -> list[Path]:
+    """The heatmaps and k curves, drawn offscreen by the app's plotting module in a child process
+    (the engine never imports Qt); an install without the GUI gets JSON and CSV only."""
+    import os
+    import subprocess
+
+    from specdec_studio.engine import frozen
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    # a frozen app has no `python -m`: its GUI executable draws the plots instead
+    plotter = ([str(frozen.sibling_executable("specdec-studio")), "--sweep-plots"] if frozen.is_frozen()
+               else [sys.executable, "-m", "specdec_studio.app.sweep_plots"])
+    done = subprocess.run([*plotter, str(json_path), str(out_dir)], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        print(f"specdec: no PNG plots ({(done.stderr.strip().splitlines() or ['the GUI is not installed'])[-1]})",
+              file=sys.stderr)
+        return []
+    return [Path(line) for line in done.stdout.split()]
+
+
+def add_parser(sub) -> None:
+    """``profile``, ``sweep`` and ``probe-exactness``."""
+    prof = sub.add_parser("profile", help="measure (or show the cached) time of one decode of B tokens")
+    prof.add_argument("-m", "--model", default="default")
+    prof.add_argument("-md", "--model-draft", default=None, help="profile this draft model too")
+    add_context_args(prof)
+    prof.add_argument("--remeasure", action="store_true", help="measure again even if a profile is cached")
+    prof.add_argument("--json", action="store_true")
+    prof.set_defaults(handler=cmd_profile)
+    sw = sub.add_parser("sweep", help="measure a grid of settings against plain decoding")
+    sw.add_argument("-m", "--model", default="default")
+    sw.add_argument("--mode", choices=("lookahead", "lookup", "speculative"), default="lookahead")
+    sw.add_argument("-W", default=None, help="lookahead windows: list or range, e.g. 1,2,4 or 1..4")
+    sw.add_argument("-N", default=None, help="lookahead n-gram sizes")
+    sw.add_argument("-G", default=None, help="lookahead verification n-grams")
+    sw.add_argument("-k", "--draft", default=None, help="draft lengths, e.g. 0..10 (0 = plain)")
+    sw.add_argument("--lookup", default=None, help="prompt lookup policies: cache,latest")
+    sw.add_argument("--adaptive", default=None, help="adaptive k rules: off,tutorial,heuristic")
+    sw.add_argument("-md", "--model-draft", default=None, help="draft model for a speculative sweep")
+    sw.add_argument("-f", "--file", default=None, help="prompt set: a .jsonl file, or a text file with one prompt")
+    sw.add_argument("--categories", default=None,
+                    help="shipped prompt categories, comma-separated (default: code_editing,chat)")
+    sw.add_argument("--per-category", type=int, default=1, help="prompts taken from each shipped category")
+    sw.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
+    sw.add_argument("-n", "--n-predict", type=int, default=48, help="tokens generated per run")
+    sw.add_argument("--plain-every", type=int, default=3, help="settings between two plain runs")
+    add_context_args(sw)
+    sw.add_argument("-o", "--output", default="sweep-results", help="folder for results.json/.csv and the PNGs")
+    sw.add_argument("--json", action="store_true", help="print the results as JSON")
+    sw.set_defaults(handler=cmd_sweep)
+    probe = sub.add_parser("probe-exactness", help="measure whether batched decoding changes logits")
+    probe.add_argument("-m", "--model", default="default")
+    probe.add_argument("-t", "--threads", type=int, default=None)
+    probe.add_argument("--json", action="store_true")
+    probe.set_defaults(handler=cmd_probe)

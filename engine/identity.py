@@ -1,0 +1,46 @@
+"""What the caches of measurements are keyed by, in one place that the exactness probe and the
+batch-cost profile both import (neither imports the other): the model file's hash, the llama.cpp
+build's fingerprint, and the fixed text both decode."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import llama_cpp as llama
+
+from specdec_studio.engine.jsonfile import write_json
+
+# The text the probe and the profile decode: prose, a number, code (every kind of token a run meets).
+PROBE_TEXT = (
+    "The quick brown fox jumps over the lazy dog. In 1905 Albert Einstein published four papers "
+    "that changed physics: on the photoelectric effect, Brownian motion, special relativity and "
+    "the equivalence of mass and energy. def add(a, b):\n    return a + b\n"
+)
+
+
+def build_fingerprint() -> str:
+    """The llama.cpp build: llama-cpp-python's version and the CPU features and backends llama.cpp
+    reports (a different wheel, flags or machine gives a different fingerprint)."""
+    info = llama.llama_print_system_info().decode("utf-8", "replace")
+    return f"{llama.__version__}-{hashlib.sha256(info.encode()).hexdigest()[:12]}"
+
+
+def model_sha256(path: str | Path) -> str:
+    """The model file's sha256, hashed once per (path, size, mtime) and remembered on disk."""
+    from specdec_studio.engine.catalog import cache_root
+    from specdec_studio.engine.models import file_sha256
+
+    path = Path(path).resolve()
+    st = path.stat()
+    index_path = cache_root() / "file-hashes.json"
+    entry = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    try:
+        index = json.loads(index_path.read_text())
+    except (OSError, ValueError):
+        index = {}
+    if entry not in index:
+        index[entry] = file_sha256(path)
+        write_json(index_path, index, indent=1)
+    return index[entry]

@@ -1,0 +1,108 @@
+"""What a run learns as it goes: P(accepted | source, signal, position, agreed) from its own
+verifications, and what a decode of B tokens costs relative to one."""
+
+from __future__ import annotations
+
+from specdec_studio.engine.strategies.auto.priors import COST_SLOPE, PRIOR_WEIGHT, SHAPE_CHANGE_PRIOR, SOURCES, signal_prior
+
+
+class Calibrator:
+    """P(accepted | source, signal, position), learnt from the run's verifications."""
+
+    def __init__(self) -> None:
+        self.bins: dict[tuple, list[float]] = {}  # key -> [accepted, offered]
+        self.by_source: dict[str, list[float]] = {s: [0.0, 0.0] for s in SOURCES}
+        # predicted probability (in tenths) -> [sum predicted, accepted, offered]: calibration
+        self.reliability = [[0.0, 0, 0] for _ in range(10)]
+
+    def source_rate(self, source: str) -> float:
+        """The share of the source's proposals the run has seen accepted (0.5 before any)."""
+        acc, off = self.by_source[source]
+        return (acc + 1.0) / (off + 2.0)
+
+    @staticmethod
+    def _key(source: str, signal: tuple, position: int, agreed: bool) -> tuple:
+        # a sibling branch's tokens before and after its fork are the cache's best followers:
+        # they share the n-gram branch's bins (only the fork's own token, rank > 0, has its own)
+        if source == "ngram_alt" and signal[3] == 0:
+            source = "ngram"
+        return source, signal, min(position, 4), agreed
+
+    def probability(self, source: str, signal: tuple, position: int, agreed: bool = False) -> float:
+        """``agreed``: a source of another family proposed the same token after the same path."""
+        acc, off = self.bins.get(self._key(source, signal, position, agreed), (0.0, 0.0))
+        return (acc + PRIOR_WEIGHT * signal_prior(source, signal)) / (off + PRIOR_WEIGHT)
+
+    def observe(self, source: str, signal: tuple, position: int, predicted: float, accepted: bool,
+                agreed: bool = False) -> None:
+        entry = self.bins.setdefault(self._key(source, signal, position, agreed), [0.0, 0.0])
+        entry[0] += accepted
+        entry[1] += 1
+        src = self.by_source[source]
+        src[0] += accepted
+        src[1] += 1
+        row = self.reliability[min(9, int(predicted * 10))]
+        row[0] += predicted
+        row[1] += accepted
+        row[2] += 1
+
+    def table(self) -> list[dict]:
+        return [{"bin": f"{i / 10:.1f}-{(i + 1) / 10:.1f}", "n": n, "predicted": s / n, "observed": a / n}
+                for i, (s, a, n) in enumerate(self.reliability) if n]
+
+
+class StepCost:
+    """Relative cost T(B)/T(1) of a decode of B tokens (all with logits): the profile's curve if
+    there is one, else this run's own timings of that size, else a gentle linear prior.
+
+    A run's timing of a size is the fastest of its last few decodes (other work on the machine only
+    ever adds time), ignoring the first one (llama.cpp builds a graph for every new shape), and is
+    trusted from the third.
+
+    A tree step also costs the plain step after it a little: llama.cpp reuses a decode's graph
+    only for the same batch shape, so coming back to one token rebuilds it (measured here: about
+    0.5 ms on a 10 ms step). The run measures that too (a one-token decode after a larger one
+    against one after another one-token decode) and charges it to the tree."""
+
+    KEEP = 8
+    TRUSTED = 3
+
+    def __init__(self, curve=None) -> None:
+        self.curve = curve
+        self.seen: dict[int, list[float]] = {}  # B -> the last KEEP decode times, after the first
+        self._first: set[int] = set()
+        self._table: list[float] = []
+        self._previous = 1
+        self._plain_after: dict[bool, list[float]] = {False: [], True: []}  # after a tree step?
+
+    def observe(self, n_tokens: int, seconds: float) -> None:
+        if n_tokens == 1:
+            times = self._plain_after[self._previous != 1]
+            times.append(seconds)
+            del times[: -self.KEEP]
+        self._previous = n_tokens
+        if n_tokens not in self._first:
+            self._first.add(n_tokens)
+            return
+        times = self.seen.setdefault(n_tokens, [])
+        times.append(seconds)
+        del times[: -self.KEEP]
+
+    def relative(self, n_tokens: int) -> float:
+        if self.curve is not None:
+            while len(self._table) <= n_tokens:  # the curve's values, worked out once per run
+                b = len(self._table)
+                self._table.append(self.curve.relative(b, b) if b else 0.0)
+            return self._table[n_tokens]
+        prior = 1.0 + COST_SLOPE * (n_tokens - 1)
+        one, this = self.seen.get(1, []), self.seen.get(n_tokens, [])
+        if n_tokens <= 1 or len(one) < self.TRUSTED or len(this) < self.TRUSTED:
+            return prior
+        return max(1.0, min(this) / min(one))
+
+    def return_penalty(self) -> float:
+        """What going back to one-token decodes after a tree step costs, in plain steps."""
+        same, after = self._plain_after[False], self._plain_after[True]
+        if len(same) < self.TRUSTED or len(after) < self.TRUSTED:
+            return SHAPE_CHANGE_PRIOR
+        return max(0.0, min(after) - min(same)) / min(same)

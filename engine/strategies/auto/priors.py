@@ -1,0 +1,58 @@
+"""What Auto believes before a run has verified anything: each source's prior chance of being
+right by its signal, and the constants of the planner."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+SOURCES = ("ngram", "ngram_alt", "suffix", "draft")
+NGRAM_MIN, NGRAM_MAX = 1, 4
+ALT_BRANCHES = 2  # the n-gram cache's 2nd and 3rd followers
+ALT_MIN_COUNT = 2  # a follower seen once is no evidence of a second way
+MIN_SUFFIX_MATCH = 2
+# What a proposal's signal says about its chance before the run has verified any like it: a long
+# suffix match or a frequent, dominant n-gram follower is usually right (llama-lookup's thresholds
+# and SAM-Decoding's observation), a draft model's probability is roughly its acceptance. The prior
+# weighs as much as PRIOR_WEIGHT verifications; the run's own outcomes take over from there.
+PRIOR_WEIGHT = 4.0
+SUFFIX_PRIOR = (0.35, 0.45, 0.6, 0.75, 0.85, 0.92)  # by match-length bucket: 2, 3-4, 5-8, 9-16, 17-32, 33+
+DRAFT_PRIOR = (0.2, 0.45, 0.7, 0.85, 0.93)  # by the draft's probability: <.3, <.6, <.8, <.95, more
+ALT_PRIOR = (0.08, 0.15, 0.25, 0.35)  # a 2nd or 3rd follower, by its share: <.15, <.3, <.45, more
+# Sources of different families that propose the same token after the same path read the context
+# in different ways (a sibling branch is the n-gram cache again, not a second opinion). Measured over
+# the shipped prompts' plain outputs, a first token that both the cache and the suffix match proposed
+# was right 90 % of the time, one that only one of them proposed 50 %: a token's bins are split by
+# whether another family agreed. (Raising the prior of an agreed token did not pay: the short
+# answers, where the prior decides, lost more than the long ones won.)
+FAMILY = {"ngram": "ngram", "ngram_alt": "ngram", "suffix": "suffix", "draft": "draft"}
+
+
+def signal_prior(source: str, signal: tuple) -> float:
+    if source == "suffix":
+        return SUFFIX_PRIOR[signal[0]]
+    if source == "draft":
+        return DRAFT_PRIOR[signal[0]]
+    # n-gram size, follower share bucket (0-3), follower count bucket (0-3), follower rank (0 = most frequent)
+    size, share, count, rank = signal
+    if rank:
+        return ALT_PRIOR[share]
+    return min(0.9, 0.2 + 0.1 * (size - 1) + 0.12 * share + 0.05 * count)
+
+
+# Without a profile, a decode of B tokens is assumed to cost 1 + COST_SLOPE·(B - 1) plain steps
+# until the run has timed decodes of that size (measured on this CPU: T(8)/T(1) ≈ 1.3).
+COST_SLOPE = 0.04
+MIN_GAIN = 1.1  # a tree must beat a plain step by a margin: its prediction errs, a plain step cannot
+SHAPE_CHANGE_PRIOR = 0.05  # the graph rebuild a tree step causes, in plain steps, until measured
+MIN_REACH = 0.02  # candidates less likely than this to be reached are not worth a row
+DRAFT_MIN_RATE = 0.6
+DRAFT_PROBE_EVERY = 8
+
+
+def bucket(value: float, edges: Sequence[float]) -> int:
+    """The index of the first of ``edges`` that ``value`` is below (len(edges) past the last)."""
+    for i, edge in enumerate(edges):
+        if value < edge:
+            return i
+    return len(edges)

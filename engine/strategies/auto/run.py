@@ -1,0 +1,146 @@
+"""The Auto strategy's loop: plan a tree, decode it with the input token, verify, keep the
+winning branch's cells in position order, learn."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+
+from specdec_studio.engine.events import Event, StepDone
+from specdec_studio.engine.strategies.auto.calibration import Calibrator, StepCost
+from specdec_studio.engine.strategies.auto.priors import DRAFT_MIN_RATE, DRAFT_PROBE_EVERY
+from specdec_studio.engine.strategies.auto.report import AutoReport
+from specdec_studio.engine.strategies.auto.sources import Sources
+from specdec_studio.engine.strategies.auto.tree import Node, build_tree
+from specdec_studio.engine.strategies.common import Runtime, begin_run
+
+
+def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
+    params = rt.config.speculative
+    out, counters, memory, batch = rt.output, rt.counters, rt.memory, rt.batch
+    calibrator = Calibrator()
+    cost = StepCost(rt.cost_curve)
+    draft = None
+    if rt.draft is not None:
+        from specdec_studio.engine.strategies.speculative import DraftModelDrafter
+
+        draft = DraftModelDrafter(rt.draft, rt.sampler, 0.0, rt.vocab.n_tokens, rt.vocab.is_eog, rt.cancel,
+                                  rt.n_reused, keep_probs=True)
+    sources = Sources(prompt, draft)
+    n_seq = rt.config.n_sequences
+    report = AutoReport()
+
+    def prepare() -> None:
+        if draft is not None:
+            draft.begin(prompt)
+
+    start = yield from begin_run(rt, prompt, prepare=prepare)
+    if start is None:
+        return
+    token, n_past = start.token, start.n_past
+    context = [*prompt, token]
+    t_prev = rt.t_start
+    step = 1
+    redecode: list[int] = []  # accepted tokens whose cells were dropped to keep position order
+    while not rt.should_stop(n_past, 1):
+        sources.advance(context)
+        room = min(params.k_max, rt.n_ctx - n_past - 1 - len(redecode), rt.n_batch - 1 - len(redecode),
+                   rt.config.max_tokens - len(out.ids) - 1)
+        t0 = time.perf_counter()
+        # A draft model costs a decode per proposal: asked while it earns its keep, and every
+        # DRAFT_PROBE_EVERY steps to find out whether it has started to.
+        use_draft = calibrator.source_rate("draft") >= DRAFT_MIN_RATE or step % DRAFT_PROBE_EVERY == 1
+        proposals = rt.guarded(lambda: sources.propose(context, max(0, room), use_draft)) if room > 0 else []
+        if proposals is None:  # the draft model was stopped
+            break
+        proposals = proposals[:n_seq]
+        nodes, gain = build_tree(proposals, calibrator, cost, max(0, room))
+        t_plan = time.perf_counter() - t0
+        counters.t_draft_s += t_plan
+
+        # ---- the batch: re-decoded tokens, the input token, the tree --------------------------
+        # The context lives in sequence 0; a step with several branches first copies it into the
+        # others (and removes them after), so plain and one-branch steps pay nothing for the tree.
+        branches = sorted(set().union(*(n.seqs for n in nodes))) if nodes else [0]
+        for s in branches[1:]:
+            memory.seq_cp(0, s, -1, -1)
+        step_seqs = tuple(sorted({0, *branches}))
+        batch.clear()
+        for p, t in enumerate(redecode, start=n_past - len(redecode)):
+            batch.add(t, p, step_seqs, False)
+        redecode = []
+        input_row = batch.add(token, n_past, step_seqs, True)
+        for node in nodes:
+            node.row = batch.add(node.token, n_past + node.depth, tuple(node.seqs), True)
+        n_batch_tokens = batch.n_tokens
+        t_decode = rt.decode()
+        if t_decode is None:
+            break
+        cost.observe(n_batch_tokens, t_decode)
+
+        # ---- verify: the target's token at each depth, following the nodes that have it --------
+        emitted, proposers = [], []
+        accepted_nodes: list[Node] = []
+        verdicts: dict[int, str] = {}
+        row, parent = input_row, -1
+        while True:
+            chosen = rt.sampler.sample(rt.logits(row))
+            children = [i for i, n in enumerate(nodes) if n.parent == parent]
+            match = next((i for i in children if nodes[i].token == chosen), None)
+            for i in children:  # every child offered here was tested against the target's choice
+                n = nodes[i]
+                calibrator.observe(n.source, n.signal, n.depth - 1, n.p, i == match, n.agreed)
+                report.offer(n, i == match)
+                verdicts[n.row] = "accepted" if i == match else "rejected"
+            if match is None:
+                label, proposer = "sampled", "target"
+            else:
+                proposer = nodes[match].proposer
+                label = "accepted_draft" if nodes[match].source == "draft" else "accepted_ngram"
+                accepted_nodes.append(nodes[match])
+            info = out.push(chosen, label)
+            context.append(chosen)
+            if info is not None:
+                emitted.append(info)
+                proposers.append(proposer)
+            if match is None or out.done:
+                break
+            parent, row = match, nodes[match].row
+        n_accepted = len(accepted_nodes)
+
+        # ---- KV: sequence 0 keeps the accepted path; the other branches go -----------------------
+        n_past_before = n_past
+        n_past += 1 + n_accepted
+        if nodes:  # even at the end: the cache must hold exactly the context for the next turn
+            contiguous = all(n.row == input_row + 1 + j for j, n in enumerate(accepted_nodes))
+            if n_accepted and not contiguous:
+                # the path's cells sit after another branch's: re-decode it in position order
+                memory.seq_rm(0, n_past - n_accepted, -1)
+                redecode = [n.token for n in accepted_nodes]
+            else:
+                winner = accepted_nodes[-1].seqs[0] if n_accepted else 0
+                if winner != 0:  # the path came from another branch: it replaces sequence 0's
+                    memory.seq_rm(0, n_past_before + 1, -1)
+                    memory.seq_cp(winner, 0, n_past_before + 1, n_past)
+                memory.seq_rm(0, n_past, -1)
+            for s in branches[1:]:
+                memory.seq_rm(s, -1, -1)
+        token = context[-1]
+        if draft is not None:
+            draft.settle(context)
+
+        now = time.perf_counter()
+        counters.record_step(len(emitted), len(nodes), n_accepted, t_decode)
+        if nodes:
+            counters.record_positions(max(n.depth for n in nodes), n_accepted)
+        decision = report.decide(nodes)
+        if emitted:
+            roles = ["redecode"] * input_row + ["input"] + [n.source for n in nodes]
+            yield rt.step_batch(step, roles, verdicts)
+            yield StepDone(step, tuple(emitted), len(nodes), n_accepted, t_decode, now - t_prev,
+                           {"auto": {"decision": decision, "k": len(nodes), "branches": len(branches) if nodes else 0,
+                                     "depth": max((n.depth for n in nodes), default=0),
+                                     "predicted_gain": round(gain, 3), "proposers": tuple(proposers)}})
+        t_prev = now
+        step += 1
+    counters.extra["auto"] = report.as_dict(calibrator)

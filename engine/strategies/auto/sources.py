@@ -1,0 +1,112 @@
+"""The candidate sources of a run (the n-gram cache and its sibling branches, the suffix match, a
+draft model), kept up to date with the context, each proposing a continuation with its signals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specdec_studio.engine.strategies.auto.priors import ALT_BRANCHES, ALT_MIN_COUNT, MIN_REACH, MIN_SUFFIX_MATCH, NGRAM_MAX, NGRAM_MIN, bucket, signal_prior
+from specdec_studio.engine.strategies.lookup import NgramCacheDrafter
+from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
+
+
+@dataclass
+class Proposal:
+    source: str
+    tokens: list[int]
+    signals: list[tuple]
+
+
+class Sources:
+    """The candidate sources of one run, kept up to date with the context. ``alternatives``
+    adds the n-gram cache's sibling branches (a step whose tree has one sequence cannot use them)."""
+
+    def __init__(self, prompt: Sequence[int], draft=None, alternatives: bool = True) -> None:
+        self.ngrams = NgramCacheDrafter(NGRAM_MIN, NGRAM_MAX)
+        self.ngrams.begin(prompt)
+        self.suffix = SuffixMatcher(prompt)
+        self.draft = draft  # a DraftModelDrafter, or None
+        self.alternatives = alternatives
+
+    def advance(self, context: Sequence[int]) -> None:
+        self.suffix.extend(context[len(self.suffix.tokens):])
+
+    def propose(self, context: Sequence[int], k: int, use_draft: bool) -> list[Proposal]:
+        self.ngrams.count(context)
+        ngram = self._ngram(context, k)
+        out = [ngram, self._suffix(k)]
+        if self.draft is not None and use_draft:
+            out.append(self._draft(context, k))
+        if self.alternatives:
+            out.extend(self._ngram_alternatives(context, k, ngram))
+        return [p for p in out if p.tokens]
+
+    def _walk(self, seq: list[int], k: int, chance: float, tokens: list[int], signals: list[tuple]) -> None:
+        """Extend ``tokens`` (and ``seq``) with the cache's confident followers, up to ``k`` tokens,
+        while the chain's prior chance of being reached stays worth a row."""
+        while len(tokens) < k:
+            found = self.ngrams.confident(seq)
+            if found is None:
+                break
+            size, entry = found
+            share = entry.best_count / entry.total
+            signal = (size, bucket(share, (0.5, 0.67, 0.9)), bucket(entry.total, (2, 4, 8)), 0)
+            chance *= signal_prior("ngram", signal)
+            if chance < MIN_REACH:  # deeper tokens could not be worth a row: stop walking
+                break
+            tokens.append(entry.best)
+            signals.append(signal)
+            seq.append(entry.best)
+
+    def _ngram(self, context: Sequence[int], k: int) -> Proposal:
+        tokens: list[int] = []
+        signals: list[tuple] = []
+        self._walk(list(context[max(0, len(context) - NGRAM_MAX):]), k, 1.0, tokens, signals)
+        return Proposal("ngram", tokens, signals)
+
+    def _ngram_alternatives(self, context: Sequence[int], k: int, main: Proposal) -> list[Proposal]:
+        """Sibling branches of the n-gram branch: wherever along it (or right after it) the
+        longest n-gram ending the text so far went another way often enough before, that other
+        follower, then the cache's own continuation. The branch shares the n-gram branch's
+        tokens up to there, so in the tree it forks off at that depth. The ALT_BRANCHES
+        likeliest (by prior: the chance of reaching the fork times the follower's) are kept."""
+        tail = list(context[max(0, len(context) - NGRAM_MAX):])
+        forks = []  # (prior, depth, token, signal)
+        reach = 1.0
+        for depth in range(min(len(main.tokens), k - 1) + 1):
+            seq = [*tail, *main.tokens[:depth]]
+            taken = main.tokens[depth] if depth < len(main.tokens) else None
+            # the longest n-gram ending here with another follower seen often enough
+            for size in range(min(NGRAM_MAX, len(seq)), NGRAM_MIN - 1, -1):
+                entry = self.ngrams.followers_of(tuple(seq[len(seq) - size:]))
+                if entry is None or len(entry.counts) < 2:
+                    continue
+                others = sorted(((count, token) for token, count in entry.counts.items()
+                                 if token != taken and count >= ALT_MIN_COUNT), reverse=True)
+                for rank, (count, token) in enumerate(others[:ALT_BRANCHES], start=1):
+                    signal = (size, bucket(count / entry.total, (0.15, 0.3, 0.45)),
+                              bucket(entry.total, (2, 4, 8)), rank)
+                    forks.append((reach * signal_prior("ngram_alt", signal), depth, token, signal))
+                if others:
+                    break
+            if depth < len(main.tokens):
+                reach *= signal_prior("ngram", main.signals[depth])
+        out = []
+        for prior, depth, token, signal in sorted(forks, reverse=True)[:ALT_BRANCHES]:
+            if prior < MIN_REACH:
+                break
+            tokens, signals = [*main.tokens[:depth], token], [*main.signals[:depth], signal]
+            self._walk([*tail, *tokens], k, prior, tokens, signals)
+            out.append(Proposal("ngram_alt", tokens[:k], signals[:k]))
+        return out
+
+    def _suffix(self, k: int) -> Proposal:
+        tokens, length = self.suffix.continuation(k, MIN_SUFFIX_MATCH)
+        signal = (bucket(length, (3, 5, 9, 17, 33)),)
+        return Proposal("suffix", tokens, [signal] * len(tokens))
+
+    def _draft(self, context: Sequence[int], k: int) -> Proposal:
+        draft = self.draft.propose(context, k)
+        probs = self.draft.last_probs
+        return Proposal("draft", draft.tokens, [(bucket(p, (0.3, 0.6, 0.8, 0.95)),) for p in probs])
