@@ -218,8 +218,9 @@ def check_buffer(buf, size: int) -> GgufLayout:
 
 def _check_strings(r: _Reader, count: int, name: str, *, distinct: bool) -> None:
     """Walk an array of ``count`` strings; with ``distinct`` (the vocabulary) their texts must
-    differ: llama.cpp maps text to id and aborts (GGML_ASSERT) when two ids share a text; an empty
-    text is named "[EMPTY_<id>]" there, as here. A tight loop: Gemma's vocabulary has 262,144."""
+    differ: llama.cpp maps text to id and aborts (GGML_ASSERT) when two ids share a text. It reads
+    a text as a C string, so a NUL byte ends it (found by the fuzz: a text cut short by a flipped
+    byte equalled another token's); an empty text is named "[EMPTY_<id>]" there, as here. A tight loop: Gemma's vocabulary has 262,144."""
     buf, end, size = r.buf, r.end, r.size
     pos = r.pos
     seen: dict[bytes, int] = {}
@@ -236,7 +237,8 @@ def _check_strings(r: _Reader, count: int, name: str, *, distinct: bool) -> None
             r.pos = pos
             raise GgufProblem(f"string {j} of {name} claims {n} bytes but only {size - pos} are left in the file")
         if distinct:
-            text = bytes(buf[pos : pos + n]) or b"[EMPTY_%d]" % j
+            # llama.cpp reads each text as a C string: it ends at the first NUL byte
+            text = bytes(buf[pos : pos + n]).split(b"\0", 1)[0] or b"[EMPTY_%d]" % j
             first = seen.setdefault(text, j)
             if first != j:
                 raise GgufProblem(f"the vocabulary lists the text {text[:40]!r} twice (tokens {first} and {j})")

@@ -32,10 +32,10 @@ def train_draft(state: WorkerState, spec: dict) -> None:
         n_check = min(48, spec["n_tokens"])
         before = greedy_agreement(session, Path(result.start_path), held, n_check, cancel=measuring)
         after = greedy_agreement(session, result.path, held, n_check, cancel=measuring)
+        state.emit(DistillDone(str(result.path), result.steps, result.stopped,
+                               result.losses[0] if result.losses else None,
+                               result.losses[-1] if result.losses else None, tuple(result.eval_losses),
+                               result.t_train_s, before, after))
+        models.load_draft(state, str(result.path))  # its profile, too, stops at the second Stop
     finally:
         state.tokens.retire(measuring)
-    state.emit(DistillDone(str(result.path), result.steps, result.stopped,
-                           result.losses[0] if result.losses else None,
-                           result.losses[-1] if result.losses else None, tuple(result.eval_losses),
-                           result.t_train_s, before, after))
-    models.load_draft(state, str(result.path))

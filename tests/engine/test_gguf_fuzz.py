@@ -167,3 +167,22 @@ def test_coverage_guided_fuzzing_with_atheris():
                           timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Done 2000" in done.stderr
+
+
+def test_a_vocabulary_text_cut_short_by_a_nul_byte_is_a_duplicate(smollm_path):
+    """llama.cpp reads each vocabulary text as a C string: a NUL byte ends it there, and two ids
+    with the same text abort the load (GGML_ASSERT). Found by the fuzz (a flipped byte); the
+    check must see the text as llama.cpp will."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(smollm_path))
+    field = reader.fields["tokenizer.ggml.tokens"]
+    texts = {bytes(field.parts[i]) for i in field.data}
+    # a token whose text is another token's text plus one byte: that byte becomes NUL
+    index = next(i for i in field.data if len(bytes(field.parts[i])) >= 2 and bytes(field.parts[i])[:-1] in texts)
+    text = bytes(field.parts[index])
+    offset = field.parts[index].ctypes.data - reader.data.ctypes.data
+    head = bytearray(smollm_path.read_bytes()[: reader.tensors[0].data_offset])
+    head[offset + len(text) - 1] = 0
+    with pytest.raises(GgufProblem, match="lists the text .* twice"):
+        check_buffer(bytes(head), smollm_path.stat().st_size)
