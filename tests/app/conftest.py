@@ -21,8 +21,12 @@ def open_window(qtbot, tmp_path, smollm_drafts, monkeypatch):
     opened = []
 
     def open_(*, wait_for_profile: bool = False, **settings_values) -> MainWindow:
-        settings = QtCore.QSettings(str(tmp_path / f"settings{len(opened)}.ini"), QtCore.QSettings.IniFormat)
+        name = "settings.ini" if not opened else f"settings{len(opened)}.ini"  # a test may reopen settings.ini
+        settings = QtCore.QSettings(str(tmp_path / name), QtCore.QSettings.IniFormat)
         settings.setValue("threads", 2)
+        # a window measures a missing batch-cost profile after every model and draft it loads (~10 s
+        # each here): only the tests that ask for one wait for it
+        settings.setValue("auto_profile", "true" if wait_for_profile else "false")
         for key, value in settings_values.items():
             settings.setValue(key, value)
         win = MainWindow("default", settings=settings)
