@@ -87,12 +87,12 @@ def mutation(layout, head: bytes, size: int):
     return st.one_of(flip, cut, huge, small, shifted)
 
 
-def test_fuzzed_headers_get_a_clear_answer_and_passing_files_load(model, tmp_path_factory, request):
+# the regular run checks a share of the cases and loads a spread of the passing files; -m slow all
+@pytest.mark.parametrize("slow", [pytest.param(False, id="regular"), pytest.param(True, id="full", marks=pytest.mark.slow)])
+def test_fuzzed_headers_get_a_clear_answer_and_passing_files_load(model, tmp_path_factory, slow):
     key, path, layout, head, size = model
     passed: list[tuple[dict[int, bytes], int]] = []
     counts = {"cases": 0, "rejected": 0}
-
-    slow = request.config.getoption("-m") == "slow"
     n_cases = CASES[key] if slow else CASES[key] // REGULAR_SHARE
 
     @settings(max_examples=n_cases, deadline=None, database=None, derandomize=True,
@@ -118,7 +118,7 @@ def test_fuzzed_headers_get_a_clear_answer_and_passing_files_load(model, tmp_pat
     print(f"\n{key}: {counts['cases']} cases, {counts['rejected']} rejected, {len(passed)} passed")
 
     # every passing mutation loads in llama.cpp in a child process (a crash there would be a crash
-    # of the app); a regular run loads a spread of them, `-m slow` all
+    # of the app)
     chosen = passed if slow else passed[:: max(1, len(passed) // LOADED_PER_MODEL)][:LOADED_PER_MODEL]
     folder = tmp_path_factory.mktemp(f"fuzz-{key}")
     for start in range(0, len(chosen), 10):
