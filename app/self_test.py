@@ -8,7 +8,9 @@ user's settings)."""
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -22,7 +24,9 @@ POLL_MS = 50
 
 
 def scratch_settings() -> QtCore.QSettings:
+    """Settings in a folder of their own, removed when the process ends."""
     folder = Path(tempfile.mkdtemp(prefix="specdec-self-test-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     settings = QtCore.QSettings(str(folder / "settings.ini"), QtCore.QSettings.IniFormat)
     settings.setValue("auto_profile", "false")
     return settings

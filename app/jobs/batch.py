@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 from specdec_studio.app.jobs.state import WorkerState
 from specdec_studio.app.worker_messages import BatchKv, BatchRequest
 
 
 def decode_batch(state: WorkerState, command: BatchRequest) -> None:
-    import time
-
     from specdec_studio.engine import parallel
     from specdec_studio.engine.tuning import prompts
     from specdec_studio.engine.tuning.sweep import prompt_tokens
