@@ -22,7 +22,7 @@ from _common import THREADS, model_path
 from specdec_studio.engine.config import RunConfig, SpeculativeParams
 from specdec_studio.engine.events import RunFinished
 from specdec_studio.engine.session import Session
-from specdec_studio.engine.strategies import auto as auto_strategy
+from specdec_studio.engine.strategies.auto import sources as auto_sources  # where the sibling branches are made
 from specdec_studio.engine.tuning import profile
 from specdec_studio.engine.tuning.cost_model import geometric_mean
 from specdec_studio.engine.tuning.prompts import shipped
@@ -31,15 +31,15 @@ from specdec_studio.engine.tuning.sweep import prompt_tokens
 LOOKUP_KS = (2, 4, 8)
 
 
-def _run(session, config, tokens, alt_branches: int = auto_strategy.ALT_BRANCHES) -> dict:
+def _run(session, config, tokens, alt_branches: int = auto_sources.ALT_BRANCHES) -> dict:
     final = None
-    default, auto_strategy.ALT_BRANCHES = auto_strategy.ALT_BRANCHES, alt_branches
+    default, auto_sources.ALT_BRANCHES = auto_sources.ALT_BRANCHES, alt_branches
     try:
         for event in session.run(config, tokens):
             if isinstance(event, RunFinished):
                 final = event
     finally:
-        auto_strategy.ALT_BRANCHES = default
+        auto_sources.ALT_BRANCHES = default
     return final.stats
 
 
@@ -72,7 +72,7 @@ def main() -> int:
             for _ in range(args.rounds):
                 for names in (order, order[::-1]):
                     for name in names:
-                        siblings = 0 if name == "auto 1/source" else auto_strategy.ALT_BRANCHES
+                        siblings = 0 if name == "auto 1/source" else auto_sources.ALT_BRANCHES
                         stats = _run(session, settings[name], tokens, siblings)
                         speeds[category][name].append(stats["tokens_per_second"])
                         if name == "auto":

@@ -37,6 +37,7 @@ from specdec_studio.engine.config import AUTO_SEQUENCES, RunConfig
 from specdec_studio.engine.events import StepDone
 from specdec_studio.engine.session import Session
 from specdec_studio.engine.strategies import auto
+from specdec_studio.engine.strategies.auto.priors import SHAPE_CHANGE_PRIOR
 from specdec_studio.engine.strategies.lookup import NgramCacheDrafter
 from specdec_studio.engine.tuning import profile
 from specdec_studio.engine.tuning.cost_model import geometric_mean
@@ -72,7 +73,7 @@ class Pricing:
     def step(self, n_tokens: int) -> float:
         cost = self.curve.relative(n_tokens, n_tokens)
         if n_tokens == 1 and self.previous != 1:
-            cost += auto.SHAPE_CHANGE_PRIOR
+            cost += SHAPE_CHANGE_PRIOR
         self.previous = n_tokens
         return cost
 
