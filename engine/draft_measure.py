@@ -24,18 +24,16 @@ def greedy_agreement(target_session, draft_path: Path, prompts: Sequence[Sequenc
     Prompt and text are decoded in batches of the draft context's size, so any prompt that fits
     the context can be measured. ``cancel`` (a threading.Event) stops it: None is returned."""
     from specdec_studio.engine.config import RunConfig
-    from specdec_studio.engine.events import RunFinished
     from specdec_studio.engine.memory import DecodeAborted
     from specdec_studio.engine.sampling import logits_row
-    from specdec_studio.engine.session import Session
+    from specdec_studio.engine.session import Session, last_event
 
     def stopped() -> bool:
         return cancel is not None and cancel.is_set()
 
     texts = []
     for tokens in prompts:
-        final = next(e for e in target_session.run(RunConfig(max_tokens=n_tokens), list(tokens), fresh_cancel=False)
-                     if isinstance(e, RunFinished))
+        final = last_event(target_session.run(RunConfig(max_tokens=n_tokens), list(tokens), fresh_cancel=False))
         if stopped() or final.finish_reason == "cancelled":
             return None
         texts.append((list(tokens), list(final.token_ids)))

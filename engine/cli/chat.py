@@ -38,11 +38,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
                                           n_threads=args.threads, n_gpu_layers=args.gpu_layers,
                                           draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
-        chat = Chat(session, store=None if args.no_save else store)
+        saving = None if args.no_save else store  # where each turn is saved (None: nowhere)
+        chat = Chat(session, store=saving)
         if args.system:
             chat.set_system(args.system)
         if args.load:
-            chat = _open(session, store, args.load, args.no_save)
+            chat = _open(session, store, args.load, saving)
         _say_where(chat, store)
         first = [args.prompt] if args.prompt else []
         while True:
@@ -90,14 +91,14 @@ def _say_where(chat, store) -> None:
     print(f"[conversation {chat.conversation.id}: {where}]", file=sys.stderr)
 
 
-def _open(session, store, conv_id: str, no_save: bool):
+def _open(session, store, conv_id: str, saving):
     from specdec_studio.engine.chat import Chat
 
     try:
         conversation = store.load(conv_id)
     except ValueError as exc:  # not an id at all
         raise SpecDecError(f"no saved conversation {conv_id!r} ({exc})") from None
-    chat = Chat(session, conversation, store=None if no_save else store)
+    chat = Chat(session, conversation, store=saving)
     print(f"[loaded {conversation.title!r}: {len(conversation.messages)} messages"
           + (f"; {chat.note}" if chat.note else "") + "]", file=sys.stderr)
     return chat
@@ -122,7 +123,7 @@ def _command(line: str, chat, session, store, config, args):
     elif name == "/load":
         if not rest.strip():
             raise SpecDecError("/load needs a conversation id; /list shows them")
-        chat = _open(session, store, rest.strip(), args.no_save)
+        chat = _open(session, store, rest.strip(), None if args.no_save else store)
         _say_where(chat, store)
     elif name == "/list":
         for s in store.list():
