@@ -26,6 +26,10 @@ MODE_LABELS: dict[str, str] = {
     "lookup": "Prompt lookup",
     "auto": "Auto",
 }
+# The mode the app and `specdec chat` start in. Auto sends a tree only where it expects to win and
+# backs off when its trees do not pay, so on ordinary chat it runs at plain's speed and on
+# repetitive text it runs faster (tests/bench/auto.py; the README says so too).
+DEFAULT_MODE = "auto"
 AUTO_SEQUENCES = 5  # Auto's tree: the n-gram cache (its best follower and two alternatives), the suffix match, the draft
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from specdec_studio.app.qt import QtWidgets, Signal
 from specdec_studio.app.widgets.slider_spin import SliderSpin
-from specdec_studio.engine.config import (DEFAULT_K, DEFAULT_MAX_TOKENS_APP, DEFAULT_N_BATCH, LOOKAHEAD_APP_DEFAULTS, MODE_LABELS,
-                           MODES)
+from specdec_studio.engine.config import (DEFAULT_K, DEFAULT_MAX_TOKENS_APP, DEFAULT_MODE, DEFAULT_N_BATCH, LOOKAHEAD_APP_DEFAULTS,
+                                          MODE_LABELS, MODES)
 
 
 
@@ -28,6 +28,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self.mode = QtWidgets.QComboBox()
         for key in MODES:
             self.mode.addItem(MODE_LABELS[key], key)
+        self.mode.setCurrentIndex(self.mode.findData(DEFAULT_MODE))
         mode_row = QtWidgets.QHBoxLayout()
         self.mode_label = QtWidgets.QLabel("Mode")
         mode_row.addWidget(self.mode_label)

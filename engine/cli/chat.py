@@ -22,6 +22,7 @@ import sys
 import time
 
 from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, run_setup, write_tokens
+from specdec_studio.engine.config import DEFAULT_MODE
 from specdec_studio.engine.errors import SpecDecError
 
 COMMANDS = "/regen, /clear, /save [TITLE], /load ID, /list, /quit"
@@ -178,6 +179,7 @@ def add_parser(sub) -> None:
     """``chat``: every run flag, a system message, a conversation to open, --no-save."""
     p = sub.add_parser("chat", help="chat in the terminal (one turn per line; /regen /clear /save /load /list)")
     add_run_args(p)
+    p.set_defaults(mode=DEFAULT_MODE)  # `specdec run` stays plain: the baseline a comparison starts from
     p.add_argument("--system", default="", help="a system message to start the conversation with")
     p.add_argument("--load", default=None, help="open a saved conversation (its id, see /list)")
     p.set_defaults(handler=cmd_chat)

@@ -26,6 +26,12 @@ CATEGORIES: dict[str, str] = {
     "rag": "answering over several passages",
     "extraction": "extraction to JSON",
     "creative": "creative writing",
+    # ordinary chat, where little of the answer repeats the prompt or itself
+    "writing": "open writing",
+    "roleplay": "roleplay",
+    "reasoning": "multi-step reasoning",
+    "stem": "STEM explanations",
+    "humanities": "humanities essays",
 }
 
 

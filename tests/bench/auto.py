@@ -1,14 +1,16 @@
 """Auto against plain and the best fixed prompt-lookup setting, on every category of the prompt
-set, interleaved in one process (plain, lookup k=2/4/8, auto, then again in reverse order) so a
-drift of the machine's speed hits every setting alike.
+set, interleaved in one process (plain, lookup k=2/4/8, auto, then again in reverse order: one
+round) so a drift of the machine's speed hits every setting alike.
 
-    .venv/bin/python tests/bench/auto.py [-n 256] [--rounds 2] [--no-siblings]
+    .venv/bin/python tests/bench/auto.py [-n 128] [--rounds 3] [--prompts 1] [--only auto] [--no-siblings]
 
-Prints tokens/s per category and setting, each setting's speed-up over plain, the geometric mean
-over categories, Auto's decisions and sources, and its calibration table (predicted against
-observed acceptance). ``--no-siblings`` adds Auto without the n-gram cache's sibling branches, to
-see what the tree's extra branches earn. Run it with nothing else on the machine; it measures the
-batch-cost profile first if none is cached (Auto prices its steps with it).
+Each round gives every setting a speed-up over plain: its tokens/s over plain's in the same round,
+over two runs (forward and back) of each of the category's first ``--prompts`` prompts. Prints, per category, the median of the rounds' speed-ups and the worst round's,
+the geometric mean over categories of both, Auto's decisions and sources, and its calibration
+table (predicted against observed acceptance). ``--only auto`` runs plain and Auto alone (more
+rounds in the same time); ``--no-siblings`` adds Auto without the n-gram cache's sibling branches,
+to see what the tree's extra branches earn. Run it with nothing else on the machine; it measures
+the batch-cost profile first if none is cached (Auto prices its steps with it).
 """
 
 from __future__ import annotations
@@ -45,73 +47,81 @@ def _run(session, config, tokens, alt_branches: int = auto_sources.ALT_BRANCHES)
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-n", type=int, default=256, help="tokens per run")
-    ap.add_argument("--rounds", type=int, default=2, help="forward-and-back rounds per category")
+    ap.add_argument("-n", type=int, default=128, help="tokens per run")
+    ap.add_argument("--rounds", type=int, default=3, help="forward-and-back rounds per category")
     ap.add_argument("--category", action="append", help="only these categories (repeatable)")
+    ap.add_argument("--only", choices=("auto",), help="run plain and Auto only")
+    ap.add_argument("--prompts", type=int, default=1,
+                    help="prompts per category (its first ones); a category's speed is their tokens over their time")
     ap.add_argument("--no-siblings", action="store_true",
                     help="also run Auto without the n-gram cache's sibling branches (one branch per source)")
     args = ap.parse_args()
-    prompts = {}
-    for p in shipped():
-        if args.category is None or p.category in args.category:
-            prompts.setdefault(p.category, p)
+    prompts: dict[str, list] = {}
+    for p in shipped(args.category):
+        if len(prompts.setdefault(p.category, [])) < args.prompts:
+            prompts[p.category].append(p)
     settings = {"plain": RunConfig(max_tokens=args.n)}
-    for k in LOOKUP_KS:
-        settings[f"lookup k={k}"] = RunConfig(mode="lookup", max_tokens=args.n, speculative=SpeculativeParams(k=k))
+    if args.only is None:
+        for k in LOOKUP_KS:
+            settings[f"lookup k={k}"] = RunConfig(mode="lookup", max_tokens=args.n, speculative=SpeculativeParams(k=k))
     settings["auto"] = RunConfig(mode="auto", max_tokens=args.n)
     if args.no_siblings:
         settings["auto 1/source"] = settings["auto"]
+    names = list(settings)
     with Session(model_path(), n_ctx=4096, n_threads=THREADS) as session:
         profile.load_or_measure(session)
-        speeds: dict[str, dict[str, list[float]]] = {}
+        # category -> setting -> one speed-up over plain per round
+        rounds: dict[str, dict[str, list[float]]] = {}
+        plain_speed: dict[str, list[float]] = {}
         auto_stats: dict[str, dict] = {}
-        for category, prompt in sorted(prompts.items()):
-            tokens = prompt_tokens(session, prompt, chat=True)
-            speeds[category] = {name: [] for name in settings}
-            order = list(settings)
+        for category, chosen in prompts.items():
+            token_lists = [prompt_tokens(session, prompt, chat=True) for prompt in chosen]
+            rounds[category] = {name: [] for name in names}
+            plain_speed[category] = []
             for _ in range(args.rounds):
-                for names in (order, order[::-1]):
-                    for name in names:
-                        siblings = 0 if name == "auto 1/source" else auto_sources.ALT_BRANCHES
-                        stats = _run(session, settings[name], tokens, siblings)
-                        speeds[category][name].append(stats["tokens_per_second"])
-                        if name == "auto":
-                            auto_stats[category] = stats
-        names = list(settings)
-        print(f"{model_path().name}, {THREADS} threads, {args.n} tokens, median of {2 * args.rounds} runs, "
-              "speed-up over plain:")
-        print(f"{'category':<16}" + "".join(f"{n:>14}" for n in names) + "   plain t/s")
-        ratios: dict[str, list[float]] = {n: [] for n in names}
-        for category, by_name in speeds.items():
-            plain = statistics.median(by_name["plain"])
+                # setting -> [tokens, seconds] over the round's runs of every prompt of the category
+                totals: dict[str, list[float]] = {name: [0.0, 0.0] for name in names}
+                for tokens in token_lists:
+                    for order in (names, names[::-1]):
+                        for name in order:
+                            siblings = 0 if name == "auto 1/source" else auto_sources.ALT_BRANCHES
+                            stats = _run(session, settings[name], tokens, siblings)
+                            totals[name][0] += stats["n_predict"]
+                            totals[name][1] += stats["t_generate_s"]
+                            if name == "auto":
+                                auto_stats[category] = stats
+                speeds = {name: n / seconds for name, (n, seconds) in totals.items()}
+                plain_speed[category].append(speeds["plain"])
+                for name in names:
+                    rounds[category][name].append(speeds[name] / speeds["plain"])
+        print(f"{model_path().name}, {THREADS} threads, {args.n} tokens, chat template, {args.prompts} prompt(s) per "
+              f"category, {args.rounds} rounds of 2 runs each; speed-up over plain, median of the rounds / worst round:")
+        print(f"{'category':<16}" + "".join(f"{n:>16}" for n in names[1:]) + "   plain t/s")
+        medians: dict[str, list[float]] = {n: [] for n in names}
+        worsts: dict[str, list[float]] = {n: [] for n in names}
+        for category, by_name in rounds.items():
             row = []
-            for n in names:
-                r = statistics.median(by_name[n]) / plain
-                ratios[n].append(r)
-                row.append(f"{r:14.3f}")
-            print(f"{category:<16}" + "".join(row) + f"   {plain:9.1f}")
-        best_fixed = max((n for n in names if n.startswith("lookup")), key=lambda n: geometric_mean(ratios[n]))
-        print(f"{'geometric mean':<16}" + "".join(f"{geometric_mean(ratios[n]):14.3f}" for n in names))
-        print(f"best fixed setting: {best_fixed}; Auto's worst category: {min(ratios['auto']):.3f}x plain")
-        # Interference from the rest of the machine only ever slows a run down, so each setting's
-        # fastest run is its least disturbed one: the same table from the best runs.
-        print(f"\nthe same, from each setting's fastest of {2 * args.rounds} runs:")
-        best_ratios: dict[str, list[float]] = {n: [] for n in names}
-        for category, by_name in speeds.items():
-            plain = max(by_name["plain"])
-            row = []
-            for n in names:
-                r = max(by_name[n]) / plain
-                best_ratios[n].append(r)
-                row.append(f"{r:14.3f}")
-            print(f"{category:<16}" + "".join(row) + f"   {plain:9.1f}")
-        print(f"{'geometric mean':<16}" + "".join(f"{geometric_mean(best_ratios[n]):14.3f}" for n in names))
-        print(f"Auto's worst category (fastest runs): {min(best_ratios['auto']):.3f}x plain")
-        print("\nAuto's decisions and sources per category:")
+            for n in names[1:]:
+                median, worst = statistics.median(by_name[n]), min(by_name[n])
+                medians[n].append(median)
+                worsts[n].append(worst)
+                row.append(f"{median:9.3f} /{worst:5.2f}")
+            print(f"{category:<16}" + "".join(row) + f"   {statistics.median(plain_speed[category]):9.1f}")
+        print(f"{'geometric mean':<16}"
+              + "".join(f"{geometric_mean(medians[n]):9.3f} /{geometric_mean(worsts[n]):5.2f}" for n in names[1:]))
+        lookups = [n for n in names if n.startswith("lookup")]
+        if lookups:
+            best_fixed = max(lookups, key=lambda n: geometric_mean(medians[n]))
+            print(f"best fixed setting: {best_fixed}")
+        worst_category = min(rounds, key=lambda c: statistics.median(rounds[c]["auto"]))
+        print(f"Auto's worst category: {worst_category}, {statistics.median(rounds[worst_category]['auto']):.3f}x plain "
+              f"(median of the rounds); its worst round anywhere: {min(min(r['auto']) for r in rounds.values()):.3f}x")
+        print("\nAuto's decisions and sources per category (its last run):")
         for category, stats in auto_stats.items():
             a = stats["auto"]
             sources = ", ".join(f"{s} {c['accepted']}/{c['offered']}" for s, c in a["sources"].items())
-            print(f"  {category:<16} {stats['tokens_per_step']:.2f} tokens/step · {a['decisions']} · accepted {sources}")
+            print(f"  {category:<16} {stats['tokens_per_step']:.2f} tokens/step · trust {a.get('trust', 1.0):.2f} · "
+                  f"{a['decisions']} · accepted {sources}")
         print("\ncalibration (last run of each category, pooled): predicted vs observed acceptance")
         pooled: dict[str, list[float]] = {}
         for stats in auto_stats.values():

@@ -206,7 +206,7 @@ def test_cli_json_reports_sources_and_decisions():
                            "-t", str(N_THREADS), "--json", "--no-predict"], capture_output=True, text=True, check=True)
     stats = json.loads(done.stdout)["stats"]
     assert sum(stats["auto"]["decisions"].values()) == stats["steps"] - 1
-    assert set(stats["auto"]) == {"decisions", "sources", "agreed", "calibration"}
+    assert set(stats["auto"]) == {"trust", "decisions", "sources", "agreed", "calibration"}
 
 
 def test_auto_validates_its_draft_limit():

@@ -23,6 +23,13 @@ that raises expected emitted tokens ÷ predicted step cost, where a decode of B 
 T(B)/T(1) from the batch-cost profile (or, without one, from the decodes the run makes). An empty
 tree is a plain step.
 
+A plain step costs what a step of plain decoding costs: the sources give their first tokens, and
+a bound on the tree's gain (``tree.could_pay``) must pass before they give more and the tree is
+built; while nothing could pay, they are asked less often. Proposals not sent are judged in
+hindsight against the target's tokens (``hindsight``), so the calibration learns on every step.
+The guard (``guard``) compares what the trees realised, by the run's own clock, with what they
+promised, and makes the planner warier while they do not pay.
+
 Verification is lookahead's: the target's own token at each position (argmax, or a draw from its
 distribution), kept while some branch has it next. Every emitted token is the target's choice,
 drawn once per token in plain decoding's order, so a seeded stochastic run equals plain's too.
@@ -34,6 +41,6 @@ from specdec_studio.engine.strategies.auto.calibration import Calibrator, StepCo
 from specdec_studio.engine.strategies.auto.report import AutoReport
 from specdec_studio.engine.strategies.auto.run import run_auto
 from specdec_studio.engine.strategies.auto.sources import Proposal, Sources
-from specdec_studio.engine.strategies.auto.tree import Node, build_tree
+from specdec_studio.engine.strategies.auto.tree import Node, build_tree, could_pay
 
-__all__ = ["AutoReport", "Calibrator", "Node", "Proposal", "Sources", "StepCost", "build_tree", "run_auto"]
+__all__ = ["AutoReport", "Calibrator", "Node", "Proposal", "Sources", "StepCost", "build_tree", "could_pay", "run_auto"]

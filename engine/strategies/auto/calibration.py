@@ -3,7 +3,10 @@ verifications, and what a decode of B tokens costs relative to one."""
 
 from __future__ import annotations
 
-from specdec_studio.engine.strategies.auto.priors import COST_SLOPE, PRIOR_WEIGHT, SHAPE_CHANGE_PRIOR, SOURCES, signal_prior
+from specdec_studio.engine.strategies.auto.priors import CHAIN_DECAY, COST_SLOPE, PRIOR_WEIGHT, SHAPE_CHANGE_PRIOR, SOURCES, signal_prior
+
+
+POSITIONS = 5  # positions 0-3 have bins of their own; 4 and deeper share one
 
 
 class Calibrator:
@@ -14,6 +17,7 @@ class Calibrator:
         self.by_source: dict[str, list[float]] = {s: [0.0, 0.0] for s in SOURCES}
         # predicted probability (in tenths) -> [sum predicted, accepted, offered]: calibration
         self.reliability = [[0.0, 0, 0] for _ in range(10)]
+        self._answers: dict[tuple, float] = {}  # probability()'s answers since the last observe()
 
     def source_rate(self, source: str) -> float:
         """The share of the source's proposals the run has seen accepted (0.5 before any)."""
@@ -26,21 +30,39 @@ class Calibrator:
         # they share the n-gram branch's bins (only the fork's own token, rank > 0, has its own)
         if source == "ngram_alt" and signal[3] == 0:
             source = "ngram"
-        return source, signal, min(position, 4), agreed
+        return source, signal, min(position, POSITIONS - 1), agreed
 
     def probability(self, source: str, signal: tuple, position: int, agreed: bool = False) -> float:
         """``agreed``: a source of another family proposed the same token after the same path."""
-        acc, off = self.bins.get(self._key(source, signal, position, agreed), (0.0, 0.0))
-        return (acc + PRIOR_WEIGHT * signal_prior(source, signal)) / (off + PRIOR_WEIGHT)
+        asked = (source, signal, min(position, POSITIONS - 1), agreed)
+        found = self._answers.get(asked)
+        if found is None:  # planning asks the same few questions many times between observations
+            found = self._answers[asked] = self._estimate(*asked)
+        return found
 
-    def observe(self, source: str, signal: tuple, position: int, predicted: float, accepted: bool,
+    def _estimate(self, source: str, signal: tuple, position: int, agreed: bool) -> float:
+        """The bin's chance: a beta-binomial mean that leans on a prior worth
+        PRIOR_WEIGHT outcomes: at the first position, the signal's; deeper, the estimate one
+        position up (a source right at its first token is, until its deeper tokens have been
+        judged, taken to be right at the next as often), so what the run learns at its first
+        tokens carries down the chain."""
+        acc, off = self.bins.get(self._key(source, signal, position, agreed), (0.0, 0.0))
+        prior = signal_prior(source, signal) if position == 0 else CHAIN_DECAY * self.probability(source, signal, position - 1, agreed)
+        return (acc + PRIOR_WEIGHT * prior) / (off + PRIOR_WEIGHT)
+
+    def observe(self, source: str, signal: tuple, position: int, predicted: float | None, accepted: bool,
                 agreed: bool = False) -> None:
+        """One token judged. ``predicted``: the chance the planner gave it, for the reliability
+        table; None for a token judged in hindsight (never sent, so never predicted)."""
+        self._answers.clear()
         entry = self.bins.setdefault(self._key(source, signal, position, agreed), [0.0, 0.0])
         entry[0] += accepted
         entry[1] += 1
         src = self.by_source[source]
         src[0] += accepted
         src[1] += 1
+        if predicted is None:
+            return
         row = self.reliability[min(9, int(predicted * 10))]
         row[0] += predicted
         row[1] += accepted
@@ -99,6 +121,17 @@ class StepCost:
         if n_tokens <= 1 or len(one) < self.TRUSTED or len(this) < self.TRUSTED:
             return prior
         return max(1.0, min(this) / min(one))
+
+    def plain_time(self) -> float | None:
+        """The fastest recent one-token decode (seconds), None before the run has timed one."""
+        times = self.seen.get(1)
+        return min(times) if times else None
+
+    def first_chance_needed(self, room: int, min_gain: float) -> float:
+        """The least chance r for which a tree of up to ``room`` nodes, each reached with chance r,
+        would beat ``min_gain``: 1 + m·r tokens for a step of cost relative(m + 1) + penalty."""
+        penalty = self.return_penalty()
+        return min((min_gain * (self.relative(m + 1) + penalty) - 1.0) / m for m in range(1, room + 1))
 
     def return_penalty(self) -> float:
         """What going back to one-token decodes after a tree step costs, in plain steps."""

@@ -16,6 +16,10 @@ MIN_SUFFIX_MATCH = 2
 # and SAM-Decoding's observation), a draft model's probability is roughly its acceptance. The prior
 # weighs as much as PRIOR_WEIGHT verifications; the run's own outcomes take over from there.
 PRIOR_WEIGHT = 4.0
+# A position without outcomes of its own leans on the one above it, discounted by CHAIN_DECAY: a
+# chain's later tokens are less sure than its first until they have been judged (on the shipped
+# code-editing answers a copied line is right for a few tokens, then the edit starts).
+CHAIN_DECAY = 0.9
 SUFFIX_PRIOR = (0.35, 0.45, 0.6, 0.75, 0.85, 0.92)  # by match-length bucket: 2, 3-4, 5-8, 9-16, 17-32, 33+
 DRAFT_PRIOR = (0.2, 0.45, 0.7, 0.85, 0.93)  # by the draft's probability: <.3, <.6, <.8, <.95, more
 ALT_PRIOR = (0.08, 0.15, 0.25, 0.35)  # a 2nd or 3rd follower, by its share: <.15, <.3, <.45, more
@@ -46,6 +50,17 @@ COST_SLOPE = 0.04
 MIN_GAIN = 1.1  # a tree must beat a plain step by a margin: its prediction errs, a plain step cannot
 SHAPE_CHANGE_PRIOR = 0.05  # the graph rebuild a tree step causes, in plain steps, until measured
 MIN_REACH = 0.02  # candidates less likely than this to be reached are not worth a row
+# The guard (auto.guard): a run starts as if GUARD_START_TREES tree steps had realised
+# GUARD_START_TRUST of their predicted gain, and forgets an old tree step's outcome at GUARD_DECAY
+# per tree step (about the last ten weigh).
+GUARD_START_TRUST = 0.8
+GUARD_START_TREES = 4
+GUARD_DECAY = 0.9
+# While the sources propose nothing that could pay, they are asked every step for IDLE_STRETCH
+# steps, then every 2nd step for as many, and so on, up to every PLAN_INTERVAL_MAX-th step: on an
+# ordinary chat answer, asking them costs about 1 % of a plain step (tests/bench/auto_overhead.py).
+IDLE_STRETCH = 8
+PLAN_INTERVAL_MAX = 3
 DRAFT_MIN_RATE = 0.6
 DRAFT_PROBE_EVERY = 8
 

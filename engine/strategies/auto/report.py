@@ -35,8 +35,10 @@ class AutoReport:
         self.count(self.decisions, decision)
         return decision
 
-    def as_dict(self, calibrator: Calibrator) -> dict:
-        return {"decisions": dict(sorted(self.decisions.items())),
+    def as_dict(self, calibrator: Calibrator, trust: float | None = None) -> dict:
+        """``trust``: the guard's at the end of the run (None where there is no guard)."""
+        extra = {} if trust is None else {"trust": round(trust, 3)}
+        return {**extra, "decisions": dict(sorted(self.decisions.items())),
                 "sources": {s: {"offered": self.offered.get(s, 0), "accepted": self.accepted.get(s, 0)}
                             for s in SOURCES if self.offered.get(s)},
                 "agreed": {"offered": self.agreed[0], "accepted": self.agreed[1]},

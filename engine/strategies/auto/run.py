@@ -8,10 +8,12 @@ from collections.abc import Iterator, Sequence
 
 from specdec_studio.engine.events import Event, StepDone
 from specdec_studio.engine.strategies.auto.calibration import Calibrator, StepCost
+from specdec_studio.engine.strategies.auto.guard import Guard, Wary
+from specdec_studio.engine.strategies.auto.hindsight import Hindsight
 from specdec_studio.engine.strategies.auto.priors import DRAFT_MIN_RATE, DRAFT_PROBE_EVERY
 from specdec_studio.engine.strategies.auto.report import AutoReport
 from specdec_studio.engine.strategies.auto.sources import Sources
-from specdec_studio.engine.strategies.auto.tree import Node, build_tree
+from specdec_studio.engine.strategies.auto.tree import Node, build_tree, could_pay
 from specdec_studio.engine.strategies.common import Runtime, begin_run
 
 
@@ -29,6 +31,9 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     sources = Sources(prompt, draft)
     n_seq = rt.config.n_sequences
     report = AutoReport()
+    guard = Guard()
+    wary = Wary(cost, guard.trust)
+    hindsight = Hindsight(calibrator)
 
     def prepare() -> None:
         if draft is not None:
@@ -43,20 +48,68 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     step = 1
     redecode: list[int] = []  # accepted tokens whose cells were dropped to keep position order
     while not rt.should_stop(n_past, 1):
-        sources.advance(context)
         room = min(params.k_max, rt.n_ctx - n_past - 1 - len(redecode), rt.n_batch - 1 - len(redecode),
                    rt.config.max_tokens - len(out.ids) - 1)
         t0 = time.perf_counter()
-        # A draft model costs a decode per proposal: asked while it earns its keep, and every
-        # DRAFT_PROBE_EVERY steps to find out whether it has started to.
-        use_draft = calibrator.source_rate("draft") >= DRAFT_MIN_RATE or step % DRAFT_PROBE_EVERY == 1
-        proposals = rt.guarded(lambda: sources.propose(context, max(0, room), use_draft)) if room > 0 else []
-        if proposals is None:  # the draft model was stopped
-            break
-        proposals = proposals[:n_seq]
-        nodes, gain = build_tree(proposals, calibrator, cost, max(0, room))
+        nodes, gain = [], 1.0
+        if room > 0 and guard.plans(step):
+            sources.advance(context)
+            # A draft model costs a decode per proposal: asked while it earns its keep, and every
+            # DRAFT_PROBE_EVERY steps to find out whether it has started to.
+            use_draft = draft is not None and (calibrator.source_rate("draft") >= DRAFT_MIN_RATE
+                                               or step % DRAFT_PROBE_EVERY == 1)
+            if not wary.current(guard.trust):
+                wary = Wary(cost, guard.trust)
+            min_gain = guard.min_gain()
+            # Cheap tests first: the sources' first token, then four, then all they propose; most
+            # steps of a chat stop after the first. A draft model proposes once, all its tokens
+            # (each costs a decode of the draft).
+            passed = 0
+            cuts = (room,) if use_draft else sorted({1, min(4, room), room})
+            for cut in cuts:
+                if use_draft:  # the draft model decodes: a Stop or a full context ends it
+                    chains = rt.guarded(lambda: sources.chains(context, cut, True))
+                else:
+                    chains = sources.chains(context, cut, False)
+                if chains is None or not could_pay(chains, calibrator, wary, room, min_gain, None if cut == room else cut):
+                    break
+                passed += 1
+            else:
+                proposals = (chains + sources.siblings(context, room, chains))[:n_seq]
+                nodes, gain = build_tree(proposals, calibrator, wary, room, min_gain)
+            if chains is None:  # the draft model was stopped
+                break
+            if not nodes:  # judged in hindsight instead, as the target's tokens come
+                hindsight.keep(chains)
+            guard.planned(step, hopeful=passed >= min(2, len(cuts)))
         t_plan = time.perf_counter() - t0
         counters.t_draft_s += t_plan
+
+        if not nodes and not redecode:  # a plain step, at what a step of plain decoding costs
+            batch.clear()
+            batch.add(token, n_past, (0,), True)
+            t_decode = rt.decode()
+            if t_decode is None:
+                break
+            cost.observe(1, t_decode)
+            n_past += 1
+            token = rt.sampler.sample(rt.logits(0))
+            info = out.push(token, "sampled")
+            context.append(token)
+            hindsight.see(token)
+            if draft is not None:
+                draft.settle(context)
+            now = time.perf_counter()
+            counters.record_step(1 if info else 0, 0, 0, t_decode)
+            report.count(report.decisions, "plain")
+            if info is not None:
+                yield rt.step_batch(step, ("input",))
+                yield StepDone(step, (info,), 0, 0, t_decode, now - t_prev,
+                               {"auto": {"decision": "plain", "k": 0, "branches": 0, "depth": 0,
+                                         "predicted_gain": 1.0, "proposers": ("target",)}})
+            t_prev = now
+            step += 1
+            continue
 
         # ---- the batch: re-decoded tokens, the input token, the tree --------------------------
         # The context lives in sequence 0; a step with several branches first copies it into the
@@ -100,6 +153,7 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                 accepted_nodes.append(nodes[match])
             info = out.push(chosen, label)
             context.append(chosen)
+            hindsight.see(chosen)
             if info is not None:
                 emitted.append(info)
                 proposers.append(proposer)
@@ -107,6 +161,10 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                 break
             parent, row = match, nodes[match].row
         n_accepted = len(accepted_nodes)
+        if nodes:  # did the tree pay? judged against the prediction the cost curve alone makes
+            expected = 1.0 + sum(n.reach for n in nodes)
+            guard.judge(expected / (cost.relative(n_batch_tokens) + cost.return_penalty()), 1 + n_accepted,
+                        t_decode, cost)
 
         # ---- KV: sequence 0 keeps the accepted path; the other branches go -----------------------
         n_past_before = n_past
@@ -143,4 +201,4 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                                      "predicted_gain": round(gain, 3), "proposers": tuple(proposers)}})
         t_prev = now
         step += 1
-    counters.extra["auto"] = report.as_dict(calibrator)
+    counters.extra["auto"] = report.as_dict(calibrator, guard.trust)

@@ -33,14 +33,26 @@ class Sources:
         self.suffix.extend(context[len(self.suffix.tokens):])
 
     def propose(self, context: Sequence[int], k: int, use_draft: bool) -> list[Proposal]:
+        """Every source's proposal: :meth:`chains` and then their :meth:`siblings`."""
+        chains = self.chains(context, k, use_draft)
+        return chains + self.siblings(context, k, chains)
+
+    def chains(self, context: Sequence[int], k: int, use_draft: bool) -> list[Proposal]:
+        """Each source's own continuation (the n-gram cache's first, if it has one)."""
         self.ngrams.count(context)
-        ngram = self._ngram(context, k)
-        out = [ngram, self._suffix(k)]
+        out = [self._ngram(context, k), self._suffix(k)]
         if self.draft is not None and use_draft:
             out.append(self._draft(context, k))
-        if self.alternatives:
-            out.extend(self._ngram_alternatives(context, k, ngram))
         return [p for p in out if p.tokens]
+
+    def siblings(self, context: Sequence[int], k: int, chains: list[Proposal]) -> list[Proposal]:
+        """The n-gram branch's sibling branches (none without ``alternatives``). The run asks for
+        them only once the chains could pay for a tree: a sibling is a 2nd or 3rd follower (prior
+        at most ALT_PRIOR[-1]), a branch a tree adds, not one it is sent for."""
+        if not self.alternatives:
+            return []
+        ngram = chains[0] if chains and chains[0].source == "ngram" else Proposal("ngram", [], [])
+        return [p for p in self._ngram_alternatives(context, k, ngram) if p.tokens]
 
     def _walk(self, seq: list[int], k: int, chance: float, tokens: list[int], signals: list[tuple]) -> None:
         """Extend ``tokens`` (and ``seq``) with the cache's confident followers, up to ``k`` tokens,
@@ -50,7 +62,9 @@ class Sources:
             if found is None:
                 break
             size, entry = found
-            share = entry.best_count / entry.total
+            # a follower seen once holds all of its n-gram's followers by construction: its share
+            # says nothing until the n-gram has been followed twice
+            share = entry.best_count / entry.total if entry.total > 1 else 0.0
             signal = (size, bucket(share, (0.5, 0.67, 0.9)), bucket(entry.total, (2, 4, 8)), 0)
             chance *= signal_prior("ngram", signal)
             if chance < MIN_REACH:  # deeper tokens could not be worth a row: stop walking

@@ -40,7 +40,7 @@ class Node:
         return "+".join([self.source, *(f for f in self.support if f != own)])
 
 
-def _support(proposals: list[Proposal]) -> list[list[tuple[str, ...]]]:
+def support_of(proposals: list[Proposal]) -> list[list[tuple[str, ...]]]:
     """For each proposed token, the source families that proposed it after the same path."""
     families: dict[tuple[int, ...], set[str]] = {}
     paths = [[tuple(prop.tokens[: i + 1]) for i in range(len(prop.tokens))] for prop in proposals]
@@ -50,12 +50,81 @@ def _support(proposals: list[Proposal]) -> list[list[tuple[str, ...]]]:
     return [[tuple(sorted(families[path])) for path in prop_paths] for prop_paths in paths]
 
 
-def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost, room: int) -> tuple[list[Node], float]:
+def could_pay(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost, room: int,
+              min_gain: float = MIN_GAIN, cut: int | None = None) -> bool:
+    """Whether any tree of these proposals could beat ``min_gain``: an upper bound on
+    :func:`build_tree`'s gain, several times cheaper than building the tree (and the sibling
+    branches, which are asked for only when it passes).
+
+    A node of the tree is a path the proposals share up to its depth, reached with at most the
+    product, along the path, of the best chance any proposal on it gives its token there. So a
+    tree of m nodes expects at most 1 plus the m largest of these bounds.
+
+    ``cut``: the proposals were asked for at most ``cut`` tokens, so a proposal that long may go
+    on; every node deeper than that is counted as likely as the likeliest node at depth ``cut``
+    (no node is likelier than its parent). The run asks with cut 1, then 4, then in full: most of
+    a chat's steps fail the first test and cost no more than plain decoding's."""
+    if room <= 0 or not proposals:
+        return False
+    if cut == 1:  # every node as likely as the likeliest first token: one threshold to pass
+        families: dict[int, set[str]] = {}
+        for p in proposals:
+            families.setdefault(p.tokens[0], set()).add(FAMILY[p.source])
+        first = max(calibrator.probability(p.source, p.signals[0], 0, len(families[p.tokens[0]]) > 1)
+                    for p in proposals)
+        return first >= MIN_REACH and first > cost.first_chance_needed(room, min_gain)
+    reaches: list[float] = []
+    at: list[int | None] = [-1] * len(proposals)  # each proposal's node one depth up (-1: the input token)
+    reach_at = {-1: 1.0}  # the reach bound of each node one depth up
+    for depth in range(min(room, max(len(p.tokens) for p in proposals))):
+        index: dict[tuple[int, int], int] = {}  # (parent node, token) -> node at this depth
+        families: list[set[str]] = []  # the families proposing each node
+        node_of: list[int | None] = []
+        for b, p in enumerate(proposals):
+            if at[b] is None or depth >= len(p.tokens) or reach_at[at[b]] < MIN_REACH:
+                node_of.append(None)
+                continue
+            node = index.setdefault((at[b], p.tokens[depth]), len(families))
+            if node == len(families):
+                families.append(set())
+            families[node].add(FAMILY[p.source])
+            node_of.append(node)
+        if not families:
+            break
+        best = [0.0] * len(families)
+        for p, node in zip(proposals, node_of):
+            if node is not None:
+                chance = calibrator.probability(p.source, p.signals[depth], depth, len(families[node]) > 1)
+                best[node] = max(best[node], chance)
+        reach_at = {node: reach_at[parent] * best[node] for (parent, _), node in index.items()}
+        reaches.extend(r for r in reach_at.values() if r >= MIN_REACH)
+        at = node_of
+        if cut is not None and depth + 1 == cut:  # the unknown deeper nodes
+            deepest = max(reach_at.values())
+            if deepest >= MIN_REACH:
+                reaches.extend([deepest] * (room - len(reaches)))
+    reaches.sort(reverse=True)
+    return _beats(reaches[:room], cost, min_gain)
+
+
+def _beats(reaches: list[float], cost: StepCost, min_gain: float) -> bool:
+    """Whether a tree whose nodes, likeliest first, have these reaches beats ``min_gain`` at some size."""
+    penalty = cost.return_penalty()
+    expected = 1.0
+    for m, r in enumerate(reaches, start=1):
+        expected += r
+        if expected / (cost.relative(m + 1) + penalty) > min_gain:
+            return True
+    return False
+
+
+def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost, room: int,
+               min_gain: float = MIN_GAIN) -> tuple[list[Node], float]:
     """The step's tree: candidate tokens added likeliest first (a token another branch already
     put in the tree costs nothing), then cut at the size whose expected emitted tokens ÷ relative
     step cost is highest. Returns the nodes in batch order and the predicted gain over a plain
-    step (1.0 for an empty tree: a plain step)."""
-    support = _support(proposals)
+    step; no nodes and 1.0 (a plain step) unless that gain beats ``min_gain``."""
+    support = support_of(proposals)
     chance: dict[tuple[int, int], float] = {}  # (proposal, position) -> calibrated probability
     trie: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
     nodes: list[Node] = []
@@ -96,7 +165,7 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
             if gain > best_gain:
                 best_gain, best_size = gain, len(nodes)
         frontier[fi] = (b, i + 1, trie[key])
-    if best_gain <= MIN_GAIN:
+    if best_gain <= min_gain:
         return [], 1.0
     return _in_batch_order(nodes[:best_size]), best_gain
 

@@ -1,0 +1,128 @@
+"""Auto's plain steps and its guard, without a model: the planner's cheap tests never turn away a
+tree the full planner would send, the guard's trust follows what trees realise and makes the
+planner warier, the sources are asked less often while nothing could pay, and the calibration
+learns from proposals it did not send."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec_studio.engine.strategies.auto import Calibrator, Proposal, StepCost, build_tree
+from specdec_studio.engine.strategies.auto.guard import Guard, Wary
+from specdec_studio.engine.strategies.auto.hindsight import Hindsight
+from specdec_studio.engine.strategies.auto.priors import GUARD_START_TRUST, IDLE_STRETCH, PLAN_INTERVAL_MAX
+from specdec_studio.engine.strategies.auto.tree import could_pay
+from specdec_studio.engine.tuning.cost_model import CostCurve
+
+FLAT = CostCurve(sizes=(1, 2, 64), t_all_logits=(0.010, 0.0102, 0.0126), t_last_logit=(0.010, 0.0101, 0.012))
+SIGNALS = {"ngram": st.tuples(st.integers(1, 4), st.integers(0, 3), st.integers(0, 3), st.just(0)),
+           "ngram_alt": st.tuples(st.integers(1, 4), st.integers(0, 3), st.integers(0, 3), st.integers(0, 2)),
+           "suffix": st.tuples(st.integers(0, 5)),
+           "draft": st.tuples(st.integers(0, 4))}
+
+
+@st.composite
+def proposal(draw) -> Proposal:
+    source = draw(st.sampled_from(sorted(SIGNALS)))
+    n = draw(st.integers(1, 10))
+    tokens = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))  # few tokens: branches share prefixes
+    return Proposal(source, tokens, draw(st.lists(SIGNALS[source], min_size=n, max_size=n)))
+
+
+@st.composite
+def calibrated(draw) -> Calibrator:
+    calibrator = Calibrator()
+    for _ in range(draw(st.integers(0, 60))):
+        source = draw(st.sampled_from(sorted(SIGNALS)))
+        calibrator.observe(source, draw(SIGNALS[source]), draw(st.integers(0, 5)), 0.5, draw(st.booleans()),
+                           draw(st.booleans()))
+    return calibrator
+
+
+@settings(max_examples=300, deadline=None)
+@given(proposals=st.lists(proposal(), min_size=1, max_size=3), calibrator=calibrated(),
+       room=st.integers(1, 16), flat=st.booleans(), trust=st.floats(0.3, 1.0))
+def test_the_cheap_tests_never_turn_away_a_tree_the_planner_would_send(proposals, calibrator, room, flat, trust):
+    cost = Wary(StepCost(FLAT if flat else None), trust)
+    nodes, gain = build_tree(proposals, calibrator, cost, room)
+    if not nodes:
+        return
+    assert could_pay(proposals, calibrator, cost, room)
+    for cut in (1, 4):  # the proposals as the run first asks for them: at most ``cut`` tokens each
+        short = [Proposal(p.source, p.tokens[:cut], p.signals[:cut]) for p in proposals]
+        assert could_pay(short, calibrator, cost, room, cut=cut), (cut, gain)
+
+
+def test_trust_falls_while_trees_do_not_pay_and_comes_back_when_they_do():
+    cost = StepCost()
+    for _ in range(4):
+        cost.observe(1, 0.010)  # a plain decode takes 10 ms
+    guard = Guard()
+    assert guard.trust == GUARD_START_TRUST  # conservative before the run's first tree
+    for _ in range(10):  # predicted 1.5x, but 2 tokens in 30 ms: 0.67x a plain step's rate
+        guard.judge(1.5, 2, 0.030, cost)
+    low = guard.trust
+    assert low < 0.6
+    for _ in range(30):  # then trees of 4 tokens in 20 ms: 2x, better than predicted
+        guard.judge(1.5, 4, 0.020, cost)
+    assert guard.trust == 1.0
+
+
+def test_a_wary_planner_sends_shallower_trees_and_fewer():
+    calibrator = Calibrator()
+    for _ in range(40):  # a source right 80 % of the time at every depth
+        for position in range(6):
+            calibrator.observe("suffix", (3,), position, 0.8, _ < 32)
+    proposal = [Proposal("suffix", list(range(10, 20)), [(3,)] * 10)]
+    cost = StepCost()  # the gentle prior: extra rows are cheap
+    trusting, _ = build_tree(proposal, calibrator, Wary(cost, 1.0), room=10)
+    wary, _ = build_tree(proposal, calibrator, Wary(cost, 0.5), room=10)
+    assert 0 < len(wary) < len(trusting)
+    assert build_tree(proposal, calibrator, Wary(cost, 0.05), room=10) == ([], 1.0)
+
+
+def test_the_sources_are_asked_less_often_while_nothing_could_pay():
+    guard = Guard()
+    asked = []
+    for step in range(1, 200):
+        if guard.plans(step):
+            asked.append(step)
+            guard.planned(step, hopeful=step == 150)
+    gaps = [b - a for a, b in zip(asked, asked[1:])]
+    assert gaps[: IDLE_STRETCH - 1] == [1] * (IDLE_STRETCH - 1)  # every step for the first failures
+    assert max(gaps) == PLAN_INTERVAL_MAX
+    assert 150 in asked and all(s in asked for s in range(151, 151 + IDLE_STRETCH))  # a hopeful plan: every step again
+
+
+def test_a_proposal_not_sent_is_judged_as_the_target_tokens_come():
+    calibrator = Calibrator()
+    hindsight = Hindsight(calibrator)
+    ngram = Proposal("ngram", [5, 6, 7], [(3, 2, 1, 0)] * 3)
+    suffix = Proposal("suffix", [5, 9], [(2,)] * 2)
+    hindsight.keep([ngram, suffix])
+    for token in (5, 6, 8, 1):  # the target chose 5, 6, then not 7
+        hindsight.see(token)
+    bins = calibrator.bins
+    # the first token both families proposed; after it they differ
+    assert bins[("ngram", (3, 2, 1, 0), 0, True)] == [1.0, 1.0]
+    assert bins[("suffix", (2,), 0, True)] == [1.0, 1.0]
+    assert bins[("suffix", (2,), 1, False)] == [0.0, 1.0]  # 9 was not the target's choice: the suffix ends
+    assert bins[("ngram", (3, 2, 1, 0), 1, False)] == [1.0, 1.0]
+    assert bins[("ngram", (3, 2, 1, 0), 2, False)] == [0.0, 1.0]
+    assert not hindsight.pending  # nothing judged twice
+    assert calibrator.table() == []  # never sent, never predicted: not in the reliability table
+
+
+def test_what_the_first_positions_learnt_carries_down_the_chain():
+    calibrator = Calibrator()
+    signal = (2, 0, 0, 0)
+    untouched = calibrator.probability("ngram", signal, 3)
+    for _ in range(30):  # only first tokens judged, all right
+        calibrator.observe("ngram", signal, 0, None, True)
+    assert calibrator.probability("ngram", signal, 0) > 0.9
+    assert calibrator.probability("ngram", signal, 3) > untouched + 0.2  # no data there: it leans on position 0
+    for _ in range(30):  # then the third position turns out wrong
+        calibrator.observe("ngram", signal, 2, None, False)
+    assert calibrator.probability("ngram", signal, 2) < 0.2
+    assert calibrator.probability("ngram", signal, 3) < calibrator.probability("ngram", signal, 1)
