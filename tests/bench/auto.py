@@ -5,9 +5,10 @@ round) so a drift of the machine's speed hits every setting alike.
     .venv/bin/python tests/bench/auto.py [-n 128] [--rounds 3] [--prompts 1] [--only auto] [--no-siblings]
 
 Each round gives every setting a speed-up over plain: its tokens/s over plain's in the same round,
-over two runs (forward and back) of each of the category's first ``--prompts`` prompts. Prints, per category, the median of the rounds' speed-ups and the worst round's,
-the geometric mean over categories of both, Auto's decisions and sources, and its calibration
-table (predicted against observed acceptance). ``--only auto`` runs plain and Auto alone (more
+over two runs (forward and back) of each of the category's first ``--prompts`` prompts. Prints,
+per category, the median of the rounds' speed-ups and the worst round's, the geometric mean over
+categories of both, Auto's decisions and sources, and its calibration table (predicted against
+observed acceptance). ``--only auto`` runs plain and Auto alone (more
 rounds in the same time); ``--no-siblings`` adds Auto without the n-gram cache's sibling branches,
 to see what the tree's extra branches earn. Run it with nothing else on the machine; it measures
 the batch-cost profile first if none is cached (Auto prices its steps with it).
