@@ -54,17 +54,26 @@ KNOWN_MODELS: dict[str, KnownModel] = {
 }
 ALIASES = {"smollm2": "default"}
 
-# Drafts made from a known model by requantising it (same vocabulary, real disagreements).
+# Files made from a known model by requantising it: drafts (same vocabulary, real disagreements)
+# and copies in the weight formats llama.cpp has small-batch CPU kernels for (engine.tuning.formats).
 DERIVED_DRAFTS: dict[str, tuple[str, str]] = {
     "default-q8_0": ("default", "Q8_0"),
     "default-q3_k_m": ("default", "Q3_K_M"),
     "default-q2_k": ("default", "Q2_K"),
+    "default-q4_0": ("default", "Q4_0"),
+    "default-iq4_nl": ("default", "IQ4_NL"),
+    "default-q4_k_m": ("default", "Q4_K_M"),
 }
 
 
 def derived_path(key: str) -> Path:
     base, quant = DERIVED_DRAFTS[key]
-    return cache_dir() / KNOWN_MODELS[base].filename.replace(".gguf", f".draft-{quant}.gguf")
+    return copy_path(Path(KNOWN_MODELS[base].filename), quant)
+
+
+def copy_path(src: Path, quant: str) -> Path:
+    """Where the model cache keeps ``src`` requantised to ``quant``."""
+    return cache_dir() / f"{src.stem}.draft-{quant}.gguf"
 
 
 def make_derived(key: str, *, log=print) -> Path:

@@ -23,44 +23,61 @@ def greedy_agreement(target_session, draft_path: Path, prompts: Sequence[Sequenc
 
     Prompt and text are decoded in batches of the draft context's size, so any prompt that fits
     the context can be measured. ``cancel`` (a threading.Event) stops it: None is returned."""
-    from specdec_studio.engine.config import RunConfig
-    from specdec_studio.engine.memory import DecodeAborted
-    from specdec_studio.engine.sampling import logits_row
-    from specdec_studio.engine.session import Session, last_event
+    from specdec_studio.engine.session import Session
 
-    def stopped() -> bool:
-        return cancel is not None and cancel.is_set()
+    texts = greedy_texts(target_session, prompts, n_tokens, cancel)
+    if texts is None:
+        return None
+    with Session(draft_path, n_ctx=target_session.n_ctx, n_threads=target_session.n_threads, cancel=cancel) as draft:
+        agreement, _ = agreement_on_texts(draft, texts, cancel)
+    return agreement
+
+
+def greedy_texts(session, prompts: Sequence[Sequence[int]], n_tokens: int,
+                 cancel=None) -> list[tuple[list[int], list[int]]] | None:
+    """Each prompt with ``session``'s greedy answer to it (up to ``n_tokens``); None if stopped."""
+    from specdec_studio.engine.config import RunConfig
+    from specdec_studio.engine.session import last_event
 
     texts = []
     for tokens in prompts:
-        final = last_event(target_session.run(RunConfig(max_tokens=n_tokens), list(tokens), fresh_cancel=False))
-        if stopped() or final.finish_reason == "cancelled":
+        final = last_event(session.run(RunConfig(max_tokens=n_tokens), list(tokens), fresh_cancel=False))
+        if (cancel is not None and cancel.is_set()) or final.finish_reason == "cancelled":
             return None
         texts.append((list(tokens), list(final.token_ids)))
+    return texts
+
+
+def agreement_on_texts(session, texts: Sequence[tuple[list[int], list[int]]],
+                       cancel=None) -> tuple[float | None, int]:
+    """The share of the answers' tokens ``session``'s model predicts as its argmax, teacher-forced
+    on each prompt and answer, and how many tokens that is; (None, 0) if stopped."""
+    from specdec_studio.engine.memory import DecodeAborted
+    from specdec_studio.engine.sampling import logits_row
+
     agree = total = 0
-    with Session(draft_path, n_ctx=target_session.n_ctx, n_threads=target_session.n_threads, cancel=cancel) as draft:
-        ctx, batch, n_vocab = draft.ctx, draft.batch, draft.vocab.n_tokens
-        for prompt, output in texts:
-            draft.target.forget()
-            text = prompt + output
-            # the rows whose logits predict an output token: the prompt's last position onwards
-            predicts = range(len(prompt) - 1, len(text) - 1)
-            for start in range(0, len(text), batch.capacity):
-                chunk = range(start, min(start + batch.capacity, len(text)))
-                batch.clear()
-                rows = [batch.add(text[pos], pos, (0,), pos in predicts) for pos in chunk]
-                try:
-                    draft.memory.decode(batch)
-                except DecodeAborted:
-                    return None
-                for pos, row in zip(chunk, rows):
-                    if pos in predicts:
-                        expected = text[pos + 1]
-                        agree += int(np.argmax(logits_row(ctx, row, n_vocab))) == expected
-                        total += 1
-                if stopped():
-                    return None
-    return agree / total if total else 0.0
+    ctx, batch, n_vocab = session.ctx, session.batch, session.vocab.n_tokens
+    for prompt, output in texts:
+        session.target.forget()
+        text = prompt + output
+        # the rows whose logits predict an output token: the prompt's last position onwards
+        predicts = range(len(prompt) - 1, len(text) - 1)
+        for start in range(0, len(text), batch.capacity):
+            chunk = range(start, min(start + batch.capacity, len(text)))
+            batch.clear()
+            rows = [batch.add(text[pos], pos, (0,), pos in predicts) for pos in chunk]
+            try:
+                session.memory.decode(batch)
+            except DecodeAborted:
+                return None, 0
+            for pos, row in zip(chunk, rows):
+                if pos in predicts:
+                    agree += int(np.argmax(logits_row(ctx, row, n_vocab))) == text[pos + 1]
+                    total += 1
+            if cancel is not None and cancel.is_set():
+                return None, 0
+    session.target.forget()
+    return (agree / total if total else 0.0), total
 
 
 def measure_draft(session, draft_path: Path, prompts: list[list[int]], n_tokens: int, draft_k: int,

@@ -1,4 +1,5 @@
-"""Making draft models: requantise a GGUF with llama.cpp's quantize API.
+"""Making draft models and copies in other weight formats: requantise a GGUF with llama.cpp's
+quantize API.
 
 A lower-bit copy of the target shares its vocabulary exactly and agrees with it on most tokens
 (measured on SmolLM2-135M Q4_1, greedy argmax agreement over 160 tokens: Q8_0 97.5%, Q3_K_M 82.5%,
@@ -18,6 +19,11 @@ from specdec_studio.engine.models import check_gguf_file
 QUANT_TYPES = {
     "Q2_K": llama.LLAMA_FTYPE_MOSTLY_Q2_K,
     "Q3_K_M": llama.LLAMA_FTYPE_MOSTLY_Q3_K_M,
+    # the formats llama.cpp's CPU backend has small-batch kernels for (repacked at load, or
+    # tinyBLAS), and the shipped model's own
+    "Q4_0": llama.LLAMA_FTYPE_MOSTLY_Q4_0,
+    "Q4_1": llama.LLAMA_FTYPE_MOSTLY_Q4_1,
+    "IQ4_NL": llama.LLAMA_FTYPE_MOSTLY_IQ4_NL,
     "Q4_K_M": llama.LLAMA_FTYPE_MOSTLY_Q4_K_M,
     "Q8_0": llama.LLAMA_FTYPE_MOSTLY_Q8_0,
 }

@@ -36,6 +36,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from specdec_studio.engine.session import Session
     from specdec_studio.engine.tuning import profile
 
+    if args.formats is not None:
+        return _compare_formats(args)
     draft_path = catalog.resolve(args.model_draft) if args.model_draft else None
     with ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
                                          n_threads=args.threads, draft_path=draft_path, cancel=stop) as session:
@@ -53,6 +55,60 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"{'B':>5} {'T(B) ms':>9} {'T(B)/T(1)':>10} {'last-row ms':>12} {'per token':>10}")
         for b, t_all, t_last in zip(c.sizes, c.t_all_logits, c.t_last_logit):
             print(f"{b:5d} {1e3 * t_all:9.2f} {c.relative(b):10.2f} {1e3 * t_last:12.2f} {c.relative(b) / b:10.3f}")
+    return 0
+
+
+def _compare_formats(args: argparse.Namespace) -> int:
+    from specdec_studio.engine import catalog
+    from specdec_studio.engine.config import default_threads
+    from specdec_studio.engine.session import Session
+    from specdec_studio.engine.tuning import formats
+    from specdec_studio.engine.tuning.prompts import shipped
+    from specdec_studio.engine.tuning.sweep import prompt_tokens
+
+    wanted = formats.FORMATS if args.formats in ("", "all") else tuple(f.strip().upper() for f in args.formats.split(","))
+    path = catalog.resolve(args.model)
+    n_threads = args.threads or default_threads()
+    log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
+    with ctrl_c_stops() as stop:
+        with Session(path, n_ctx=args.ctx_size, n_threads=n_threads) as session:
+            prompts = [prompt_tokens(session, p, chat=True) for p in shipped(per_category=1)]
+            pairs = [(t, tb) for t in sorted({1, n_threads}) for tb in sorted({1, n_threads})]
+            times = formats.thread_pairs(session, pairs, cancel=stop)
+        figures = formats.compare(path, wanted, n_threads=n_threads, n_ctx=args.ctx_size, prompts=prompts,
+                                  cancel=stop, log=log)
+    best = formats.best_pair(times)
+    pick = formats.recommendation(figures)
+    if args.json:
+        print(json.dumps({"formats": [f.to_dict() for f in figures],
+                          "thread_pairs": [{"n_threads": t, "n_threads_batch": tb, "t_all_logits": list(v)}
+                                           for (t, tb), v in times.items()],
+                          "best_thread_pair": list(best),
+                          "recommended": pick.format if pick else None}, indent=2))
+        return 0
+    original = figures[0]
+    print(f"{path.name}, {n_threads} threads, n_ctx {args.ctx_size}; agreement: the original's greedy tokens the "
+          f"copy's argmax predicts ({figures[-1].n_agreement_tokens if len(figures) > 1 else 0} tokens, "
+          "one prompt per shipped category)")
+    print(f"{'format':<8} {'size MB':>8} {'T(1) ms':>8} {'speed':>6} {'verify 4':>9} {'deviation':>10} "
+          f"{'past 512':>9} {'agreement':>10}")
+    for f in figures:
+        agree = "original" if f.agreement is None else f"{100 * f.agreement:.1f} %"
+        print(f"{f.format:<8} {f.size_bytes / 1e6:8.1f} {1e3 * f.t1_s:8.2f} {original.t1_s / f.t1_s:5.2f}x "
+              f"{1e3 * f.t1_s * f.relative_all[3]:7.2f}ms {f.deviation:10.4f} {f.deviation_long:9.4f} {agree:>10}")
+    for label, attr in (("every row's logits", "relative_all"), ("last row's logits", "relative_last")):
+        print(f"\nT(B)/T(1), {label}, B = 1..16:")
+        print(f"{'format':<8}" + "".join(f"{b:>6}" for b in formats.EVERY_B))
+        for f in figures:
+            print(f"{f.format:<8}" + "".join(f"{r:6.2f}" for r in getattr(f, attr)))
+    print("\nthreads (one-token decodes use n_threads, larger batches n_threads_batch), T(B) in ms:")
+    for (t, tb), v in times.items():
+        print(f"  n_threads {t}, n_threads_batch {tb}: " + ", ".join(f"B={b} {1e3 * x:.2f}" for b, x in zip((1, 4, 8), v)))
+    print(f"  best pair: n_threads {best[0]}, n_threads_batch {best[1]}")
+    print()
+    print(formats.sentence(original, pick) if pick else
+          f"No copy both decodes faster than {original.format} here and agrees with it on "
+          f"{100 * formats.RECOMMEND_AGREEMENT:.0f} % of greedy tokens.")
     return 0
 
 
@@ -153,6 +209,10 @@ def add_parser(sub) -> None:
     prof.add_argument("-md", "--model-draft", default=None, help="profile this draft model too")
     add_context_args(prof)
     prof.add_argument("--remeasure", action="store_true", help="measure again even if a profile is cached")
+    prof.add_argument("--formats", nargs="?", const="all", default=None,
+                      help="compare the model with copies requantised to these formats (comma-separated; "
+                           "default: Q4_0,IQ4_NL,Q8_0,Q4_K_M): size, T(1), T(B) for every B to 16, exactness, "
+                           "agreement with the original; and the thread pairs")
     prof.add_argument("--json", action="store_true")
     prof.set_defaults(handler=cmd_profile)
     sw = sub.add_parser("sweep", help="measure a grid of settings against plain decoding")

@@ -2,8 +2,9 @@
 
 Every speed-up prediction prices a step with this curve (:mod:`engine.tuning.cost_model`). It is
 measured on the loaded context itself (same model, context size, threads, batch size and
-llama.cpp build), with the KV cache filled to a realistic depth first, for B on a log-spaced grid
-from 1 to 128 and two logit patterns (every row, last row only). Each point is the lower quartile
+llama.cpp build), with the KV cache filled to a realistic depth first, for every B from 1 to 16
+(the CPU kernels make steps: with repacked weights B = 4 costs less than B = 3) and a log-spaced
+grid to 128, and two logit patterns (every row, last row only). Each point is the lower quartile
 of several timed decodes after a warm-up; the cells a decode wrote are removed before the next one,
 and the cache is cleared at the end. On SmolLM2-135M with 2 threads it takes about 15-20 s, so it
 is cached per (model file hash, n_ctx, threads, batch size, build) and reused.
@@ -29,7 +30,7 @@ from specdec_studio.engine.jsonfile import write_json
 from specdec_studio.engine.memory import DecodeAborted, Memory
 from specdec_studio.engine.tuning.cost_model import CostCurve
 
-PROFILE_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128)
+PROFILE_SIZES = (*range(1, 17), 24, 32, 48, 64, 96, 128)  # every B to 16: the kernels make steps (B = 4 < B = 3)
 # Cells already in the cache, like a chat prompt plus some of its answer. Kept under 256 so that
 # batches up to 56 tokens attend one 256-cell block as most runs of the shipped prompts do (past
 # 512 attended cells llama.cpp's CPU attention takes another path for a single-token decode).

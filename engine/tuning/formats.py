@@ -1,0 +1,186 @@
+"""Weight formats compared on this machine: a model requantised to the formats llama.cpp's CPU
+backend has small-batch kernels for, each measured as the shipped file is.
+
+On a CPU, a decode of B tokens costs nearly B times one token unless the weights' format has a
+kernel that shares the weight reads across the batch rows: with the AVX2 build used here, Q4_0,
+IQ4_NL and Q4_K are repacked at load (ggml-cpu/repack.cpp: a GEMM for each full group of 4 rows),
+and tinyBLAS (llamafile/sgemm.cpp) covers Q4_0, Q5_0, Q8_0 and IQ4_NL for 2 rows or more. The
+shipped SmolLM2 file is Q4_1, which gets neither. For each format this module measures what a
+user deciding on a copy needs: the file's size, one token's decode time, the cost of every batch
+size from 1 to 16 (no interpolation: the repacked kernels make B = 4 cheaper than B = 3), whether
+batched decoding stays exact (the exactness probe), and how often the copy's greedy choice is the
+original's on the shipped prompts. Every figure names the file it was measured on.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from specdec_studio.engine import catalog
+from specdec_studio.engine.errors import SpecDecError
+
+FORMATS = ("Q4_0", "IQ4_NL", "Q8_0", "Q4_K_M")
+EVERY_B = tuple(range(1, 17))  # the batch sizes a format's curve is measured at, each one
+AGREEMENT_TOKENS = 64  # greedy tokens per prompt the agreement is measured on
+RECOMMEND_AGREEMENT = 0.90  # a copy that agrees less often with the original is shown, never recommended
+
+
+@dataclass(frozen=True)
+class FormatFigures:
+    """One file measured: the shipped one (``agreement`` None) or a copy of it."""
+
+    format: str  # "Q4_0", …; the shipped file's own type for the original
+    path: str
+    size_bytes: int
+    t1_s: float  # one token's decode, every row's logits
+    relative_all: tuple[float, ...]  # T(B)/T(1) for B in EVERY_B, every row's logits
+    relative_last: tuple[float, ...]  # the same with only the last row's logits
+    deviation: float  # largest |logit difference| between batched and one-by-one decoding
+    deviation_long: float  # the same past 512 cells
+    agreement: float | None  # the share of the original's greedy tokens the copy's argmax predicts
+    n_agreement_tokens: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def recommendable(self) -> bool:
+        return self.agreement is not None and self.agreement >= RECOMMEND_AGREEMENT
+
+
+def file_type_name(path: Path) -> str:
+    """The weight format a GGUF file says it is (general.file_type), e.g. "Q4_1"."""
+    import llama_cpp as llama
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(path))
+    field = reader.fields.get("general.file_type")
+    if field is None:
+        return "unknown"
+    value = int(field.parts[field.data[0]][0])
+    for name in dir(llama):
+        if name.startswith("LLAMA_FTYPE_MOSTLY_") and getattr(llama, name) == value:
+            return name.removeprefix("LLAMA_FTYPE_MOSTLY_")
+    return f"type {value}"
+
+
+def make_copy(src: Path, quant: str, *, n_threads: int = 0, log: Callable[[str], None] = print) -> Path:
+    """``src`` requantised to ``quant``, made once into the model cache."""
+    from specdec_studio.engine.quantize import requantize
+
+    dest = catalog.copy_path(src, quant)
+    if not dest.exists():
+        log(f"requantising {src.name} to {quant}…")
+        requantize(src, dest, quant, n_threads=n_threads)
+    return dest
+
+
+def measure_file(path: Path, fmt: str, *, n_threads: int, n_ctx: int, original_texts=None,
+                 cancel: threading.Event | None = None) -> FormatFigures:
+    """One file's figures; ``original_texts`` (prompt and greedy answer pairs of the original)
+    gives the agreement, None for the original itself."""
+    from specdec_studio.engine.draft_measure import agreement_on_texts
+    from specdec_studio.engine.probe import probe_exactness
+    from specdec_studio.engine.session import Session
+    from specdec_studio.engine.tuning import profile
+
+    with Session(path, n_ctx=n_ctx, n_threads=n_threads, cancel=cancel) as session:
+        curve = profile.load_or_measure(session).curve  # the profile Auto prices steps with: B = 1..16 and on
+        agreement, n_agreement = None, 0
+        if original_texts is not None:
+            agreement, n_agreement = agreement_on_texts(session, original_texts, cancel)
+            if agreement is None:
+                raise profile.ProfileCancelled("the format comparison was stopped")
+    probe = probe_exactness(path, n_threads=n_threads)
+    every_b = [curve.sizes.index(b) for b in EVERY_B]
+    t1 = curve.t_all_logits[0]
+    return FormatFigures(fmt, str(path), path.stat().st_size, t1,
+                         tuple(curve.t_all_logits[i] / t1 for i in every_b),
+                         tuple(curve.t_last_logit[i] / curve.t_last_logit[0] for i in every_b),
+                         probe["max_abs_diff"], probe["long_context"]["max_abs_diff"], agreement, n_agreement)
+
+
+def compare(model_path: Path, formats: Sequence[str] = FORMATS, *, n_threads: int, n_ctx: int,
+            prompts: Sequence[Sequence[int]], n_tokens: int = AGREEMENT_TOKENS,
+            cancel: threading.Event | None = None, log: Callable[[str], None] = print) -> list[FormatFigures]:
+    """The original file and a copy in each of ``formats``, measured alike. ``prompts`` are the
+    token ids the agreement is measured on (the shipped prompt sets, one per category)."""
+    from specdec_studio.engine.draft_measure import greedy_texts
+    from specdec_studio.engine.session import Session
+
+    unknown = [f for f in formats if f not in catalog_formats()]
+    if unknown:
+        raise SpecDecError(f"unknown format {unknown[0]!r}; choose from {', '.join(catalog_formats())}")
+    shipped_type = file_type_name(model_path)
+    with Session(model_path, n_ctx=n_ctx, n_threads=n_threads, cancel=cancel) as session:
+        texts = greedy_texts(session, prompts, n_tokens, cancel)
+    if texts is None:
+        from specdec_studio.engine.tuning.profile import ProfileCancelled
+
+        raise ProfileCancelled("the format comparison was stopped")
+    log(f"{model_path.name} ({shipped_type}): measuring…")
+    out = [measure_file(model_path, shipped_type, n_threads=n_threads, n_ctx=n_ctx, cancel=cancel)]
+    for fmt in formats:
+        if fmt == shipped_type:
+            continue
+        copy = make_copy(model_path, fmt, n_threads=n_threads, log=log)
+        log(f"{copy.name}: measuring…")
+        out.append(measure_file(copy, fmt, n_threads=n_threads, n_ctx=n_ctx, original_texts=texts, cancel=cancel))
+    return out
+
+
+def catalog_formats() -> tuple[str, ...]:
+    from specdec_studio.engine.quantize import QUANT_TYPES
+
+    return tuple(QUANT_TYPES)
+
+
+def recommendation(figures: Sequence[FormatFigures]) -> FormatFigures | None:
+    """The copy to offer: the fastest at one token among those that agree with the original on at
+    least RECOMMEND_AGREEMENT of its greedy tokens, if it is faster than the original."""
+    original, copies = figures[0], [f for f in figures[1:] if f.recommendable()]
+    best = min(copies, key=lambda f: f.t1_s, default=None)
+    return best if best is not None and best.t1_s < original.t1_s else None
+
+
+def sentence(original: FormatFigures, copy: FormatFigures, batch: int = 4) -> str:
+    """What a copy buys, in one sentence for the model bar: one token's speed, a verification of
+    ``batch`` rows, and the agreement, each measured here on the two files."""
+    verify_original = original.t1_s * original.relative_all[batch - 1]
+    verify_copy = copy.t1_s * copy.relative_all[batch - 1]
+    return (f"A {copy.format} copy of {Path(original.path).name} decodes {original.t1_s / copy.t1_s:.2f}× faster here, "
+            f"verifies {batch} tokens {verify_original / verify_copy:.2f}× cheaper, and agrees with it on "
+            f"{100 * (copy.agreement or 0.0):.1f} % of greedy tokens.")
+
+
+# --------------------------------------------------------------------- threads
+def thread_pairs(session, pairs: Sequence[tuple[int, int]], sizes: Sequence[int] = (1, 4, 8),
+                 cancel: threading.Event | None = None) -> dict[tuple[int, int], tuple[float, ...]]:
+    """T(B), every row's logits, for each (n_threads, n_threads_batch) pair on ``session``'s
+    context: llama.cpp decodes a one-token batch with ``n_threads`` and any larger one with
+    ``n_threads_batch``, so the two may want different counts. The context's own setting is put
+    back after."""
+    import llama_cpp as llama
+
+    from specdec_studio.engine.tuning import profile
+
+    fill = profile.fill_tokens_for(session.vocab, min(profile.DEFAULT_KV_FILL, session.n_ctx - max(sizes) - 1))
+    out = {}
+    try:
+        for n_threads, n_threads_batch in pairs:
+            llama.llama_set_n_threads(session.ctx, n_threads, n_threads_batch)
+            curve, _ = profile.measure_curve(session.memory, session.batch, fill, sizes=sizes, cancel=cancel)
+            out[(n_threads, n_threads_batch)] = curve.t_all_logits
+    finally:
+        llama.llama_set_n_threads(session.ctx, session.n_threads, session.n_threads)
+    return out
+
+
+def best_pair(times: dict[tuple[int, int], tuple[float, ...]]) -> tuple[int, int]:
+    """The thread count that decodes one token fastest, and the one that decodes the larger
+    batches fastest (summed over the measured sizes past 1)."""
+    n_threads = min(times, key=lambda pair: times[pair][0])[0]
+    n_threads_batch = min(times, key=lambda pair: sum(times[pair][1:]))[1]
+    return n_threads, n_threads_batch
