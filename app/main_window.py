@@ -13,7 +13,8 @@ import time
 
 from specdec_studio.app.engine_worker import EngineWorker
 from specdec_studio.app.worker_messages import (BaselineDone, BatchKv, ConversationList, DistillDone, DraftLoaded,
-                                                ExactnessReady, LoadFailed, LoadStarted, ModelLoaded, Paused,
+                                                ExactnessReady, FormatsCompared, FormatsProgress, LoadFailed,
+                                                LoadStarted, ModelLoaded, Paused,
                                                 ProfileProgress, ProfileReady, ProfileStarted, RaceProgress,
                                                 RaceReady, RunRequested, SavedSweeps, TraceReady)
 from specdec_studio.app.replay import TracePlayer
@@ -166,6 +167,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
             RunFailed: self._on_run_failed, BaselineDone: self._on_baseline,
         }
         handlers.update(dict.fromkeys((ProfileStarted, ProfileProgress, ProfileReady, SavedSweeps, ExactnessReady,
+                                       FormatsProgress, FormatsCompared,
                                        sweep.SweepStarted, sweep.SweepProgress, sweep.SweepCell, sweep.SweepFinished),
                                       self._on_tuning_event))
         handlers.update(dict.fromkeys((LoadStarted, ModelLoaded, DraftLoaded, LoadFailed), self._on_model_event))
@@ -238,7 +240,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.training = False
         self.training_bar.hide()
         self.tune.on_failed()
-        self.sweeping = self.profiling = self.checking_exactness = False
+        self.sweeping = self.profiling = self.checking_exactness = self.comparing_formats = False
         self._on_failed(event.message)
 
     def _on_baseline(self, event: BaselineDone) -> None:
@@ -331,6 +333,8 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.tune.set_model_ready(idle)
         self.remeasure_button.setEnabled(idle and not self.profiling)
         self.exactness_button.setEnabled(idle)
+        self.formats_button.setEnabled(idle)
+        self.load_copy_button.setEnabled(idle and self.copy_choice.count() > 0)
         self.race.start_button.setEnabled(idle)
         self.batch_view.run_button.setEnabled(idle)
 

@@ -138,6 +138,19 @@ class LayoutMixin:
         self.exactness_button.setToolTip("Decode a text alone and in batches, in a short and a long context "
                                          "(past 512 cells), and compare the logits (about 10 s)")
         self.exactness_button.clicked.connect(self.check_exactness)
+        self.formats_button = QtWidgets.QPushButton("Compare weight formats")
+        self.formats_button.setToolTip("Requantise this model to Q4_0, IQ4_NL, Q8_0 and Q4_K_M (once, into the model "
+                                       "cache) and measure each copy as this file: one token's decode, every batch "
+                                       "size to 16, exactness and agreement with this file (about two minutes)")
+        self.formats_button.clicked.connect(lambda: self.compare_formats())
+        self.formats_label = QtWidgets.QLabel("Weight formats: not compared on this machine yet.")
+        self.formats_label.setWordWrap(True)
+        self.formats_label.setTextFormat(Qt.RichText)
+        self.copy_choice = QtWidgets.QComboBox()
+        self.copy_choice.setToolTip("The copies measured; the recommended one (if any) is chosen first")
+        self.load_copy_button = QtWidgets.QPushButton("Load this copy")
+        self.load_copy_button.setToolTip("Load the chosen copy as the target (the original stays in the model list)")
+        self.load_copy_button.clicked.connect(self.load_chosen_copy)
         profile_page = QtWidgets.QWidget()
         pl = QtWidgets.QVBoxLayout(profile_page)
         pl.addWidget(self.profile_plot, 1)
@@ -145,6 +158,12 @@ class LayoutMixin:
         pl.addWidget(self.remeasure_button)
         pl.addWidget(self.exactness_label)
         pl.addWidget(self.exactness_button)
+        pl.addWidget(self.formats_label)
+        pl.addWidget(self.formats_button)
+        copy_row = QtWidgets.QHBoxLayout()
+        copy_row.addWidget(self.copy_choice, 1)
+        copy_row.addWidget(self.load_copy_button)
+        pl.addLayout(copy_row)
 
         self.inspector = StepInspector()
         for view in (self.inspector.kv_before, self.inspector.kv_after):

@@ -28,6 +28,7 @@ class WindowState:
         self.last_run_mode = "plain"
         self.sweeping = False
         self.profiling = False  # a batch-cost profile is being measured (Stop skips it)
+        self.comparing_formats = False
         self.checking_exactness = False
         self.profiles: dict[str, dict | None] = {"target": None, "draft": None}
         self._pending_rejected: dict[int, tuple] = {}

@@ -1,9 +1,14 @@
-"""Tuning from the window: sweeps, the batch-cost profile, the exactness check, the plain baseline
-and the predicted speed-up. A mixin of :class:`app.main_window.MainWindow`."""
+"""Tuning from the window: sweeps, the batch-cost profile, the exactness check, the weight-format
+comparison, the plain baseline and the predicted speed-up. A mixin of
+:class:`app.main_window.MainWindow`."""
 
 from __future__ import annotations
 
-from specdec_studio.app.worker_messages import ExactnessReady, ProfileProgress, ProfileReady, ProfileStarted, SavedSweeps
+import html
+
+from specdec_studio.app.qt import Qt
+from specdec_studio.app.worker_messages import (ExactnessReady, FormatsCompared, FormatsProgress, ProfileProgress, ProfileReady,
+                                                ProfileStarted, SavedSweeps)
 
 
 class TuningMixin:
@@ -45,6 +50,51 @@ class TuningMixin:
         self._update_buttons()
         self.statusBar().showMessage("Checking whether batching changes this model's logits…")
         self.worker.probe_exactness()
+
+    def compare_formats(self, formats: tuple[str, ...] | None = None) -> None:
+        """Measure the loaded model against copies in ``formats`` (the button: every format offered)."""
+        from specdec_studio.engine.tuning.formats import FORMATS
+
+        if self.running or not self.model_loaded:
+            return
+        self.running = self.comparing_formats = True
+        self._update_buttons()
+        self.statusBar().showMessage("Comparing weight formats (Stop ends it)…")
+        self.worker.compare_formats(tuple(formats or FORMATS))
+
+    def load_chosen_copy(self) -> None:
+        path = self.copy_choice.currentData()
+        if path and not self.running:
+            self.load_model(path)
+
+    def _show_formats(self, event: FormatsCompared) -> None:
+        from pathlib import Path
+
+        self.running = self.comparing_formats = False
+        self.copy_choice.clear()
+        self._update_buttons()
+        if event.stopped:
+            self.statusBar().showMessage(event.sentence)
+            return
+        original = event.figures[0]
+        rows = "".join(
+            f"<tr><td>{f['format']}</td><td align=right>{f['size_bytes'] / 1e6:.0f} MB</td>"
+            f"<td align=right>{1e3 * f['t1_s']:.2f} ms</td><td align=right>{original['t1_s'] / f['t1_s']:.2f}×</td>"
+            f"<td align=right>{f['relative_all'][3]:.2f}</td><td align=right>{f['deviation']:.3f}</td>"
+            f"<td align=right>{'original' if f['agreement'] is None else format(100 * f['agreement'], '.1f') + ' %'}</td></tr>"
+            for f in event.figures)
+        self.formats_label.setText(
+            f"<p>Measured here on {html.escape(Path(original['path']).name)} and its copies:</p>"
+            "<table cellspacing=4><tr><th>format</th><th>size</th><th>T(1)</th><th>speed</th><th>T(4)/T(1)</th>"
+            f"<th>deviation</th><th>agreement</th></tr>{rows}</table><p>{html.escape(event.sentence)}</p>")
+        for f in event.figures[1:]:
+            label = f"{f['format']} copy" + (" (recommended)" if f["path"] == event.recommended else "")
+            self.copy_choice.addItem(label, f["path"])
+            self.copy_choice.setItemData(self.copy_choice.count() - 1, f["path"], Qt.ToolTipRole)
+        if event.recommended is not None:
+            self.copy_choice.setCurrentIndex(self.copy_choice.findData(event.recommended))
+        self._update_buttons()
+        self.statusBar().showMessage("Weight formats compared")
 
     def predicted_speedup(self, stats: dict, mode: str) -> float | None:
         """The cost model's speed-up for a finished run, from the profile and the run's counters."""
@@ -101,6 +151,10 @@ class TuningMixin:
                                   self.predicted_speedup(self.last_finished.stats, self.last_run_mode))
         elif isinstance(event, SavedSweeps):
             self.tune.set_saved(event.results)
+        elif isinstance(event, FormatsProgress):
+            self.statusBar().showMessage("Comparing weight formats: " + event.message)
+        elif isinstance(event, FormatsCompared):
+            self._show_formats(event)
         elif isinstance(event, ExactnessReady):
             self.exactness_label.setText("Exactness: " + event.note)
             self.exactness_label.setToolTip(

@@ -74,6 +74,24 @@ class ExactnessReady:
 
 
 @dataclass(frozen=True)
+class FormatsProgress:
+    """The weight-format comparison is on its way: what it is doing now."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class FormatsCompared:
+    """The loaded model and its copies in other weight formats, measured alike (plain dicts, see
+    ``engine.tuning.formats.FormatFigures``); ``recommended`` is the copy's path, or None."""
+
+    figures: tuple[dict, ...]
+    recommended: str | None
+    sentence: str
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
 class SavedSweeps:
     """The latest sweep of each mode kept for the loaded model (reopened with it)."""
 
@@ -133,6 +151,11 @@ class ProfileRequest:
 @dataclass(frozen=True)
 class ProbeRequest:
     pass
+
+
+@dataclass(frozen=True)
+class FormatsRequest:
+    formats: tuple[str, ...]
 
 
 @dataclass(frozen=True)

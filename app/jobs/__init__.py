@@ -33,5 +33,6 @@ JOBS = {
     m.ProfileRequest: lambda state, command: models.known_profiles(state, measure=True, remeasure=command.remeasure),
     m.SweepRequest: lambda state, command: tuning.sweep_settings(state, command.spec),
     m.ProbeRequest: lambda state, command: models.exactness(state, measure=True),
+    m.FormatsRequest: lambda state, command: tuning.compare_formats(state, command.formats),
     m.ConversationRequest: conversations.conversation,
 }

@@ -1,6 +1,9 @@
-"""The sweep job: a grid of settings measured against plain decoding."""
+"""The tuning jobs: a sweep (a grid of settings measured against plain decoding) and the weight-format
+comparison."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from specdec_studio.app.jobs import models
 from specdec_studio.app.jobs.state import WorkerState
@@ -21,3 +24,28 @@ def sweep_settings(state: WorkerState, spec) -> None:
         if isinstance(event, sweep.SweepFinished) and event.result["cells"]:
             sweep.save(event.result, model_sha256(session.model.info.path))
         state.emit(event)
+
+
+def compare_formats(state: WorkerState, wanted: tuple[str, ...]) -> None:
+    """The loaded model against copies of it in ``wanted`` formats (made once into the model
+    cache), measured alike; Stop ends it and says so. The loaded model stays loaded."""
+    from specdec_studio.app.worker_messages import FormatsCompared, FormatsProgress
+    from specdec_studio.engine.tuning import formats
+    from specdec_studio.engine.tuning.profile import ProfileCancelled
+    from specdec_studio.engine.tuning.prompts import shipped
+    from specdec_studio.engine.tuning.sweep import prompt_tokens
+
+    session = state.require_session()
+    prompts = [prompt_tokens(session, p, chat=True) for p in shipped(per_category=1)]
+    try:
+        figures = formats.compare(Path(session.model.info.path), wanted, n_threads=session.n_threads,
+                                  n_ctx=session.n_ctx, prompts=prompts, cancel=state.cancel,
+                                  log=lambda message: state.emit(FormatsProgress(message)))
+    except ProfileCancelled:
+        state.emit(FormatsCompared((), None, "The format comparison was stopped.", stopped=True))
+        return
+    pick = formats.recommendation(figures)
+    sentence = formats.sentence(figures[0], pick) if pick else (
+        f"No copy both decodes faster than the {figures[0].format} original here and agrees with it on "
+        f"{100 * formats.RECOMMEND_AGREEMENT:.0f} % of greedy tokens; the original stays the one to use.")
+    state.emit(FormatsCompared(tuple(f.to_dict() for f in figures), pick.path if pick else None, sentence))

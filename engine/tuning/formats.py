@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from specdec_studio.engine import catalog
@@ -26,6 +26,7 @@ FORMATS = ("Q4_0", "IQ4_NL", "Q8_0", "Q4_K_M")
 EVERY_B = tuple(range(1, 17))  # the batch sizes a format's curve is measured at, each one
 AGREEMENT_TOKENS = 64  # greedy tokens per prompt the agreement is measured on
 RECOMMEND_AGREEMENT = 0.90  # a copy that agrees less often with the original is shown, never recommended
+T1_ROUNDS = 6  # interleaved rounds of the side-by-side one-token measurement
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,37 @@ def compare(model_path: Path, formats: Sequence[str] = FORMATS, *, n_threads: in
         copy = make_copy(model_path, fmt, n_threads=n_threads, log=log)
         log(f"{copy.name}: measuring…")
         out.append(measure_file(copy, fmt, n_threads=n_threads, n_ctx=n_ctx, original_texts=texts, cancel=cancel))
-    return out
+    # The curves were measured one file after another; one token's time, the figure every speed-up
+    # is a ratio of, is measured again side by side, in interleaved rounds.
+    log("one token's decode, every file in turn…")
+    t1 = interleaved_t1([Path(f.path) for f in out], n_threads=n_threads, cancel=cancel)
+    return [replace(f, t1_s=t) for f, t in zip(out, t1)]
+
+
+def interleaved_t1(paths: Sequence[Path], *, n_threads: int, rounds: int = T1_ROUNDS,
+                   cancel: threading.Event | None = None) -> list[float]:
+    """One token's decode time (every row's logits, the KV cache filled as the profile fills it)
+    for each file, measured in ``rounds`` rounds that visit every file in turn, forward then back,
+    so a drift of the machine's speed hits them alike; each the lower quartile of its rounds."""
+    from contextlib import ExitStack
+
+    import numpy as np
+
+    from specdec_studio.engine.session import Session
+    from specdec_studio.engine.tuning import profile
+
+    samples: list[list[float]] = [[] for _ in paths]
+    with ExitStack() as stack:
+        sessions = [stack.enter_context(Session(p, n_ctx=profile.DEFAULT_KV_FILL + 64, n_threads=n_threads,
+                                                cancel=cancel)) for p in paths]
+        fills = [profile.fill_tokens_for(s.vocab, profile.DEFAULT_KV_FILL) for s in sessions]
+        order = list(range(len(paths)))
+        for r in range(rounds):
+            for i in order if r % 2 == 0 else order[::-1]:
+                curve, _ = profile.measure_curve(sessions[i].memory, sessions[i].batch, fills[i], sizes=(1,),
+                                                 cancel=cancel)
+                samples[i].append(curve.t_all_logits[0])
+    return [float(np.percentile(s, profile.LOW_QUANTILE)) for s in samples]
 
 
 def catalog_formats() -> tuple[str, ...]:

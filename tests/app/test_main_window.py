@@ -379,3 +379,21 @@ def test_the_chats_list_shows_cli_chats_and_names_a_damaged_file(window, qtbot, 
     qtbot.waitUntil(lambda: conv_id in listed(), timeout=TIMEOUT_MS)
     assert listed() == [conv_id]
     assert "broken.json" in window.statusBar().currentMessage()
+
+
+@pytest.mark.slow
+def test_the_profile_tab_compares_weight_formats_and_loads_the_chosen_copy(window, qtbot):
+    window.compare_formats(("Q8_0",))
+    assert window.running and not window.formats_button.isEnabled()
+    qtbot.waitUntil(lambda: not window.running, timeout=600_000)
+    text = window.formats_label.text()
+    assert "Q4_1" in text and "Q8_0" in text and "original" in text and "%" in text
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in text  # every figure says which file it was measured on
+    assert window.copy_choice.count() == 1 and window.load_copy_button.isEnabled()
+    copy = window.copy_choice.currentData()
+    assert copy.endswith(".draft-Q8_0.gguf")
+    assert window.model_path != copy  # nothing changes until the user picks the copy
+    window.load_copy_button.click()
+    qtbot.waitUntil(lambda: window.model_loaded and window.model_path == copy, timeout=TIMEOUT_MS)
+    run(window, qtbot, "Hello", mode="auto", max_tokens=8)
+    assert window.last_finished.token_ids

@@ -1,0 +1,71 @@
+"""The weight-format comparison: what a copy is recommended for, the thread pairs, and (slow) the
+whole comparison of the default model with a copy, from the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.tuning import formats
+from tests.conftest import N_THREADS
+
+
+def _figures(fmt: str, t1: float, agreement: float | None, four: float = 2.0) -> formats.FormatFigures:
+    relative = tuple([1.0, 1.5, 1.9, four] + [2.0 + 0.3 * b for b in range(12)])
+    return formats.FormatFigures(fmt, f"/models/m.{fmt}.gguf", 1000, t1, relative, relative, 0.5, 0.6, agreement, 900)
+
+
+def test_only_a_faster_copy_that_agrees_often_enough_is_recommended():
+    original = _figures("Q4_1", 0.006, None, four=2.7)
+    fast_but_unfaithful = _figures("Q4_0", 0.0047, 0.76)
+    faithful_and_faster = _figures("Q8_0", 0.0055, 0.97)
+    faithful_but_slower = _figures("Q4_K_M", 0.0065, 0.95)
+    assert formats.recommendation([original, fast_but_unfaithful, faithful_but_slower]) is None
+    pick = formats.recommendation([original, fast_but_unfaithful, faithful_and_faster, faithful_but_slower])
+    assert pick is faithful_and_faster
+    sentence = formats.sentence(original, pick)
+    # every figure of the sentence is a ratio of the two files' measurements
+    assert f"{0.006 / 0.0055:.2f}× faster" in sentence
+    assert f"verifies 4 tokens {0.006 * 2.7 / (0.0055 * 2.0):.2f}× cheaper" in sentence
+    assert "97.0 % of greedy tokens" in sentence and "m.Q4_1.gguf" in sentence
+
+
+def test_the_shipped_file_says_its_format(smollm_path):
+    assert formats.file_type_name(smollm_path) == "Q4_1"
+
+
+def test_thread_pairs_are_timed_and_the_context_keeps_its_own(smollm_path):
+    with Session(smollm_path, n_ctx=512, n_threads=N_THREADS) as session:
+        times = formats.thread_pairs(session, [(1, 1), (1, N_THREADS)], sizes=(1, 4))
+        assert set(times) == {(1, 1), (1, N_THREADS)}
+        assert all(len(v) == 2 and 0 < v[0] < v[1] for v in times.values())
+        assert formats.best_pair(times)[0] == 1  # only one n_threads was tried
+        # the context decodes with its own thread count again: a run still works and equals plain
+        assert session.n_threads == N_THREADS
+        from specdec_studio.engine.config import RunConfig
+        from specdec_studio.engine.session import last_event
+
+        assert last_event(session.run(RunConfig(max_tokens=4), session.tokenize_prompt("Hello"))).token_ids
+
+
+@pytest.mark.slow
+def test_the_cli_compares_the_model_with_a_copy(tmp_path):
+    import os
+
+    env = {**os.environ}
+    done = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "profile", "--formats", "Q8_0",
+                           "-t", str(N_THREADS), "-c", "1024", "--json"], capture_output=True, text=True, env=env,
+                          check=True, timeout=900)
+    out = json.loads(done.stdout)
+    original, copy = out["formats"]
+    assert original["format"] == "Q4_1" and original["agreement"] is None
+    assert copy["format"] == "Q8_0" and 0.9 < copy["agreement"] <= 1.0 and copy["n_agreement_tokens"] > 200
+    for f in (original, copy):
+        assert len(f["relative_all"]) == 16 and f["relative_all"][0] == 1.0 and f["t1_s"] > 0
+        assert f["deviation"] >= 0 and f["size_bytes"] > 50e6
+    assert out["recommended"] in (None, "Q8_0")
+    assert {(p["n_threads"], p["n_threads_batch"]) for p in out["thread_pairs"]} >= {(1, 1)}
