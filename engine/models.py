@@ -133,6 +133,7 @@ class LoadedModel:
     def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, vocab_only: bool = False) -> None:
         native.ensure_backend()
         self.path = Path(path).expanduser()
+        self.n_gpu_layers = n_gpu_layers
         check_gguf_file(self.path)
         params = llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers

@@ -40,7 +40,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return _compare_formats(args)
     draft_path = catalog.resolve(args.model_draft) if args.model_draft else None
     with ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
-                                         n_threads=args.threads, draft_path=draft_path, cancel=stop) as session:
+                                         n_threads=args.threads, n_gpu_layers=args.gpu_layers, draft_path=draft_path,
+                                         cancel=stop) as session:
         found = [("target", profile.load_or_measure(session, remeasure=args.remeasure))]
         if draft_path is not None:
             found.append(("draft", profile.load_or_measure(session, draft=True, remeasure=args.remeasure)))
@@ -130,7 +131,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise SpecDecError("a speculative sweep needs a draft model: pass -md PATH (or -md default)")
     out_dir = Path(args.output)
     with ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
-                                         n_threads=args.threads, draft_path=draft_path, cancel=stop) as session:
+                                         n_threads=args.threads, n_gpu_layers=args.gpu_layers, draft_path=draft_path,
+                                         cancel=stop) as session:
         curve = profile.load_or_measure(session).curve
         draft_curve = profile.load_or_measure(session, draft=True).curve if draft_path else None
         finished = None
@@ -209,6 +211,7 @@ def add_parser(sub) -> None:
     prof.add_argument("-md", "--model-draft", default=None, help="profile this draft model too")
     add_context_args(prof)
     prof.add_argument("--remeasure", action="store_true", help="measure again even if a profile is cached")
+    prof.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to a GPU (a GPU build)")
     prof.add_argument("--formats", nargs="?", const="all", default=None,
                       help="compare the model with copies requantised to these formats (comma-separated; "
                            "default: Q4_0,IQ4_NL,Q8_0,Q4_K_M): size, T(1), T(B) for every B to 16, exactness, "

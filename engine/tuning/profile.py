@@ -57,6 +57,7 @@ class ProfileKey:
     build: str  # llama-cpp-python version and llama.cpp's system info (CPU features, backends)
     kv_fill: int
     sizes: tuple[int, ...] = PROFILE_SIZES
+    n_gpu_layers: int = 0  # layers offloaded to a GPU: a different machine, as far as the curve goes
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", tuple(self.sizes))  # JSON gives a list
@@ -202,7 +203,7 @@ def profile_key(session, *, draft: bool = False, sizes: Sequence[int] = PROFILE_
     sizes = tuple(b for b in sizes if b <= session.n_batch)
     fill = min(DEFAULT_KV_FILL, session.n_ctx - max(sizes) - 1)
     return ProfileKey(model_sha256(model.info.path), session.n_ctx, session.n_threads, session.n_batch,
-                      build_fingerprint(), fill, sizes)
+                      build_fingerprint(), fill, sizes, getattr(model, "n_gpu_layers", 0))
 
 
 def load_or_measure(session, *, draft: bool = False, remeasure: bool = False, sizes: Sequence[int] = PROFILE_SIZES,

@@ -11,6 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from specdec_studio.engine import catalog  # noqa: E402
 
 THREADS = int(os.environ.get("SPECDEC_BENCH_THREADS", "2"))
+# layers offloaded to a GPU (scripts/gpu_check.sh sets it; 0 on a CPU build)
+GPU_LAYERS = int(os.environ.get("SPECDEC_BENCH_GPU_LAYERS", "0"))
 CODE_PROMPT = (
     "import numpy as np\n\n"
     "class RunningStats:\n"

@@ -20,7 +20,7 @@ import argparse
 import statistics
 import sys
 
-from _common import THREADS, model_path
+from _common import GPU_LAYERS, THREADS, model_path
 
 from specdec_studio.engine.config import RunConfig, SpeculativeParams
 from specdec_studio.engine.events import RunFinished
@@ -69,7 +69,7 @@ def main() -> int:
     if args.no_siblings:
         settings["auto 1/source"] = settings["auto"]
     names = list(settings)
-    with Session(model_path(), n_ctx=4096, n_threads=THREADS) as session:
+    with Session(model_path(), n_ctx=4096, n_threads=THREADS, n_gpu_layers=GPU_LAYERS) as session:
         profile.load_or_measure(session)
         # category -> setting -> one speed-up over plain per round
         rounds: dict[str, dict[str, list[float]]] = {}

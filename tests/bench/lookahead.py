@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import sys
 
-from _common import THREADS, bench_prompts, measure, model_path
+from _common import GPU_LAYERS, THREADS, bench_prompts, measure, model_path
 
 from specdec_studio.engine.config import LookaheadParams, RunConfig
 from specdec_studio.engine.session import Session
@@ -26,7 +26,7 @@ def row(label: str, stats: dict, plain_tps: float) -> str:
 
 
 def main() -> None:
-    session = Session(model_path("default"), n_ctx=4096, n_threads=THREADS)
+    session = Session(model_path("default"), n_ctx=4096, n_threads=THREADS, n_gpu_layers=GPU_LAYERS)
     prompts = bench_prompts(session)
     print(f"model {model_path('default').name}, {THREADS} threads, greedy, {N_TOKENS} tokens")
     for name, tokens in prompts.items():
