@@ -179,7 +179,7 @@ def add_parser(sub) -> None:
     """``chat``: every run flag, a system message, a conversation to open, --no-save."""
     p = sub.add_parser("chat", help="chat in the terminal (one turn per line; /regen /clear /save /load /list)")
     add_run_args(p)
-    p.set_defaults(mode=DEFAULT_MODE)  # `specdec run` stays plain: the baseline a comparison starts from
+    p.set_defaults(mode=DEFAULT_MODE)  # the app's default too (engine.config)
     p.add_argument("--system", default="", help="a system message to start the conversation with")
     p.add_argument("--load", default=None, help="open a saved conversation (its id, see /list)")
     p.set_defaults(handler=cmd_chat)

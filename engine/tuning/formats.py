@@ -111,9 +111,9 @@ def compare(model_path: Path, formats: Sequence[str] = FORMATS, *, n_threads: in
     from specdec_studio.engine.draft_measure import greedy_texts
     from specdec_studio.engine.session import Session
 
-    unknown = [f for f in formats if f not in catalog_formats()]
+    unknown = [f for f in formats if f not in known_formats()]
     if unknown:
-        raise SpecDecError(f"unknown format {unknown[0]!r}; choose from {', '.join(catalog_formats())}")
+        raise SpecDecError(f"unknown format {unknown[0]!r}; choose from {', '.join(known_formats())}")
     shipped_type = file_type_name(model_path)
     with Session(model_path, n_ctx=n_ctx, n_threads=n_threads, cancel=cancel) as session:
         texts = greedy_texts(session, prompts, n_tokens, cancel)
@@ -162,7 +162,8 @@ def interleaved_t1(paths: Sequence[Path], *, n_threads: int, rounds: int = T1_RO
     return [float(np.percentile(s, profile.LOW_QUANTILE)) for s in samples]
 
 
-def catalog_formats() -> tuple[str, ...]:
+def known_formats() -> tuple[str, ...]:
+    """The formats a model can be requantised to here (``specdec models requantize`` knows them)."""
     from specdec_studio.engine.quantize import QUANT_TYPES
 
     return tuple(QUANT_TYPES)

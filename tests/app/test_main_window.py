@@ -98,7 +98,9 @@ def test_auto_shows_its_decisions_proposers_and_calibration(window, qtbot, monke
     from specdec_studio.engine.session import Session
     from tests.engine.test_auto import FLAT
 
-    assert window.controls.config().mode == "auto"  # the mode a new user starts in
+    from specdec_studio.engine.config import DEFAULT_MODE
+
+    assert window.controls.config().mode == DEFAULT_MODE  # the mode a new user starts in
     # price steps as on a machine where verifying is nearly free, so that Auto drafts here too
     monkeypatch.setattr(Session, "cost_curve", lambda self: FLAT)
     window.input.chat_mode.setChecked(False)

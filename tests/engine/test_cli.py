@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+from specdec_studio.engine.config import DEFAULT_MODE
 from tests.conftest import N_THREADS
 
 
@@ -164,7 +165,7 @@ def test_chat_json_prints_one_object_per_turn(tmp_path):
     for t in turns:
         assert t["text"] and len(t["token_ids"]) <= 12 and t["finish_reason"] in ("stop", "length")
         assert t["stats"]["n_predict"] == len(t["token_ids"])
-        assert "auto" in t["stats"]  # a chat runs Auto unless told otherwise
+        assert ("auto" in t["stats"]) == (DEFAULT_MODE == "auto")  # a chat runs the default mode unless told otherwise
     assert [m["content"] for m in _saved(tmp_path)[0]["messages"][1::2]] == [t["text"] for t in turns]
 
 
