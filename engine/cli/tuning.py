@@ -234,6 +234,7 @@ def add_parser(sub) -> None:
     sw.add_argument("--per-category", type=int, default=1, help="prompts taken from each shipped category")
     sw.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
     sw.add_argument("-n", "--n-predict", type=int, default=48, help="tokens generated per run")
+    sw.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to a GPU (a GPU build)")
     sw.add_argument("--plain-every", type=int, default=3, help="settings between two plain runs")
     add_context_args(sw)
     sw.add_argument("-o", "--output", default="sweep-results", help="folder for results.json/.csv and the PNGs")

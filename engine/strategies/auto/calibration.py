@@ -41,11 +41,11 @@ class Calibrator:
         return found
 
     def _estimate(self, source: str, signal: tuple, position: int, agreed: bool) -> float:
-        """The bin's chance: a beta-binomial mean that leans on a prior worth
-        PRIOR_WEIGHT outcomes: at the first position, the signal's; deeper, the estimate one
-        position up (a source right at its first token is, until its deeper tokens have been
-        judged, taken to be right at the next as often), so what the run learns at its first
-        tokens carries down the chain."""
+        """The bin's chance: a beta-binomial mean that leans on a prior worth PRIOR_WEIGHT
+        outcomes: at the first position, the signal's; deeper, the estimate one position up times
+        CHAIN_DECAY (a source right at its first token is, until its deeper tokens have been
+        judged, taken to be right at the next a little less often), so what the run learns at its
+        first tokens carries down the chain."""
         acc, off = self.bins.get(self._key(source, signal, position, agreed), (0.0, 0.0))
         prior = signal_prior(source, signal) if position == 0 else CHAIN_DECAY * self.probability(source, signal, position - 1, agreed)
         return (acc + PRIOR_WEIGHT * prior) / (off + PRIOR_WEIGHT)

@@ -18,14 +18,14 @@ class Guard:
     smaller size), and once trust is below where a run starts it demands a higher gain
     (:meth:`min_gain`), so it sends fewer; trees that pay raise it again.
     A run starts as if GUARD_START_TREES trees had realised GUARD_START_TRUST of their prediction:
-    its first trees must be clear wins, before the calibration has any data of the run's own.
+    its first trees must win clearly, before any of its own trees has been judged.
     """
 
     def __init__(self) -> None:
         self.realised = GUARD_START_TRUST * GUARD_START_TREES
         self.predicted = float(GUARD_START_TREES)
         self.trees = 0  # tree steps judged
-        self.idle = 0  # plans in a row whose proposals failed even the first test
+        self.idle = 0  # plans in a row that were not hopeful
         self.next_plan = 0  # the step at which the sources are asked next
 
     def plans(self, step: int) -> bool:
@@ -33,11 +33,11 @@ class Guard:
         return step >= self.next_plan
 
     def planned(self, step: int, hopeful: bool) -> None:
-        """The step's proposals passed the planner's first test (``hopeful``) or did not. While
-        they keep failing it, the sources are asked less often: every step for the first
-        IDLE_STRETCH failures, then every 2nd step, and so on up to every PLAN_INTERVAL_MAX-th
-        (they catch up with the skipped tokens when next asked). Nothing that passes is skipped
-        for long: one hopeful plan and they are asked every step again."""
+        """The step's proposals passed the planner's first two tests, the first tokens' bound and
+        the first four's (``hopeful``), or did not. While they keep failing, the sources are asked
+        less often: every step for the first IDLE_STRETCH failures, then every 2nd step, and so on
+        up to every PLAN_INTERVAL_MAX-th (they catch up with the skipped tokens when next asked).
+        One hopeful plan and they are asked every step again."""
         if hopeful:
             self.idle = 0
             self.next_plan = step + 1
