@@ -67,10 +67,10 @@ def could_pay(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost,
     if room <= 0 or not proposals:
         return False
     if cut == 1:  # every node as likely as the likeliest first token: one threshold to pass
-        families: dict[int, set[str]] = {}
+        first_families: dict[int, set[str]] = {}  # first token -> the families proposing it
         for p in proposals:
-            families.setdefault(p.tokens[0], set()).add(FAMILY[p.source])
-        first = max(calibrator.probability(p.source, p.signals[0], 0, len(families[p.tokens[0]]) > 1)
+            first_families.setdefault(p.tokens[0], set()).add(FAMILY[p.source])
+        first = max(calibrator.probability(p.source, p.signals[0], 0, len(first_families[p.tokens[0]]) > 1)
                     for p in proposals)
         return first >= MIN_REACH and first > cost.first_chance_needed(room, min_gain)
     reaches: list[float] = []
