@@ -51,16 +51,12 @@ class FormatFigures:
         return self.agreement is not None and self.agreement >= RECOMMEND_AGREEMENT
 
 
-def file_type_name(path: Path) -> str:
-    """The weight format a GGUF file says it is (general.file_type), e.g. "Q4_1"."""
+def format_of(model) -> str:
+    """The weight format a loaded model's file is in (llama.cpp's file type), named as
+    ``specdec models requantize`` names it, e.g. "Q4_1"."""
     import llama_cpp as llama
-    from gguf import GGUFReader
 
-    reader = GGUFReader(str(path))
-    field = reader.fields.get("general.file_type")
-    if field is None:
-        return "unknown"
-    value = int(field.parts[field.data[0]][0])
+    value = llama.llama_model_ftype(model.ptr)
     for name in dir(llama):
         if name.startswith("LLAMA_FTYPE_MOSTLY_") and getattr(llama, name) == value:
             return name.removeprefix("LLAMA_FTYPE_MOSTLY_")
@@ -82,19 +78,26 @@ def measure_file(path: Path, fmt: str, *, n_threads: int, n_ctx: int, original_t
                  cancel: threading.Event | None = None) -> FormatFigures:
     """One file's figures; ``original_texts`` (prompt and greedy answer pairs of the original)
     gives the agreement, None for the original itself."""
-    from specdec_studio.engine.draft_measure import agreement_on_texts
-    from specdec_studio.engine.probe import probe_exactness
     from specdec_studio.engine.session import Session
-    from specdec_studio.engine.tuning import profile
 
     with Session(path, n_ctx=n_ctx, n_threads=n_threads, cancel=cancel) as session:
-        curve = profile.load_or_measure(session).curve  # the profile Auto prices steps with: B = 1..16 and on
-        agreement, n_agreement = None, 0
-        if original_texts is not None:
-            agreement, n_agreement = agreement_on_texts(session, original_texts, cancel)
-            if agreement is None:
-                raise profile.ProfileCancelled("the format comparison was stopped")
-    probe = probe_exactness(path, n_threads=n_threads)
+        return _measure(session, fmt, original_texts, cancel)
+
+
+def _measure(session, fmt: str, original_texts, cancel: threading.Event | None) -> FormatFigures:
+    """:func:`measure_file` on an open session of the file."""
+    from specdec_studio.engine.draft_measure import agreement_on_texts
+    from specdec_studio.engine.probe import probe_exactness
+    from specdec_studio.engine.tuning import profile
+
+    path = Path(session.model.info.path)
+    curve = profile.load_or_measure(session).curve  # the profile Auto prices steps with: B = 1..16 and on
+    agreement, n_agreement = None, 0
+    if original_texts is not None:
+        agreement, n_agreement = agreement_on_texts(session, original_texts, cancel)
+        if agreement is None:
+            raise profile.ProfileCancelled("the format comparison was stopped")
+    probe = probe_exactness(path, n_threads=session.n_threads)
     every_b = [curve.sizes.index(b) for b in EVERY_B]
     t1 = curve.t_all_logits[0]
     return FormatFigures(fmt, str(path), path.stat().st_size, t1,
@@ -114,15 +117,15 @@ def compare(model_path: Path, formats: Sequence[str] = FORMATS, *, n_threads: in
     unknown = [f for f in formats if f not in known_formats()]
     if unknown:
         raise SpecDecError(f"unknown format {unknown[0]!r}; choose from {', '.join(known_formats())}")
-    shipped_type = file_type_name(model_path)
     with Session(model_path, n_ctx=n_ctx, n_threads=n_threads, cancel=cancel) as session:
+        shipped_type = format_of(session.model)
         texts = greedy_texts(session, prompts, n_tokens, cancel)
-    if texts is None:
-        from specdec_studio.engine.tuning.profile import ProfileCancelled
+        if texts is None:
+            from specdec_studio.engine.tuning.profile import ProfileCancelled
 
-        raise ProfileCancelled("the format comparison was stopped")
-    log(f"{model_path.name} ({shipped_type}): measuring…")
-    out = [measure_file(model_path, shipped_type, n_threads=n_threads, n_ctx=n_ctx, cancel=cancel)]
+            raise ProfileCancelled("the format comparison was stopped")
+        log(f"{model_path.name} ({shipped_type}): measuring…")
+        out = [_measure(session, shipped_type, None, cancel)]
     for fmt in formats:
         if fmt == shipped_type:
             continue

@@ -7,7 +7,7 @@ llama.cpp build), with the KV cache filled to a realistic depth first, for every
 grid to 128, and two logit patterns (every row, last row only). Each point is the lower quartile
 of several timed decodes after a warm-up; the cells a decode wrote are removed before the next one,
 and the cache is cleared at the end. On SmolLM2-135M with 2 threads it takes about 15-20 s, so it
-is cached per (model file hash, n_ctx, threads, batch size, build) and reused.
+is cached per (model file hash, n_ctx, threads, batch size, build, GPU layers) and reused.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def profile_key(session, *, draft: bool = False, sizes: Sequence[int] = PROFILE_
     sizes = tuple(b for b in sizes if b <= session.n_batch)
     fill = min(DEFAULT_KV_FILL, session.n_ctx - max(sizes) - 1)
     return ProfileKey(model_sha256(model.info.path), session.n_ctx, session.n_threads, session.n_batch,
-                      build_fingerprint(), fill, sizes, getattr(model, "n_gpu_layers", 0))
+                      build_fingerprint(), fill, sizes, model.n_gpu_layers)
 
 
 def load_or_measure(session, *, draft: bool = False, remeasure: bool = False, sizes: Sequence[int] = PROFILE_SIZES,

@@ -34,8 +34,8 @@ def test_only_a_faster_copy_that_agrees_often_enough_is_recommended():
     assert "97.0 % of greedy tokens" in sentence and "m.Q4_1.gguf" in sentence
 
 
-def test_the_shipped_file_says_its_format(smollm_path):
-    assert formats.file_type_name(smollm_path) == "Q4_1"
+def test_the_shipped_file_says_its_format(smollm_session):
+    assert formats.format_of(smollm_session.model) == "Q4_1"
 
 
 def test_thread_pairs_are_timed_and_the_context_keeps_its_own(smollm_path):

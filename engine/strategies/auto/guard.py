@@ -24,7 +24,6 @@ class Guard:
     def __init__(self) -> None:
         self.realised = GUARD_START_TRUST * GUARD_START_TREES
         self.predicted = float(GUARD_START_TREES)
-        self.trees = 0  # tree steps judged
         self.idle = 0  # plans in a row that were not hopeful
         self.next_plan = 0  # the step at which the sources are asked next
 
@@ -63,7 +62,6 @@ class Guard:
         realised = emitted / (t_decode / t_plain + cost.return_penalty())
         self.realised = GUARD_DECAY * self.realised + realised
         self.predicted = GUARD_DECAY * self.predicted + predicted
-        self.trees += 1
 
 
 class Wary:
