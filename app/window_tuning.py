@@ -72,29 +72,26 @@ class TuningMixin:
 
         self.running = self.comparing_formats = False
         self.copy_choice.clear()
+        if not event.stopped:
+            original = event.figures[0]
+            rows = "".join(
+                f"<tr><td>{f['format']}</td><td align=right>{f['size_bytes'] / 1e6:.0f} MB</td>"
+                f"<td align=right>{1e3 * f['t1_s']:.2f} ms</td><td align=right>{original['t1_s'] / f['t1_s']:.2f}×</td>"
+                f"<td align=right>{f['relative_all'][3]:.2f}</td><td align=right>{f['deviation']:.3f}</td>"
+                f"<td align=right>{'original' if f['agreement'] is None else format(100 * f['agreement'], '.1f') + ' %'}</td></tr>"
+                for f in event.figures)
+            self.formats_label.setText(
+                f"<p>Measured here on {html.escape(Path(original['path']).name)} and its copies:</p>"
+                "<table cellspacing=4><tr><th>format</th><th>size</th><th>T(1)</th><th>speed</th><th>T(4)/T(1)</th>"
+                f"<th>deviation</th><th>agreement</th></tr>{rows}</table><p>{html.escape(event.sentence)}</p>")
+            for f in event.figures[1:]:
+                label = f"{f['format']} copy" + (" (recommended)" if f["path"] == event.recommended else "")
+                self.copy_choice.addItem(label, f["path"])
+                self.copy_choice.setItemData(self.copy_choice.count() - 1, f["path"], Qt.ToolTipRole)
+            if event.recommended is not None:
+                self.copy_choice.setCurrentIndex(self.copy_choice.findData(event.recommended))
         self._update_buttons()
-        if event.stopped:
-            self.statusBar().showMessage(event.sentence)
-            return
-        original = event.figures[0]
-        rows = "".join(
-            f"<tr><td>{f['format']}</td><td align=right>{f['size_bytes'] / 1e6:.0f} MB</td>"
-            f"<td align=right>{1e3 * f['t1_s']:.2f} ms</td><td align=right>{original['t1_s'] / f['t1_s']:.2f}×</td>"
-            f"<td align=right>{f['relative_all'][3]:.2f}</td><td align=right>{f['deviation']:.3f}</td>"
-            f"<td align=right>{'original' if f['agreement'] is None else format(100 * f['agreement'], '.1f') + ' %'}</td></tr>"
-            for f in event.figures)
-        self.formats_label.setText(
-            f"<p>Measured here on {html.escape(Path(original['path']).name)} and its copies:</p>"
-            "<table cellspacing=4><tr><th>format</th><th>size</th><th>T(1)</th><th>speed</th><th>T(4)/T(1)</th>"
-            f"<th>deviation</th><th>agreement</th></tr>{rows}</table><p>{html.escape(event.sentence)}</p>")
-        for f in event.figures[1:]:
-            label = f"{f['format']} copy" + (" (recommended)" if f["path"] == event.recommended else "")
-            self.copy_choice.addItem(label, f["path"])
-            self.copy_choice.setItemData(self.copy_choice.count() - 1, f["path"], Qt.ToolTipRole)
-        if event.recommended is not None:
-            self.copy_choice.setCurrentIndex(self.copy_choice.findData(event.recommended))
-        self._update_buttons()
-        self.statusBar().showMessage("Weight formats compared")
+        self.statusBar().showMessage(event.sentence if event.stopped else "Weight formats compared")
 
     def predicted_speedup(self, stats: dict, mode: str) -> float | None:
         """The cost model's speed-up for a finished run, from the profile and the run's counters."""

@@ -45,7 +45,5 @@ def compare_formats(state: WorkerState, wanted: tuple[str, ...]) -> None:
         state.emit(FormatsCompared((), None, "The format comparison was stopped.", stopped=True))
         return
     pick = formats.recommendation(figures)
-    sentence = formats.sentence(figures[0], pick) if pick else (
-        f"No copy both decodes faster than the {figures[0].format} original here and agrees with it on "
-        f"{100 * formats.RECOMMEND_AGREEMENT:.0f} % of greedy tokens; the original stays the one to use.")
-    state.emit(FormatsCompared(tuple(f.to_dict() for f in figures), pick.path if pick else None, sentence))
+    state.emit(FormatsCompared(tuple(f.to_dict() for f in figures), pick.path if pick else None,
+                               formats.verdict(figures)))

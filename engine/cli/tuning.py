@@ -107,9 +107,7 @@ def _compare_formats(args: argparse.Namespace) -> int:
         print(f"  n_threads {t}, n_threads_batch {tb}: " + ", ".join(f"B={b} {1e3 * x:.2f}" for b, x in zip((1, 4, 8), v)))
     print(f"  best pair: n_threads {best[0]}, n_threads_batch {best[1]}")
     print()
-    print(formats.sentence(original, pick) if pick else
-          f"No copy both decodes faster than {original.format} here and agrees with it on "
-          f"{100 * formats.RECOMMEND_AGREEMENT:.0f} % of greedy tokens.")
+    print(formats.verdict(figures))
     return 0
 
 

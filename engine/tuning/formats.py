@@ -180,6 +180,16 @@ def recommendation(figures: Sequence[FormatFigures]) -> FormatFigures | None:
     return best if best is not None and best.t1_s < original.t1_s else None
 
 
+def verdict(figures: Sequence[FormatFigures]) -> str:
+    """What the comparison means for the user, in one sentence: the recommended copy's
+    :func:`sentence`, or why there is none."""
+    pick = recommendation(figures)
+    if pick is not None:
+        return sentence(figures[0], pick)
+    return (f"No copy both decodes faster than the {figures[0].format} original here and agrees with it on "
+            f"{100 * RECOMMEND_AGREEMENT:.0f} % of greedy tokens; the original stays the one to use.")
+
+
 def sentence(original: FormatFigures, copy: FormatFigures, batch: int = 4) -> str:
     """What a copy buys, in one sentence for the model bar: one token's speed, a verification of
     ``batch`` rows, and the agreement, each measured here on the two files."""
