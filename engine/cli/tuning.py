@@ -116,12 +116,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from specdec_studio.engine.session import Session
     from specdec_studio.engine.tuning import profile, prompts, sweep
 
-    axes = _sweep_axes(args)
     if args.file:
         prompt_set = prompts.load_file(args.file)
     else:
-        categories = args.categories.split(",") if args.categories else list(sweep.DEFAULT_CATEGORIES)
+        categories = (None if args.categories == "all" else args.categories.split(",") if args.categories
+                      else list(sweep.DEFAULT_CATEGORIES))
         prompt_set = prompts.shipped(categories, args.per_category)
+    if args.formats is not None:
+        return _sweep_formats(args, prompt_set)
+    axes = _sweep_axes(args)
     spec = sweep.SweepSpec(args.mode, axes, tuple(prompt_set), args.n_predict, args.plain_every, not args.raw)
     spec.validate()
     draft_path = catalog.resolve(args.model_draft) if args.model_draft else None
@@ -161,6 +164,57 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if best is not None:
             predicted = f" (predicted {best['predicted']:.2f}x)" if best["predicted"] is not None else ""
             print(f"best: {sweep.setting_label(best['setting'])} measured {best['measured']:.2f}x{predicted}")
+    return 0
+
+
+def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
+    """``sweep --formats``: plain, Auto and prompt lookup on the model and on copies of it in other
+    weight formats, each against plain on the same file and on the original."""
+    from specdec_studio.engine import catalog
+    from specdec_studio.engine.config import default_threads
+    from specdec_studio.engine.jsonfile import write_json
+    from specdec_studio.engine.tuning import format_speed, formats
+
+    wanted = ("Q4_0", "IQ4_NL") if args.formats in ("", "all") else tuple(
+        f.strip().upper() for f in args.formats.split(","))
+    path = catalog.resolve(args.model)
+    n_threads = args.threads or default_threads()
+    log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
+    with ctrl_c_stops() as stop:
+        copies = [(fmt, formats.make_copy(path, fmt, n_threads=n_threads, log=log)) for fmt in wanted]
+
+        def progress(done: int, total: int, label: str) -> None:
+            if not args.json:
+                print(f"\r[{done}/{total}] {label[:50]:50}", end="", file=sys.stderr, flush=True)
+
+        files = format_speed.measure(path, copies, prompt_set, max_tokens=args.n_predict, n_threads=n_threads,
+                                     n_ctx=args.ctx_size, rounds=args.rounds, cancel=stop, progress=progress)
+    result = {"model": str(path), "n_threads": n_threads, "max_tokens": args.n_predict, "rounds": args.rounds,
+              "prompts": [p.id for p in prompt_set], "files": [f.to_dict() for f in files],
+              "sentence": format_speed.sentence(files)}
+    out = Path(args.output) / "formats.json"
+    write_json(out, result)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    original = files[0]
+    print(f"\r{path.name} and its copies, {n_threads} threads, {args.n_predict} tokens, {len(prompt_set)} prompts, "
+          f"{args.rounds} round(s); speed-ups are geometric means over the prompts" + " " * 20)
+    print(f"{'file':<8} {'mode':<12} {'tokens/s':>9} {'x plain':>8} {'x ' + original.format + ' plain':>13} "
+          f"{'predicted':>10}  lossless")
+    for f in files:
+        print(f"{f.format:<8} {'plain':<12} {f.plain_tokens_per_second:9.1f} {1.0:8.2f} {f.plain_vs_original:13.2f}")
+        best = f.best()
+        for m in f.modes:
+            predicted = f"{m.predicted:10.2f}" if m.predicted is not None else f"{'-':>10}"
+            exact = "yes" if not m.divergences else (
+                f"{len(m.divergences)} flip(s), margin <= {max(d['margin'] for d in m.divergences):.3f}"
+                f" vs deviation {f.deviation:.3f}" if f.deviation is not None else "no")
+            mark = " *" if m is best else ""
+            print(f"{'':<8} {m.mode + mark:<12} {m.tokens_per_second:9.1f} {m.vs_plain:8.2f} {m.vs_original:13.2f} "
+                  f"{predicted}  {exact}")
+    print(f"(* the file's best lossless mode; wrote {out})")
+    print(format_speed.sentence(files))
     return 0
 
 
@@ -228,7 +282,7 @@ def add_parser(sub) -> None:
     sw.add_argument("-md", "--model-draft", default=None, help="draft model for a speculative sweep")
     sw.add_argument("-f", "--file", default=None, help="prompt set: a .jsonl file, or a text file with one prompt")
     sw.add_argument("--categories", default=None,
-                    help="shipped prompt categories, comma-separated (default: code_editing,chat)")
+                    help="shipped prompt categories, comma-separated, or all (default: code_editing,chat)")
     sw.add_argument("--per-category", type=int, default=1, help="prompts taken from each shipped category")
     sw.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
     sw.add_argument("-n", "--n-predict", type=int, default=48, help="tokens generated per run")
@@ -237,6 +291,10 @@ def add_parser(sub) -> None:
     add_context_args(sw)
     sw.add_argument("-o", "--output", default="sweep-results", help="folder for results.json/.csv and the PNGs")
     sw.add_argument("--json", action="store_true", help="print the results as JSON")
+    sw.add_argument("--formats", nargs="?", const="all", default=None,
+                    help="instead of a grid: plain, Auto and prompt lookup on the model and on copies in these "
+                         "weight formats (default: Q4_0,IQ4_NL), against plain on the same file and on the original")
+    sw.add_argument("--rounds", type=int, default=1, help="rounds of a --formats comparison")
     sw.set_defaults(handler=cmd_sweep)
     probe = sub.add_parser("probe-exactness", help="measure whether batched decoding changes logits")
     probe.add_argument("-m", "--model", default="default")

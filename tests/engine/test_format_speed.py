@@ -1,0 +1,55 @@
+"""The best mode on each weight format against plain on the original file, measured side by side."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from specdec_studio.engine import catalog
+from specdec_studio.engine.tuning import format_speed
+from specdec_studio.engine.tuning.prompts import shipped
+from tests.conftest import N_THREADS
+
+
+@pytest.fixture(scope="module")
+def q4_0_copy(smollm_path):
+    path = catalog.derived_path("default-q4_0")  # the Q4_0 copy the set-up makes
+    if not path.exists():
+        catalog.make_derived("default-q4_0", log=lambda _m: None)
+    return path
+
+
+def test_every_mode_on_every_file_is_measured_against_both_plains_and_stays_lossless(smollm_path, q4_0_copy):
+    prompts = shipped(["code_editing", "chat"], per_category=1)
+    files = format_speed.measure(smollm_path, [("Q4_0", q4_0_copy)], prompts, max_tokens=16, n_threads=N_THREADS,
+                                 n_ctx=1024, candidates=("auto", "lookup k=4"), predict=False)
+    original, copy = files
+    assert (original.format, copy.format) == ("Q4_1", "Q4_0")
+    assert copy.path == str(q4_0_copy)
+    assert original.plain_vs_original == pytest.approx(1.0)  # plain on the original against itself
+    for f in files:
+        assert [m.mode for m in f.modes] == ["auto", "lookup k=4"]
+        assert f.plain_tokens_per_second > 0
+        for m in f.modes:
+            assert [p["prompt"] for p in m.per_prompt] == [p.id for p in prompts]
+            for p in m.per_prompt:
+                assert p["vs_plain"] > 0 and math.isfinite(p["vs_original"]) and p["predicted"] is None
+            # greedy: equal to plain on the same file, or parted only at a near-tie batching can flip
+            assert m.lossless_within(f.deviation), (f.format, m.mode, m.divergences, f.deviation)
+            if m.divergences:
+                assert f.deviation is not None
+        assert f.best() in f.modes
+    on_original = {m.mode: m for m in original.modes}
+    assert all(on_original[m].vs_original == pytest.approx(on_original[m].vs_plain) for m in on_original)
+    result = json.loads(json.dumps([f.to_dict() for f in files]))
+    assert result[1]["best"] == copy.best().mode
+    assert "× plain on the Q4_1 original" in format_speed.sentence(files)
+
+
+def test_a_candidate_is_named_as_the_user_names_it():
+    assert format_speed.candidate_config("lookup k=6", 32).speculative.k == 6
+    assert format_speed.candidate_config("auto", 32).mode == "auto"
+    with pytest.raises(format_speed.SpecDecError):
+        format_speed.candidate_config("lookahead", 32)
