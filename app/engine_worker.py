@@ -66,6 +66,9 @@ class EngineWorker:
     def compare_formats(self, formats: tuple[str, ...]) -> None:
         self._submit(m.FormatsRequest(formats))
 
+    def measure_format_speeds(self, formats: tuple[str, ...]) -> None:
+        self._submit(m.FormatSpeedRequest(formats))
+
     def _submit(self, job: object) -> None:
         """Queue a job the user asked for, with its own Stop flag: an earlier Stop does not apply
         to it, and a later one does (whether it is running or still waiting)."""

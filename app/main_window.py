@@ -13,7 +13,7 @@ import time
 
 from specdec_studio.app.engine_worker import EngineWorker
 from specdec_studio.app.worker_messages import (BaselineDone, BatchKv, ConversationList, DistillDone, DraftLoaded,
-                                                ExactnessReady, FormatsCompared, FormatsProgress, LoadFailed,
+                                                ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress, LoadFailed,
                                                 LoadStarted, ModelLoaded, Paused,
                                                 ProfileProgress, ProfileReady, ProfileStarted, RaceProgress,
                                                 RaceReady, RunRequested, SavedSweeps, TraceReady)
@@ -167,7 +167,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
             RunFailed: self._on_run_failed, BaselineDone: self._on_baseline,
         }
         handlers.update(dict.fromkeys((ProfileStarted, ProfileProgress, ProfileReady, SavedSweeps, ExactnessReady,
-                                       FormatsProgress, FormatsCompared,
+                                       FormatsProgress, FormatsCompared, FormatSpeedsMeasured,
                                        sweep.SweepStarted, sweep.SweepProgress, sweep.SweepCell, sweep.SweepFinished),
                                       self._on_tuning_event))
         handlers.update(dict.fromkeys((LoadStarted, ModelLoaded, DraftLoaded, LoadFailed), self._on_model_event))
@@ -334,6 +334,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.remeasure_button.setEnabled(idle and not self.profiling)
         self.exactness_button.setEnabled(idle)
         self.formats_button.setEnabled(idle)
+        self.format_speed_button.setEnabled(idle)
         self.load_copy_button.setEnabled(idle and self.copy_choice.count() > 0)
         self.race.start_button.setEnabled(idle)
         self.batch_view.run_button.setEnabled(idle)

@@ -151,6 +151,16 @@ class LayoutMixin:
         self.load_copy_button = QtWidgets.QPushButton("Load this copy")
         self.load_copy_button.setToolTip("Load the chosen copy as the target (the original stays in the model list)")
         self.load_copy_button.clicked.connect(self.load_chosen_copy)
+        self.format_speed_button = QtWidgets.QPushButton("Best mode on each format")
+        self.format_speed_button.setToolTip(
+            "Run plain, Auto and prompt lookup on this model's original file and on its Q4_0 and IQ4_NL copies "
+            "(or the copies compared above), one prompt of each shipped category, and show each mode against plain "
+            "on the same file and on the original (about two minutes)")
+        self.format_speed_button.clicked.connect(lambda: self.measure_format_speeds())
+        self.format_speed_label = QtWidgets.QLabel("")
+        self.format_speed_label.setWordWrap(True)
+        self.format_speed_label.setTextFormat(Qt.RichText)
+        self.format_speed_label.hide()
         profile_page = QtWidgets.QWidget()
         pl = QtWidgets.QVBoxLayout(profile_page)
         pl.addWidget(self.profile_plot, 1)
@@ -164,6 +174,8 @@ class LayoutMixin:
         copy_row.addWidget(self.copy_choice, 1)
         copy_row.addWidget(self.load_copy_button)
         pl.addLayout(copy_row)
+        pl.addWidget(self.format_speed_label)
+        pl.addWidget(self.format_speed_button)
 
         self.inspector = StepInspector()
         for view in (self.inspector.kv_before, self.inspector.kv_after):

@@ -29,6 +29,7 @@ class WindowState:
         self.sweeping = False
         self.profiling = False  # a batch-cost profile is being measured (Stop skips it)
         self.comparing_formats = False
+        self.compared_formats: tuple[str, ...] = ()  # the copies the last format comparison measured
         self.checking_exactness = False
         self.profiles: dict[str, dict | None] = {"target": None, "draft": None}
         self._pending_rejected: dict[int, tuple] = {}

@@ -7,8 +7,12 @@ from __future__ import annotations
 import html
 
 from specdec_studio.app.qt import Qt
-from specdec_studio.app.worker_messages import (ExactnessReady, FormatsCompared, FormatsProgress, ProfileProgress, ProfileReady,
-                                                ProfileStarted, SavedSweeps)
+from specdec_studio.app.worker_messages import (ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress,
+                                                ProfileProgress, ProfileReady, ProfileStarted, SavedSweeps)
+
+# the copies the format speed comparison measures when none were compared yet: the two with
+# small-batch kernels on a CPU (see engine.tuning.formats)
+SPEED_FORMATS = ("Q4_0", "IQ4_NL")
 
 
 class TuningMixin:
@@ -62,6 +66,46 @@ class TuningMixin:
         self.statusBar().showMessage("Comparing weight formats (Stop ends it)…")
         self.worker.compare_formats(tuple(formats or FORMATS))
 
+    def measure_format_speeds(self, formats: tuple[str, ...] | None = None) -> None:
+        """The best mode on the original file and on each copy (the compared copies, else
+        SPEED_FORMATS), against plain on the same file and on the original."""
+        if self.running or not self.model_loaded:
+            return
+        if formats is None:
+            formats = self.compared_formats or SPEED_FORMATS
+        self.running = self.comparing_formats = True
+        self._update_buttons()
+        self.statusBar().showMessage("Measuring each mode on each weight format (Stop ends it)…")
+        self.worker.measure_format_speeds(tuple(formats))
+
+    def _show_format_speeds(self, event: FormatSpeedsMeasured) -> None:
+        from pathlib import Path
+
+        self.running = self.comparing_formats = False
+        if not event.stopped:
+            original = event.files[0]
+            rows = []
+            for f in event.files:
+                best = next((m for m in f["modes"] if m["mode"] == f["best"]), None)
+                if best is None:
+                    cells = "<td colspan=4>no mode stayed lossless</td>"
+                else:
+                    predicted = "–" if best["predicted"] is None else f"{best['predicted']:.2f}×"
+                    cells = (f"<td>{html.escape(best['mode'])}</td><td align=right>{best['vs_plain']:.2f}×</td>"
+                             f"<td align=right>{predicted}</td><td align=right><b>{best['vs_original']:.2f}×</b></td>")
+                rows.append(f"<tr><td>{f['format']}</td><td align=right>{f['plain_tokens_per_second']:.0f}</td>"
+                            f"<td align=right>{f['plain_vs_original']:.2f}×</td>{cells}</tr>")
+            self.format_speed_label.setText(
+                f"<p>Each file's best mode, measured side by side (one prompt of each category); "
+                f"speed-ups over plain on the same file and over plain on the original "
+                f"{html.escape(Path(original['path']).name)}:</p>"
+                "<table cellspacing=4><tr><th>file</th><th>plain tok/s</th><th>plain × orig.</th><th>best mode</th>"
+                f"<th>× plain</th><th>predicted</th><th>× orig. plain</th></tr>{''.join(rows)}</table>"
+                f"<p>{html.escape(event.sentence)}</p>")
+            self.format_speed_label.show()
+        self._update_buttons()
+        self.statusBar().showMessage(event.sentence)
+
     def load_chosen_copy(self) -> None:
         path = self.copy_choice.currentData()
         if path and not self.running:
@@ -84,6 +128,7 @@ class TuningMixin:
                 f"<p>Measured here on {html.escape(Path(original['path']).name)} and its copies:</p>"
                 "<table cellspacing=4><tr><th>format</th><th>size</th><th>T(1)</th><th>speed</th><th>T(4)/T(1)</th>"
                 f"<th>deviation</th><th>agreement</th></tr>{rows}</table><p>{html.escape(event.sentence)}</p>")
+            self.compared_formats = tuple(f["format"] for f in event.figures[1:])
             for f in event.figures[1:]:
                 label = f"{f['format']} copy" + (" (recommended)" if f["path"] == event.recommended else "")
                 self.copy_choice.addItem(label, f["path"])
@@ -149,9 +194,11 @@ class TuningMixin:
         elif isinstance(event, SavedSweeps):
             self.tune.set_saved(event.results)
         elif isinstance(event, FormatsProgress):
-            self.statusBar().showMessage("Comparing weight formats: " + event.message)
+            self.statusBar().showMessage("Weight formats: " + event.message)
         elif isinstance(event, FormatsCompared):
             self._show_formats(event)
+        elif isinstance(event, FormatSpeedsMeasured):
+            self._show_format_speeds(event)
         elif isinstance(event, ExactnessReady):
             self.exactness_label.setText("Exactness: " + event.note)
             self.exactness_label.setToolTip(

@@ -92,6 +92,16 @@ class FormatsCompared:
 
 
 @dataclass(frozen=True)
+class FormatSpeedsMeasured:
+    """Plain, Auto and prompt lookup on the original file and its copies, each against plain on
+    the same file and on the original (plain dicts, see ``engine.tuning.format_speed.FileSpeed``)."""
+
+    files: tuple[dict, ...]
+    sentence: str
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
 class SavedSweeps:
     """The latest sweep of each mode kept for the loaded model (reopened with it)."""
 
@@ -155,6 +165,11 @@ class ProbeRequest:
 
 @dataclass(frozen=True)
 class FormatsRequest:
+    formats: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FormatSpeedRequest:
     formats: tuple[str, ...]
 
 

@@ -76,6 +76,19 @@ def copy_path(src: Path, quant: str) -> Path:
     return cache_dir() / f"{src.stem}.draft-{quant}.gguf"
 
 
+def original_of(path: Path) -> Path | None:
+    """The file a copy in the model cache was requantised from (named as :func:`copy_path` names
+    it), where it still is: next to the copy, or a known model's own place; None for any other file."""
+    stem, sep, _quant = path.stem.rpartition(".draft-")
+    if not sep:
+        return None
+    beside = path.with_name(stem + ".gguf")
+    if beside.exists():
+        return beside
+    known = next((key for key, m in KNOWN_MODELS.items() if m.filename == beside.name), None)
+    return known_path(known) if known is not None and known_path(known).exists() else None
+
+
 def make_derived(key: str, *, log=print) -> Path:
     """Requantise the base model into a draft (once; the file is kept in the model cache)."""
     from specdec_studio.engine.quantize import requantize

@@ -34,5 +34,6 @@ JOBS = {
     m.SweepRequest: lambda state, command: tuning.sweep_settings(state, command.spec),
     m.ProbeRequest: lambda state, command: models.exactness(state, measure=True),
     m.FormatsRequest: lambda state, command: tuning.compare_formats(state, command.formats),
+    m.FormatSpeedRequest: lambda state, command: tuning.format_speeds(state, command.formats),
     m.ConversationRequest: conversations.conversation,
 }

@@ -1,5 +1,5 @@
-"""The tuning jobs: a sweep (a grid of settings measured against plain decoding) and the weight-format
-comparison."""
+"""The tuning jobs: a sweep (a grid of settings measured against plain decoding), the weight-format
+comparison and the best mode on each format."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def compare_formats(state: WorkerState, wanted: tuple[str, ...]) -> None:
     session = state.require_session()
     prompts = [prompt_tokens(session, p, chat=True) for p in shipped(per_category=1)]
     try:
-        figures = formats.compare(Path(session.model.info.path), wanted, n_threads=session.n_threads,
+        figures = formats.compare(original_file(session), wanted, n_threads=session.n_threads,
                                   n_ctx=session.n_ctx, prompts=prompts, cancel=state.cancel,
                                   log=lambda message: state.emit(FormatsProgress(message)))
     except ProfileCancelled:
@@ -47,3 +47,43 @@ def compare_formats(state: WorkerState, wanted: tuple[str, ...]) -> None:
     pick = formats.recommendation(figures)
     state.emit(FormatsCompared(tuple(f.to_dict() for f in figures), pick.path if pick else None,
                                formats.verdict(figures)))
+
+
+# The format speed comparison in the window: one prompt of each shipped category, a short answer,
+# the modes that can win on a CPU (about two minutes for two copies on 2 cores).
+SPEED_TOKENS = 48
+SPEED_CANDIDATES = ("auto", "lookup k=4", "lookup k=8")
+
+
+def original_file(session) -> Path:
+    """The file the comparisons measure copies against: the loaded file, or the original a loaded
+    copy was made from."""
+    from specdec_studio.engine import catalog
+
+    loaded = Path(session.model.info.path)
+    return catalog.original_of(loaded) or loaded
+
+
+def format_speeds(state: WorkerState, wanted: tuple[str, ...]) -> None:
+    """Plain, Auto and prompt lookup on the original file and on copies in ``wanted`` formats (made
+    once where missing), against plain on the same file and on the original; Stop ends it."""
+    from specdec_studio.app.worker_messages import FormatSpeedsMeasured, FormatsProgress
+    from specdec_studio.engine.tuning import format_speed, formats
+    from specdec_studio.engine.tuning.prompts import shipped
+
+    session = state.require_session()
+    original = original_file(session)
+
+    def log(message: str) -> None:
+        state.emit(FormatsProgress(message))
+
+    copies = [(fmt, formats.make_copy(original, fmt, n_threads=session.n_threads, log=log)) for fmt in wanted]
+    try:
+        files = format_speed.measure(
+            original, copies, shipped(per_category=1), max_tokens=SPEED_TOKENS, n_threads=session.n_threads,
+            n_ctx=session.n_ctx, candidates=SPEED_CANDIDATES, cancel=state.cancel,
+            progress=lambda done, total, label: log(f"{done}/{total} {label}"))
+    except format_speed.FormatSpeedCancelled:
+        state.emit(FormatSpeedsMeasured((), "The format speed comparison was stopped.", stopped=True))
+        return
+    state.emit(FormatSpeedsMeasured(tuple(f.to_dict() for f in files), format_speed.sentence(files)))

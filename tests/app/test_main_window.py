@@ -399,3 +399,11 @@ def test_the_profile_tab_compares_weight_formats_and_loads_the_chosen_copy(windo
     qtbot.waitUntil(lambda: window.model_loaded and window.model_path == copy, timeout=TIMEOUT_MS)
     run(window, qtbot, "Hello", mode="auto", max_tokens=8)
     assert window.last_finished.token_ids
+    # with the copy loaded, each mode on each file is measured against plain on the original, not the copy
+    window.format_speed_button.click()
+    assert window.running and not window.format_speed_button.isEnabled()
+    qtbot.waitUntil(lambda: not window.running, timeout=600_000)
+    text = window.format_speed_label.text()
+    assert not window.format_speed_label.isHidden() and "SmolLM2-135M-Instruct.Q4_1.gguf" in text
+    assert "<td>Q4_1</td>" in text and "<td>Q8_0</td>" in text and "× orig. plain" in text
+    assert "plain on the Q4_1 original" in window.statusBar().currentMessage()

@@ -53,3 +53,11 @@ def test_a_candidate_is_named_as_the_user_names_it():
     assert format_speed.candidate_config("auto", 32).mode == "auto"
     with pytest.raises(format_speed.SpecDecError):
         format_speed.candidate_config("lookahead", 32)
+
+
+def test_a_copy_knows_the_file_it_was_made_from(smollm_path, q4_0_copy, tmp_path):
+    assert catalog.original_of(q4_0_copy) == smollm_path
+    assert catalog.original_of(smollm_path) is None  # the original is no copy
+    orphan = tmp_path / "gone.draft-Q4_0.gguf"
+    orphan.write_bytes(b"")
+    assert catalog.original_of(orphan) is None  # its original is nowhere to be found
