@@ -32,8 +32,10 @@ CODE_PROMPT = (
 CHAT_PROMPT = "Explain in a few paragraphs how a bicycle's gears work and why they help on hills."
 
 
-def model_path(key: str = "default") -> Path:
-    return catalog.resolve(key)
+def model_path(key: str | None = None) -> Path:
+    """The bench's model: ``key``, else SPECDEC_BENCH_MODEL (a catalog name such as default-q4_0,
+    or a path), else the default model."""
+    return catalog.resolve(key or os.environ.get("SPECDEC_BENCH_MODEL", "default"))
 
 
 def bench_prompts(session) -> dict[str, list[int]]:

@@ -3,6 +3,7 @@ set, interleaved in one process (plain, lookup k=2/4/8, auto, then again in reve
 round) so a drift of the machine's speed hits every setting alike.
 
     .venv/bin/python tests/bench/auto.py [-n 128] [--rounds 3] [--prompts 1] [--only auto] [--no-siblings]
+    SPECDEC_BENCH_MODEL=default-q4_0 .venv/bin/python tests/bench/auto.py --only auto   # on a copy
 
 Each round gives every setting a speed-up over plain: its tokens/s over plain's in the same round,
 over two runs (forward and back) of each of the category's first ``--prompts`` prompts. Prints,

@@ -9,6 +9,7 @@ drafting llama-lookup does (context n-gram cache, n-grams of 1 to 4 tokens).
     scripts/build_llama_tools.sh                 # once: builds llama-lookup from the same sdist
     .venv/bin/python tests/bench/lookup_vs_llama_cpp.py [--rounds 6] [-k 3] [--bin DIR]
     .venv/bin/python tests/bench/lookup_vs_llama_cpp.py --auto    # our Auto against llama-lookup's best k
+    .venv/bin/python tests/bench/lookup_vs_llama_cpp.py --auto -m default-q4_0   # both on the Q4_0 copy
 
 With ``--auto`` llama-lookup first runs once at every draft length from 1 to 8; the fastest is
 its setting for the rounds, against our ``--mode auto`` (which chooses its drafts per step).
@@ -81,6 +82,8 @@ def main() -> None:
     ap.add_argument("-k", type=int, default=3, help="draft length (llama-lookup's --spec-draft-n-max)")
     ap.add_argument("--bin", default=None, help="folder with llama-lookup (default: scripts/build_llama_tools.sh)")
     ap.add_argument("--auto", action="store_true", help="ours in Auto mode, against llama-lookup's best k of 1..8")
+    ap.add_argument("-m", "--model", default="default",
+                    help="the file both run on: a catalog name (default, default-q4_0, …) or a path")
     args = ap.parse_args()
 
     tools = find_tools(args.bin)
@@ -88,7 +91,7 @@ def main() -> None:
     if binary is None or not binary.exists():
         print("llama-lookup is not built: run scripts/build_llama_tools.sh first (about 5 minutes)")
         return
-    model = model_path("default")
+    model = model_path(args.model)
     with tempfile.TemporaryDirectory() as tmp:
         ours_prompt, theirs_prompt = Path(tmp, "ours.txt"), Path(tmp, "theirs.txt")
         ours_prompt.write_text(CODE_PROMPT)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from specdec_studio.engine.strategies.auto import Calibrator, Proposal, StepCost, build_tree
 from specdec_studio.engine.strategies.auto.guard import Guard, Wary
 from specdec_studio.engine.strategies.auto.hindsight import Hindsight
-from specdec_studio.engine.strategies.auto.priors import GUARD_START_TRUST, IDLE_STRETCH, PLAN_INTERVAL_MAX
+from specdec_studio.engine.strategies.auto.priors import GUARD_START_TRUST, IDLE_STRETCH, PLAN_INTERVAL_MAX, WAKE_MATCH
 from specdec_studio.engine.strategies.auto.tree import could_pay
 from specdec_studio.engine.tuning.cost_model import CostCurve
 
@@ -85,14 +85,28 @@ def test_a_wary_planner_sends_shallower_trees_and_fewer():
 def test_the_sources_are_asked_less_often_while_nothing_could_pay():
     guard = Guard()
     asked = []
+    hopeful_at = None
     for step in range(1, 200):
         if guard.plans(step):
             asked.append(step)
-            guard.planned(step, hopeful=step == 150)
+            if hopeful_at is None and step >= 150:
+                hopeful_at = step
+            guard.planned(step, hopeful=step == hopeful_at)
     gaps = [b - a for a, b in zip(asked, asked[1:])]
     assert gaps[: IDLE_STRETCH - 1] == [1] * (IDLE_STRETCH - 1)  # every step for the first failures
     assert max(gaps) == PLAN_INTERVAL_MAX
-    assert 150 in asked and all(s in asked for s in range(151, 151 + IDLE_STRETCH))  # a hopeful plan: every step again
+    # a hopeful plan: every step again
+    assert all(s in asked for s in range(hopeful_at + 1, hopeful_at + 1 + IDLE_STRETCH))
+
+
+def test_a_long_repeat_asks_the_sources_at_once():
+    guard = Guard()
+    for step in range(1, 100):
+        if guard.plans(step):
+            guard.planned(step, hopeful=False)
+    waiting = next(step for step in range(100, 100 + PLAN_INTERVAL_MAX) if not guard.plans(step))
+    assert not guard.plans(waiting, WAKE_MATCH - 1)
+    assert guard.plans(waiting, WAKE_MATCH)  # the answer copies: no waiting for the turn
 
 
 def test_a_proposal_not_sent_is_judged_as_the_target_tokens_come():

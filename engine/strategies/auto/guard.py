@@ -4,7 +4,7 @@ clock, and how much to believe the next prediction."""
 from __future__ import annotations
 
 from specdec_studio.engine.strategies.auto.calibration import StepCost
-from specdec_studio.engine.strategies.auto.priors import GUARD_DECAY, GUARD_START_TREES, GUARD_START_TRUST, IDLE_STRETCH, MIN_GAIN, PLAN_INTERVAL_MAX
+from specdec_studio.engine.strategies.auto.priors import GUARD_DECAY, GUARD_START_TREES, GUARD_START_TRUST, IDLE_STRETCH, MIN_GAIN, PLAN_INTERVAL_MAX, WAKE_MATCH
 
 
 class Guard:
@@ -27,9 +27,11 @@ class Guard:
         self.idle = 0  # plans in a row that were not hopeful
         self.next_plan = 0  # the step at which the sources are asked next
 
-    def plans(self, step: int) -> bool:
-        """Whether the sources are asked for proposals this step."""
-        return step >= self.next_plan
+    def plans(self, step: int, match_length: int = 0) -> bool:
+        """Whether the sources are asked for proposals this step: when their turn has come, or at
+        once when the text's end repeats WAKE_MATCH tokens or more of earlier text (``match_length``,
+        the suffix matcher's, which follows every token): the answer has started to copy."""
+        return step >= self.next_plan or match_length >= WAKE_MATCH
 
     def planned(self, step: int, hopeful: bool) -> None:
         """The step's proposals passed the planner's first two tests, the first tokens' bound and

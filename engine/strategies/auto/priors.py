@@ -58,9 +58,12 @@ GUARD_START_TREES = 4
 GUARD_DECAY = 0.9
 # While the sources propose nothing that could pay, they are asked every step for IDLE_STRETCH
 # steps, then every 2nd step for as many, and so on, up to every PLAN_INTERVAL_MAX-th step: on an
-# ordinary chat answer, asking them costs about 1 % of a plain step (tests/bench/auto_overhead.py).
-IDLE_STRETCH = 8
-PLAN_INTERVAL_MAX = 3
+# ordinary chat answer, asking them every step costs about 1 % of a plain step
+# (tests/bench/auto_overhead.py). Between, the suffix matcher alone follows the text, and a match
+# of WAKE_MATCH tokens or more (the answer has started to copy something) asks them at once.
+IDLE_STRETCH = 4
+PLAN_INTERVAL_MAX = 8
+WAKE_MATCH = 8
 DRAFT_MIN_RATE = 0.6
 DRAFT_PROBE_EVERY = 8
 

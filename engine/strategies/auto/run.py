@@ -52,8 +52,8 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                    rt.config.max_tokens - len(out.ids) - 1)
         t0 = time.perf_counter()
         nodes, gain = [], 1.0
-        if room > 0 and guard.plans(step):
-            sources.advance(context)
+        sources.advance(context)  # the suffix matcher follows every token: a long repeat wakes the planner
+        if room > 0 and guard.plans(step, sources.suffix.match_length):
             # A draft model costs a decode per proposal: asked while it earns its keep, and every
             # DRAFT_PROBE_EVERY steps to find out whether it has started to.
             use_draft = draft is not None and (calibrator.source_rate("draft") >= DRAFT_MIN_RATE
