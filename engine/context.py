@@ -34,6 +34,7 @@ class ContextSettings:
     n_batch: int
     n_threads: int
     verify_kv: bool = False
+    n_threads_batch: int | None = None  # threads for batches of more than one token; None: n_threads
 
 
 def _available_memory_bytes() -> int | None:
@@ -116,7 +117,8 @@ class ModelContext:
         params.n_ubatch = settings.n_batch
         params.n_seq_max = n_seq_max
         params.n_threads = settings.n_threads
-        params.n_threads_batch = settings.n_threads
+        # llama.cpp decodes a one-token batch with n_threads and any larger one with n_threads_batch
+        params.n_threads_batch = settings.n_threads_batch or settings.n_threads
         # Flash attention on where the backend has it (llama.cpp's default). Measured here: with it,
         # SmolLM2's CPU logits are bit-identical whether a token is decoded alone or in a batch
         # (up to 48 tokens); without it they differ by up to ~1.3 (`specdec probe-exactness`).

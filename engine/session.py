@@ -37,6 +37,9 @@ class Session:
         KV cache size in cells, shared by all sequences of a run.
     n_threads:
         CPU threads for llama.cpp (generation and batches).
+    n_threads_batch:
+        CPU threads for batches of more than one token (verification, prompts), if not ``n_threads``
+        (``specdec profile --formats`` measures which pair is fastest).
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class Session:
         n_ctx: int = DEFAULT_N_CTX,
         n_batch: int = DEFAULT_N_BATCH,
         n_threads: int | None = None,
+        n_threads_batch: int | None = None,
         n_gpu_layers: int = 0,
         draft_path: str | Path | None = None,
         verify_kv: bool = False,
@@ -53,7 +57,7 @@ class Session:
     ) -> None:
         if n_ctx < 16:
             raise ContextAllocationError(f"context size must be at least 16 tokens, got {n_ctx}")
-        self.settings = ContextSettings(n_ctx, n_batch, n_threads or default_threads(), verify_kv)
+        self.settings = ContextSettings(n_ctx, n_batch, n_threads or default_threads(), verify_kv, n_threads_batch)
         self.budget = MemoryBudget()
         self._stack = contextlib.ExitStack()
         self.model = self._stack.enter_context(LoadedModel(model_path, n_gpu_layers=n_gpu_layers))
@@ -82,6 +86,7 @@ class Session:
     n_ctx = property(lambda self: self.settings.n_ctx)
     n_batch = property(lambda self: self.settings.n_batch)
     n_threads = property(lambda self: self.settings.n_threads)
+    n_threads_batch = property(lambda self: self.settings.n_threads_batch or self.settings.n_threads)
     verify_kv = property(lambda self: self.settings.verify_kv)
     # the target context's parts, for the tools that decode on it directly (profile, probe)
     ctx = property(lambda self: self.target.ctx if self.target else None)

@@ -37,7 +37,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     store = ConversationStore()
     interactive = sys.stdin.isatty()
     with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
-                                          n_threads=args.threads, n_gpu_layers=args.gpu_layers,
+                                          n_threads=args.threads, n_threads_batch=args.threads_batch,
+                                          n_gpu_layers=args.gpu_layers,
                                           draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
         saving = None if args.no_save else store  # where each turn is saved (None: nowhere)
         chat = Chat(session, store=saving)

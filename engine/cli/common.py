@@ -39,6 +39,8 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
     from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX
 
     p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-tb", "--threads-batch", type=int, default=None,
+                   help="threads for batches of more than one token (default: --threads)")
     p.add_argument("-c", "--ctx-size", type=int, default=DEFAULT_N_CTX)
     p.add_argument("-b", "--batch-size", type=int, default=DEFAULT_N_BATCH)
 

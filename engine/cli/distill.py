@@ -26,7 +26,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     if not train_prompts or not held_out:
         raise SpecDecError("distill needs prompts to train on and held-out ones to measure (--eval FILE, or 4+ prompts)")
     with ctrl_c_stops() as stop, Session(target_path, n_ctx=args.ctx_size, n_threads=args.threads,
-                                         cancel=stop) as session:
+                                         n_threads_batch=args.threads_batch, cancel=stop) as session:
         print(f"the target writes the training text: {len(train_prompts)} prompts × {args.n_predict} tokens…",
               file=sys.stderr)
 

@@ -40,7 +40,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return _compare_formats(args)
     draft_path = catalog.resolve(args.model_draft) if args.model_draft else None
     with ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
-                                         n_threads=args.threads, n_gpu_layers=args.gpu_layers, draft_path=draft_path,
+                                         n_threads=args.threads, n_threads_batch=args.threads_batch,
+                                         n_gpu_layers=args.gpu_layers, draft_path=draft_path,
                                          cancel=stop) as session:
         found = [("target", profile.load_or_measure(session, remeasure=args.remeasure))]
         if draft_path is not None:
@@ -67,6 +68,8 @@ def _compare_formats(args: argparse.Namespace) -> int:
     from specdec_studio.engine.tuning.prompts import shipped
     from specdec_studio.engine.tuning.sweep import prompt_tokens
 
+    if args.threads_batch is not None:
+        raise SpecDecError("a format comparison times the thread pairs itself: leave out -tb")
     wanted = formats.FORMATS if args.formats in ("", "all") else tuple(f.strip().upper() for f in args.formats.split(","))
     path = catalog.resolve(args.model)
     n_threads = args.threads or default_threads()
@@ -105,7 +108,8 @@ def _compare_formats(args: argparse.Namespace) -> int:
     print("\nthreads (one-token decodes use n_threads, larger batches n_threads_batch), T(B) in ms:")
     for (t, tb), v in times.items():
         print(f"  n_threads {t}, n_threads_batch {tb}: " + ", ".join(f"B={b} {1e3 * x:.2f}" for b, x in zip((1, 4, 8), v)))
-    print(f"  best pair: n_threads {best[0]}, n_threads_batch {best[1]}")
+    print(f"  best pair: n_threads {best[0]}, n_threads_batch {best[1]}"
+          + (f" (run with -t {best[0]} -tb {best[1]})" if best != (n_threads, n_threads) else " (the default)"))
     print()
     print(formats.verdict(figures))
     return 0
@@ -132,7 +136,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise SpecDecError("a speculative sweep needs a draft model: pass -md PATH (or -md default)")
     out_dir = Path(args.output)
     with ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
-                                         n_threads=args.threads, n_gpu_layers=args.gpu_layers, draft_path=draft_path,
+                                         n_threads=args.threads, n_threads_batch=args.threads_batch,
+                                         n_gpu_layers=args.gpu_layers, draft_path=draft_path,
                                          cancel=stop) as session:
         curve = profile.load_or_measure(session).curve
         draft_curve = profile.load_or_measure(session, draft=True).curve if draft_path else None
@@ -175,6 +180,8 @@ def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
     from specdec_studio.engine.jsonfile import write_json
     from specdec_studio.engine.tuning import format_speed, formats
 
+    if args.threads_batch is not None:
+        raise SpecDecError("sweep --formats runs every file with one thread count (-t): leave out -tb")
     wanted = ("Q4_0", "IQ4_NL") if args.formats in ("", "all") else tuple(
         f.strip().upper() for f in args.formats.split(","))
     path = catalog.resolve(args.model)

@@ -121,7 +121,8 @@ def measure(original: Path, copies: Sequence[tuple[str, Path]], prompts: Sequenc
                     for f, name in order:
                         if cancel is not None and cancel.is_set():
                             raise FormatSpeedCancelled("the format speed comparison was stopped")
-                        final = last_event(sessions[f].run(configs[name], prompt_ids))
+                        # the caller owns the Stop flag: a run must not forget a Stop pressed between runs
+                        final = last_event(sessions[f].run(configs[name], prompt_ids, fresh_cancel=False))
                         if final.finish_reason == "cancelled":
                             raise FormatSpeedCancelled("the format speed comparison was stopped")
                         sums[(f, name, i)][0] += final.stats["n_predict"]

@@ -219,7 +219,7 @@ def thread_pairs(session, pairs: Sequence[tuple[int, int]], sizes: Sequence[int]
             curve, _ = profile.measure_curve(session.memory, session.batch, fill, sizes=sizes, cancel=cancel)
             out[(n_threads, n_threads_batch)] = curve.t_all_logits
     finally:
-        llama.llama_set_n_threads(session.ctx, session.n_threads, session.n_threads)
+        llama.llama_set_n_threads(session.ctx, session.n_threads, session.n_threads_batch)
     return out
 
 

@@ -58,12 +58,16 @@ class ProfileKey:
     kv_fill: int
     sizes: tuple[int, ...] = PROFILE_SIZES
     n_gpu_layers: int = 0  # layers offloaded to a GPU: a different machine, as far as the curve goes
+    n_threads_batch: int | None = None  # threads for batches past one token, where not n_threads
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", tuple(self.sizes))  # JSON gives a list
 
     def filename(self) -> str:
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        fields = asdict(self)
+        if fields["n_threads_batch"] is None:  # the common case keeps the name profiles had before it
+            del fields["n_threads_batch"]
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
         return f"{self.model_sha256[:16]}-c{self.n_ctx}-t{self.n_threads}-b{self.n_batch}-{digest}.json"
 
 
@@ -203,7 +207,8 @@ def profile_key(session, *, draft: bool = False, sizes: Sequence[int] = PROFILE_
     sizes = tuple(b for b in sizes if b <= session.n_batch)
     fill = min(DEFAULT_KV_FILL, session.n_ctx - max(sizes) - 1)
     return ProfileKey(model_sha256(model.info.path), session.n_ctx, session.n_threads, session.n_batch,
-                      build_fingerprint(), fill, sizes, model.n_gpu_layers)
+                      build_fingerprint(), fill, sizes, model.n_gpu_layers,
+                      session.n_threads_batch if session.n_threads_batch != session.n_threads else None)
 
 
 def load_or_measure(session, *, draft: bool = False, remeasure: bool = False, sizes: Sequence[int] = PROFILE_SIZES,

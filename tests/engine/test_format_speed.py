@@ -61,3 +61,31 @@ def test_a_copy_knows_the_file_it_was_made_from(smollm_path, q4_0_copy, tmp_path
     orphan = tmp_path / "gone.draft-Q4_0.gguf"
     orphan.write_bytes(b"")
     assert catalog.original_of(orphan) is None  # its original is nowhere to be found
+
+
+def test_stop_ends_the_comparison_with_a_clear_error(smollm_path, q4_0_copy):
+    import threading
+
+    stop = threading.Event()
+    stop.set()  # pressed before the first run: nothing is measured
+    with pytest.raises(format_speed.FormatSpeedCancelled, match="stopped"):
+        format_speed.measure(smollm_path, [("Q4_0", q4_0_copy)], shipped(["chat"], per_category=1), max_tokens=8,
+                             n_threads=N_THREADS, n_ctx=512, candidates=("auto",), predict=False, cancel=stop)
+
+
+@pytest.mark.slow
+def test_the_cli_prints_each_files_best_mode_against_the_original(tmp_path, q4_0_copy):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "sweep", "--formats", "Q4_0",
+                           "--categories", "chat", "-n", "8", "-t", str(N_THREADS), "--json", "-o", str(tmp_path)],
+                          capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout)
+    assert [f["format"] for f in result["files"]] == ["Q4_1", "Q4_0"]
+    assert result["files"][1]["path"] == str(q4_0_copy)
+    assert all(m["predicted"] is not None for f in result["files"] for m in f["modes"])  # priced from each profile
+    assert json.loads((tmp_path / "formats.json").read_text()) == result
+    refused = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "sweep", "--formats", "-tb", "1"],
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "leave out -tb" in refused.stderr

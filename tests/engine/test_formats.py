@@ -69,3 +69,20 @@ def test_the_cli_compares_the_model_with_a_copy(tmp_path):
         assert f["deviation"] >= 0 and f["size_bytes"] > 50e6
     assert out["recommended"] in (None, "Q8_0")
     assert {(p["n_threads"], p["n_threads_batch"]) for p in out["thread_pairs"]} >= {(1, 1)}
+
+
+def test_a_session_decodes_batches_with_its_own_thread_count(smollm_path, smollm_session):
+    from specdec_studio.engine.config import RunConfig
+    from specdec_studio.engine.session import last_event
+    from specdec_studio.engine.tuning import profile
+
+    prompt = smollm_session.tokenize_prompt("The capital of France is")
+    with Session(smollm_path, n_ctx=512, n_threads=1, n_threads_batch=N_THREADS) as split:
+        assert (split.n_threads, split.n_threads_batch) == (1, N_THREADS)
+        key = profile.profile_key(split)
+        assert key.n_threads_batch == (N_THREADS if N_THREADS != 1 else None)
+        ids = last_event(split.run(RunConfig(mode="lookup", max_tokens=12), prompt)).token_ids
+    with Session(smollm_path, n_ctx=512, n_threads=1) as same:
+        assert same.n_threads_batch == 1 and profile.profile_key(same).n_threads_batch is None
+        assert profile.profile_key(same).filename() != key.filename() or N_THREADS == 1
+        assert last_event(same.run(RunConfig(max_tokens=12), prompt)).token_ids == ids
