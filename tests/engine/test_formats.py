@@ -32,6 +32,13 @@ def test_only_a_faster_copy_that_agrees_often_enough_is_recommended():
     assert f"{0.006 / 0.0055:.2f}× faster" in sentence
     assert f"verifies 4 tokens {0.006 * 2.7 / (0.0055 * 2.0):.2f}× cheaper" in sentence
     assert "97.0 % of greedy tokens" in sentence and "m.Q4_1.gguf" in sentence
+    # a lead within the noise of the measurement, or a copy that verifies slower, is no reason to switch
+    barely_faster = _figures("Q8_0", 0.00595, 0.97)
+    slower_to_verify = _figures("IQ4_NL", 0.005, 0.95, four=3.5)
+    assert formats.recommendation([original, barely_faster, slower_to_verify]) is None
+    said = formats.sentence(original, slower_to_verify)
+    assert "decodes 1.20× faster" in said and f"takes {0.005 * 3.5 / (0.006 * 2.7):.2f}× as long to verify 4" in said
+    assert "the original stays the one to use" in formats.verdict([original, barely_faster])
 
 
 def test_the_shipped_file_says_its_format(smollm_session):
