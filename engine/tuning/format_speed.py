@@ -105,9 +105,11 @@ def measure(original: Path, copies: Sequence[tuple[str, Path]], prompts: Sequenc
     configs = {name: candidate_config(name, max_tokens) for name in names}
     with ExitStack() as stack:
         sessions = [stack.enter_context(Session(original, n_ctx=n_ctx, n_threads=n_threads, cancel=cancel))]
+        own = formats.format_of(sessions[0].model)
+        copies = [(fmt, path) for fmt, path in copies if fmt != own]  # the original is measured once
         sessions += [stack.enter_context(Session(path, n_ctx=n_ctx, n_threads=n_threads, cancel=cancel))
                      for _fmt, path in copies]
-        labels = [formats.format_of(sessions[0].model)] + [fmt for fmt, _path in copies]
+        labels = [own] + [fmt for fmt, _path in copies]
         curves = [profile.load_or_measure(s).curve if predict else None for s in sessions]
         tokens = [prompt_tokens(sessions[0], p, chat=True) for p in prompts]  # copies share the vocabulary
         pairs = [(f, name) for f in range(len(sessions)) for name in names]
