@@ -181,7 +181,7 @@ def _execute(session: Session, action: tuple, rng: np.random.Generator) -> None:
         assert (pos_min[s], pos_max[s]) == (memory.pos_min(s), memory.pos_max(s)), (action, s)
 
 
-@pytest.mark.parametrize("n_programs", [pytest.param(100, id="100-programs"),
+@pytest.mark.parametrize("n_programs", [pytest.param(60, id="60-programs"),
                                         pytest.param(300, id="300-programs", marks=pytest.mark.slow)])
 def test_random_programs_keep_mirror_and_llama_cpp_equal(small_session, n_programs):
     @settings(max_examples=n_programs, deadline=None, database=None,
