@@ -180,13 +180,16 @@ def _file_speed(session, label: str, f: int, configs: dict[str, RunConfig], prom
 
 
 def sentence(files: Sequence[FileSpeed]) -> str:
-    """The best a copy buys, in one sentence: its best mode against plain on the original file."""
+    """The fastest way to decode found, in one sentence: a file and its best lossless mode, or
+    plain decoding on a file where no mode beats it, against plain on the original file."""
     original = files[0]
-    scored = [(f, f.best()) for f in files]
-    scored = [(f, m) for f, m in scored if m is not None]
-    if not scored:
-        return "No mode stayed lossless on any file."
-    f, m = max(scored, key=lambda fm: fm[1].vs_original)
+    # (figure against the original's plain, file, mode or None for plain on that file)
+    ways = [(f.plain_vs_original, f, None) for f in files]
+    ways += [(m.vs_original, f, m) for f in files if (m := f.best()) is not None and m.vs_plain > 1.0]
+    figure, f, m = max(ways, key=lambda way: way[0])
     where = "the original" if f is original else f"the {f.format} copy"
-    return (f"Fastest here: {m.mode} on {where}, {m.vs_original:.2f}× plain on the {original.format} original "
+    if m is None:
+        return (f"Fastest here: plain decoding on {where}, {figure:.2f}× plain on the {original.format} original; "
+                "no mode beat plain decoding on it.")
+    return (f"Fastest here: {m.mode} on {where}, {figure:.2f}× plain on the {original.format} original "
             f"({m.vs_plain:.2f}× plain on the same file).")

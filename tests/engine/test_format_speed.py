@@ -91,3 +91,16 @@ def test_the_cli_prints_each_files_best_mode_against_the_original(tmp_path, q4_0
     refused = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "sweep", "--formats", "-tb", "1"],
                              capture_output=True, text=True)
     assert refused.returncode != 0 and "leave out -tb" in refused.stderr
+
+
+def test_the_sentence_names_plain_where_no_mode_beats_it():
+    def mode(name, vs_plain, vs_original):
+        return format_speed.ModeOnFile(name, 100.0, vs_plain, vs_original, None)
+
+    original = format_speed.FileSpeed("Q4_1", "/m/a.gguf", 150.0, 1.0, (mode("lookup k=4", 0.94, 0.94),))
+    copy = format_speed.FileSpeed("Q4_0", "/m/a.draft-Q4_0.gguf", 180.0, 1.2, (mode("lookup k=4", 0.97, 1.16),))
+    said = format_speed.sentence([original, copy])
+    assert said.startswith("Fastest here: plain decoding on the Q4_0 copy, 1.20× plain on the Q4_1 original")
+    faster = format_speed.FileSpeed("Q4_0", "/m/a.draft-Q4_0.gguf", 180.0, 1.2, (mode("auto", 1.1, 1.32),))
+    assert "auto on the Q4_0 copy, 1.32× plain on the Q4_1 original (1.10× plain" in \
+        format_speed.sentence([original, faster])
