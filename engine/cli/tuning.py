@@ -70,7 +70,7 @@ def _compare_formats(args: argparse.Namespace) -> int:
 
     if args.threads_batch is not None:
         raise SpecDecError("a format comparison times the thread pairs itself: leave out -tb")
-    wanted = formats.FORMATS if args.formats in ("", "all") else tuple(f.strip().upper() for f in args.formats.split(","))
+    wanted = _format_list(args.formats, formats.FORMATS)
     path = catalog.resolve(args.model)
     n_threads = args.threads or default_threads()
     log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
@@ -182,8 +182,7 @@ def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
 
     if args.threads_batch is not None:
         raise SpecDecError("sweep --formats runs every file with one thread count (-t): leave out -tb")
-    wanted = ("Q4_0", "IQ4_NL") if args.formats in ("", "all") else tuple(
-        f.strip().upper() for f in args.formats.split(","))
+    wanted = _format_list(args.formats, ("Q4_0", "IQ4_NL"))
     path = catalog.resolve(args.model)
     n_threads = args.threads or default_threads()
     log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
@@ -214,15 +213,22 @@ def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
         best = f.best()
         for m in f.modes:
             predicted = f"{m.predicted:10.2f}" if m.predicted is not None else f"{'-':>10}"
-            exact = "yes" if not m.divergences else (
-                f"{len(m.divergences)} flip(s), margin <= {max(d['margin'] for d in m.divergences):.3f}"
-                f" vs deviation {f.deviation:.3f}" if f.deviation is not None else "no")
+            if not m.divergences:
+                exact = "yes"
+            else:  # a divergence always has the file's deviation measured next to it
+                exact = (f"{len(m.divergences)} flip(s), margin <= {max(d['margin'] for d in m.divergences):.3f}"
+                         f" vs deviation {f.deviation:.3f}")
             mark = " *" if m is best else ""
             print(f"{'':<8} {m.mode + mark:<12} {m.tokens_per_second:9.1f} {m.vs_plain:8.2f} {m.vs_original:13.2f} "
                   f"{predicted}  {exact}")
     print(f"(* the file's best lossless mode; wrote {out})")
     print(format_speed.sentence(files))
     return 0
+
+
+def _format_list(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A ``--formats`` value: a comma-separated list, or ``default`` for the bare flag (or "all")."""
+    return default if text in ("", "all") else tuple(f.strip().upper() for f in text.split(","))
 
 
 def _sweep_axes(args: argparse.Namespace) -> dict[str, tuple]:
