@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from specdec_studio.engine.strategies.auto import Calibrator, Proposal, StepCost, build_tree
 from specdec_studio.engine.strategies.auto.guard import Guard, Wary
-from specdec_studio.engine.strategies.auto.hindsight import Hindsight
+from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_lengths
 from specdec_studio.engine.strategies.auto.priors import GUARD_START_TRUST, IDLE_STRETCH, PLAN_INTERVAL_MAX, WAKE_MATCH
 from specdec_studio.engine.strategies.auto.tree import could_pay
 from specdec_studio.engine.tuning.cost_model import CostCurve
@@ -140,3 +140,35 @@ def test_what_the_first_positions_learnt_carries_down_the_chain():
         calibrator.observe("ngram", signal, 2, None, False)
     assert calibrator.probability("ngram", signal, 2) < 0.2
     assert calibrator.probability("ngram", signal, 3) < calibrator.probability("ngram", signal, 1)
+
+
+def test_what_a_tree_left_out_of_a_proposal_is_judged_in_hindsight_and_nothing_twice():
+    calibrator = Calibrator()
+    ngram = Proposal("ngram", [5, 6, 7, 8], [(4, 3, 1, 0)] * 4)
+    suffix = Proposal("suffix", [5, 9], [(2,)] * 2)
+    # a tree holding 5 -> 6 (the n-gram chain's first two tokens) and 5 -> 9 (the suffix's both)
+    nodes, _ = build_tree([ngram, suffix], calibrator, StepCost(), 2, min_gain=0.0)
+    paths = {(n.token,) if n.parent < 0 else (nodes[n.parent].token, n.token) for n in nodes}
+    assert paths == {(5,), (5, 6)}
+    assert sent_lengths([ngram, suffix], nodes) == [2, 1]
+    hindsight = Hindsight(calibrator)
+    hindsight.keep([ngram, suffix], sent_lengths([ngram, suffix], nodes))
+    for token in (5, 6, 7, 1):  # verification judged 5 and 6; then the target chose 7, then not 8
+        hindsight.see(token)
+    bins = calibrator.bins
+    assert bins == {("ngram", (4, 3, 1, 0), 2, False): [1.0, 1.0], ("ngram", (4, 3, 1, 0), 3, False): [0.0, 1.0],
+                    ("suffix", (2,), 1, False): [0.0, 1.0]}
+    assert not hindsight.pending
+
+
+def test_a_longer_suffix_match_is_believed_at_least_as_much_as_a_shorter_one():
+    calibrator = Calibrator()
+    for _ in range(20):  # matches of 3-4 tokens turn out right every time
+        calibrator.observe("suffix", (1,), 0, None, True)
+    short = calibrator.probability("suffix", (1,), 0)
+    assert short > 0.9
+    for bucket in range(2, 6):  # longer matches, never judged yet, lean on the shorter ones
+        assert calibrator.probability("suffix", (bucket,), 0) >= short
+    for _ in range(20):  # until their own outcomes say otherwise
+        calibrator.observe("suffix", (3,), 0, None, False)
+    assert calibrator.probability("suffix", (3,), 0) < 0.3

@@ -48,6 +48,8 @@ class Calibrator:
         first tokens carries down the chain."""
         acc, off = self.bins.get(self._key(source, signal, position, agreed), (0.0, 0.0))
         prior = signal_prior(source, signal) if position == 0 else CHAIN_DECAY * self.probability(source, signal, position - 1, agreed)
+        if source == "suffix" and signal[0] > 0:  # a longer match is right at least as often as a shorter one
+            prior = max(prior, self.probability(source, (signal[0] - 1,), position, agreed))
         return (acc + PRIOR_WEIGHT * prior) / (off + PRIOR_WEIGHT)
 
     def observe(self, source: str, signal: tuple, position: int, predicted: float | None, accepted: bool,

@@ -15,24 +15,52 @@ class Hindsight:
     as verification would have judged it (right if it is the target's choice and every token
     before it was right too), and the calibrator learns from it like from a verified one. Without
     this, a run would learn only from the trees it sends, and a conservative start could never
-    find out that a source has become worth a tree."""
+    find out that a source has become worth a tree.
+
+    A proposal a tree sent in part goes on here past the part it sent: verification judges the
+    sent tokens, hindsight the ones after them. Otherwise a run that sends 3 tokens of a chain
+    never learns whether the 4th would have been right, and its trees stay as shallow as its
+    first ones (on the code prompt, ten steps of 3 tokens, every one accepted, before the prior
+    let a 4th in)."""
 
     def __init__(self, calibrator: Calibrator) -> None:
         self.calibrator = calibrator
-        self.pending: list[tuple[Proposal, list[tuple[str, ...]], int]] = []  # proposal, support, next position
+        # proposal, support, next position, first position to judge (those before it were verified)
+        self.pending: list[tuple[Proposal, list[tuple[str, ...]], int, int]] = []
 
-    def keep(self, proposals: list[Proposal]) -> None:
-        for proposal, support in zip(proposals, support_of(proposals)):
-            self.pending.append((proposal, support, 0))
+    def keep(self, proposals: list[Proposal], sent: list[int] | None = None) -> None:
+        """Follow ``proposals`` from the next token on; ``sent``: how many of each one's first
+        tokens the step verifies (none are judged twice)."""
+        sent = sent or [0] * len(proposals)
+        for proposal, support, n_sent in zip(proposals, support_of(proposals), sent):
+            if n_sent < len(proposal.tokens):
+                self.pending.append((proposal, support, 0, n_sent))
 
     def see(self, token: int) -> None:
         """The target chose ``token`` next: every pending proposal's next token is judged."""
         if not self.pending:
             return
         observe, going = self.calibrator.observe, []
-        for proposal, support, i in self.pending:
+        for proposal, support, i, first in self.pending:
             right = proposal.tokens[i] == token
-            observe(proposal.source, proposal.signals[i], i, None, right, len(support[i]) > 1)
+            if i >= first:
+                observe(proposal.source, proposal.signals[i], i, None, right, len(support[i]) > 1)
             if right and i + 1 < len(proposal.tokens):
-                going.append((proposal, support, i + 1))
+                going.append((proposal, support, i + 1, first))
         self.pending = going
+
+
+def sent_lengths(proposals: list[Proposal], nodes) -> list[int]:
+    """How many of each proposal's first tokens a tree of ``nodes`` (in batch order, each with
+    its parent's index) holds: the length of its longest prefix that is a path of the tree."""
+    paths: list[tuple[int, ...]] = []
+    for node in nodes:
+        paths.append((*paths[node.parent], node.token) if node.parent >= 0 else (node.token,))
+    held = set(paths)
+    lengths = []
+    for proposal in proposals:
+        n = 0
+        while n < len(proposal.tokens) and tuple(proposal.tokens[: n + 1]) in held:
+            n += 1
+        lengths.append(n)
+    return lengths

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from specdec_studio.engine.events import Event, StepDone
 from specdec_studio.engine.strategies.auto.calibration import Calibrator, StepCost
 from specdec_studio.engine.strategies.auto.guard import Guard, Wary
-from specdec_studio.engine.strategies.auto.hindsight import Hindsight
+from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_lengths
 from specdec_studio.engine.strategies.auto.priors import DRAFT_MIN_RATE, DRAFT_PROBE_EVERY
 from specdec_studio.engine.strategies.auto.report import AutoReport
 from specdec_studio.engine.strategies.auto.sources import Sources
@@ -77,6 +77,8 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             else:
                 proposals = (chains + sources.siblings(context, room, chains))[:n_seq]
                 nodes, gain = build_tree(proposals, calibrator, wary, room, min_gain)
+                if nodes:  # what the tree leaves out of each proposal, hindsight judges
+                    hindsight.keep(proposals, sent_lengths(proposals, nodes))
             if chains is None:  # the draft model was stopped
                 break
             if not nodes:  # judged in hindsight instead, as the target's tokens come
