@@ -8,8 +8,10 @@ plain's output for a prompt is known, which tokens a step would accept follows f
 For the code prompt of the side-by-side benches and the first prompt of each category (``--all``:
 every shipped prompt), this decodes plain's output once, then replays on it:
 
-- **Auto**: its own sources, calibration and tree builder (the code ``--mode auto`` runs, without
-  a draft model), step by step, learning from each step's verdicts as a run does;
+- **Auto**: its own sources, calibration, hindsight and tree builder (the code ``--mode auto``
+  runs, without a draft model), step by step, learning from each step's verdicts as a run does;
+  the guard and the planner's pacing are left out (they follow the run's clock, which a replay
+  does not have), so it asks the sources every step and trusts its predictions;
 - **lookup k**: llama-lookup's drafting (the context n-gram cache, n-grams of 1 to 4 tokens) with
   a fixed draft length k from 1 to 8: the best k of each prompt (chosen knowing the outcome), and
   the best single k over all prompts;
@@ -37,6 +39,7 @@ from specdec_studio.engine.config import AUTO_SEQUENCES, RunConfig
 from specdec_studio.engine.events import StepDone
 from specdec_studio.engine.session import Session
 from specdec_studio.engine.strategies import auto
+from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_lengths
 from specdec_studio.engine.strategies.auto.priors import SHAPE_CHANGE_PRIOR
 from specdec_studio.engine.strategies.lookup import NgramCacheDrafter
 from specdec_studio.engine.tuning import profile
@@ -82,13 +85,16 @@ def replay_auto(prompt: list[int], output: list[int], curve) -> float:
     """The decode cost of Auto's run over ``output``: its loop, with the target's choices read
     from ``output`` instead of sampled."""
     calibrator, cost, price = auto.Calibrator(), auto.StepCost(curve), Pricing(curve)
+    hindsight = Hindsight(calibrator)
     sources = auto.Sources(prompt)
     context, i, total, n_redecode = [*prompt, output[0]], 1, 0.0, 0
     while i < len(output):
         sources.advance(context)
         room = min(K_MAX, len(output) - i - 1 - n_redecode)
         proposals = sources.propose(context, room, use_draft=False) if room > 0 else []
-        nodes, _ = auto.build_tree(proposals[:AUTO_SEQUENCES], calibrator, cost, max(0, room))
+        proposals = proposals[:AUTO_SEQUENCES]
+        nodes, _ = auto.build_tree(proposals, calibrator, cost, max(0, room))
+        hindsight.keep(proposals, sent_lengths(proposals, nodes))
         total += price.step(n_redecode + 1 + len(nodes))
         accepted, parent = [], -1
         while True:  # verification: the target's token at each depth, following the nodes that have it
@@ -99,6 +105,7 @@ def replay_auto(prompt: list[int], output: list[int], curve) -> float:
                 n = nodes[j]
                 calibrator.observe(n.source, n.signal, n.depth - 1, n.p, j == match, n.agreed)
             context.append(chosen)
+            hindsight.see(chosen)
             i += 1
             if match is None or i >= len(output):
                 break

@@ -25,8 +25,9 @@ tree is a plain step.
 
 A plain step costs what a step of plain decoding costs: the sources give their first tokens, and
 a bound on the tree's gain (``tree.could_pay``) must pass before they give more and the tree is
-built; while nothing could pay, they are asked less often. Proposals not sent are judged in
-hindsight against the target's tokens (``hindsight``), so the calibration learns on every step.
+built; while nothing could pay, they are asked less often. Proposals not sent, and the tokens a
+tree left out of those it sent, are judged in hindsight against the target's tokens
+(``hindsight``), so the calibration learns on every step and at every depth.
 The guard (``guard``) compares what the trees realised, by the run's own clock, with what they
 promised, and makes the planner warier while they do not pay.
 

@@ -45,7 +45,9 @@ class Calibrator:
         outcomes: at the first position, the signal's; deeper, the estimate one position up times
         CHAIN_DECAY (a source right at its first token is, until its deeper tokens have been
         judged, taken to be right at the next a little less often), so what the run learns at its
-        first tokens carries down the chain."""
+        first tokens carries down the chain. A suffix match's prior is at least what the run has
+        learnt for a match one bucket shorter at the same position: as a copy goes on, its match
+        grows into buckets with no outcomes yet, and they must not start below the shorter ones."""
         acc, off = self.bins.get(self._key(source, signal, position, agreed), (0.0, 0.0))
         prior = signal_prior(source, signal) if position == 0 else CHAIN_DECAY * self.probability(source, signal, position - 1, agreed)
         if source == "suffix" and signal[0] > 0:  # a longer match is right at least as often as a shorter one
