@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from specdec_studio.engine.strategies.auto import Calibrator, Proposal, StepCost, build_tree
 from specdec_studio.engine.strategies.auto.guard import Guard, Wary
 from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_lengths
-from specdec_studio.engine.strategies.auto.priors import GUARD_START_TRUST, IDLE_STRETCH, PLAN_INTERVAL_MAX, WAKE_MATCH
+from specdec_studio.engine.strategies.auto.priors import GUARD_START_TRUST, IDLE_STRETCH, PLAN_INTERVAL_MAX, PRIOR_MAX, WAKE_MATCH
 from specdec_studio.engine.strategies.auto.tree import could_pay
 from specdec_studio.engine.tuning.cost_model import CostCurve
 
@@ -172,3 +172,18 @@ def test_a_longer_suffix_match_is_believed_at_least_as_much_as_a_shorter_one():
     for _ in range(20):  # until their own outcomes say otherwise
         calibrator.observe("suffix", (3,), 0, None, False)
     assert calibrator.probability("suffix", (3,), 0) < 0.3
+
+
+def test_a_source_that_beats_its_priors_starts_its_other_bins_higher_and_one_that_trails_lower():
+    copying, echoing, fresh = Calibrator(), Calibrator(), Calibrator()
+    short, long = (1,), (4,)  # suffix matches of 3-4 tokens, and of 17-32
+    for _ in range(20):
+        copying.observe("suffix", short, 0, None, True)  # right far more often than its prior (0.45)
+        echoing.observe("suffix", short, 0, None, False)
+    prior = fresh.probability("suffix", long, 0)
+    assert copying.probability("suffix", long, 0) > prior + 0.05
+    assert echoing.probability("suffix", long, 0) < prior - 0.2
+    assert copying._signal_prior("suffix", long, False) == PRIOR_MAX  # scaled, but never a certainty
+    # another source, or the same one where another family agreed, keeps its own scale
+    assert copying.probability("ngram", (3, 2, 1, 0), 0) == fresh.probability("ngram", (3, 2, 1, 0), 0)
+    assert copying.probability("suffix", long, 0, agreed=True) == fresh.probability("suffix", long, 0, agreed=True)

@@ -3,7 +3,8 @@ verifications, and what a decode of B tokens costs relative to one."""
 
 from __future__ import annotations
 
-from specdec_studio.engine.strategies.auto.priors import CHAIN_DECAY, COST_SLOPE, PRIOR_WEIGHT, SHAPE_CHANGE_PRIOR, SOURCES, signal_prior
+from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, COST_SLOPE, PRIOR_MAX, PRIOR_WEIGHT, SCALE_WEIGHT, SHAPE_CHANGE_PRIOR,
+                                                          SOURCES, signal_prior)
 
 
 POSITIONS = 5  # positions 0-3 have bins of their own; 4 and deeper share one
@@ -18,6 +19,8 @@ class Calibrator:
         # predicted probability (in tenths) -> [sum predicted, accepted, offered]: calibration
         self.reliability = [[0.0, 0, 0] for _ in range(10)]
         self._answers: dict[tuple, float] = {}  # probability()'s answers since the last observe()
+        # (source, agreed) -> [accepted, the signal priors' sum] over first tokens judged
+        self.against_prior: dict[tuple[str, bool], list[float]] = {}
 
     def source_rate(self, source: str) -> float:
         """The share of the source's proposals the run has seen accepted (0.5 before any)."""
@@ -42,23 +45,37 @@ class Calibrator:
 
     def _estimate(self, source: str, signal: tuple, position: int, agreed: bool) -> float:
         """The bin's chance: a beta-binomial mean that leans on a prior worth PRIOR_WEIGHT
-        outcomes: at the first position, the signal's; deeper, the estimate one position up times
+        outcomes: at the first position, the signal's (:meth:`_signal_prior`); deeper, the estimate one position up times
         CHAIN_DECAY (a source right at its first token is, until its deeper tokens have been
         judged, taken to be right at the next a little less often), so what the run learns at its
         first tokens carries down the chain. A suffix match's prior is at least what the run has
         learnt for a match one bucket shorter at the same position: as a copy goes on, its match
         grows into buckets with no outcomes yet, and they must not start below the shorter ones."""
         acc, off = self.bins.get(self._key(source, signal, position, agreed), (0.0, 0.0))
-        prior = signal_prior(source, signal) if position == 0 else CHAIN_DECAY * self.probability(source, signal, position - 1, agreed)
+        prior = self._signal_prior(source, signal, agreed) if position == 0 else CHAIN_DECAY * self.probability(source, signal, position - 1, agreed)
         if source == "suffix" and signal[0] > 0:  # a longer match is right at least as often as a shorter one
             prior = max(prior, self.probability(source, (signal[0] - 1,), position, agreed))
         return (acc + PRIOR_WEIGHT * prior) / (off + PRIOR_WEIGHT)
+
+    def _signal_prior(self, source: str, signal: tuple, agreed: bool) -> float:
+        """The signal's prior, scaled by how this run's first tokens of the same source (and
+        agreement) fared against their own priors: a run whose suffix matches are right more
+        often than the priors say (an answer that copies its passage) starts every new bin of
+        that source higher; one whose are right less often (an answer that only echoes a few
+        words) starts them lower. Worth SCALE_WEIGHT outcomes that matched the prior."""
+        acc, expected = self.against_prior.get((source, agreed), (0.0, 0.0))
+        scale = (acc + SCALE_WEIGHT) / (expected + SCALE_WEIGHT)
+        return min(PRIOR_MAX, signal_prior(source, signal) * scale)
 
     def observe(self, source: str, signal: tuple, position: int, predicted: float | None, accepted: bool,
                 agreed: bool = False) -> None:
         """One token judged. ``predicted``: the chance the planner gave it, for the reliability
         table; None for a token judged in hindsight (never sent, so never predicted)."""
         self._answers.clear()
+        if position == 0:
+            scale = self.against_prior.setdefault((source, agreed), [0.0, 0.0])
+            scale[0] += accepted
+            scale[1] += signal_prior(source, signal)
         entry = self.bins.setdefault(self._key(source, signal, position, agreed), [0.0, 0.0])
         entry[0] += accepted
         entry[1] += 1

@@ -23,6 +23,12 @@ CHAIN_DECAY = 0.9
 SUFFIX_PRIOR = (0.35, 0.45, 0.6, 0.75, 0.85, 0.92)  # by match-length bucket: 2, 3-4, 5-8, 9-16, 17-32, 33+
 DRAFT_PRIOR = (0.2, 0.45, 0.7, 0.85, 0.93)  # by the draft's probability: <.3, <.6, <.8, <.95, more
 ALT_PRIOR = (0.08, 0.15, 0.25, 0.35)  # a 2nd or 3rd follower, by its share: <.15, <.3, <.45, more
+# A run's first tokens of a source, set against the priors of their signals, scale that source's
+# priors for the rest of the run (Calibrator._signal_prior): how a run's text copies is much the
+# same from one signal to the next, and a bin fine enough to tell them apart fills slowly. The
+# scale leans on SCALE_WEIGHT outcomes as the prior expects; a scaled prior stays below PRIOR_MAX.
+SCALE_WEIGHT = 8.0
+PRIOR_MAX = 0.95
 # Sources of different families that propose the same token after the same path read the context
 # in different ways (a sibling branch is the n-gram cache again, not a second opinion). Measured over
 # the shipped prompts' plain outputs, a first token that both the cache and the suffix match proposed
