@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from specdec_studio.engine.strategies.auto import Calibrator, Proposal, StepCost, build_tree
 from specdec_studio.engine.strategies.auto.guard import Guard, Wary
 from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_lengths
-from specdec_studio.engine.strategies.auto.priors import GUARD_START_TRUST, IDLE_STRETCH, PLAN_INTERVAL_MAX, PRIOR_MAX, WAKE_MATCH
+from specdec_studio.engine.strategies.auto.priors import (GUARD_START_TRUST, IDLE_STRETCH, PLAN_INTERVAL_MAX, PRIOR_MAX,
+                                                          WAKE_MATCH)
 from specdec_studio.engine.strategies.auto.tree import could_pay
 from specdec_studio.engine.tuning.cost_model import CostCurve
 

@@ -3,8 +3,8 @@ verifications, and what a decode of B tokens costs relative to one."""
 
 from __future__ import annotations
 
-from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, COST_SLOPE, PRIOR_MAX, PRIOR_WEIGHT, SCALE_WEIGHT, SHAPE_CHANGE_PRIOR,
-                                                          SOURCES, signal_prior)
+from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, COST_SLOPE, PRIOR_MAX, PRIOR_WEIGHT,
+                                                          SCALE_WEIGHT, SHAPE_CHANGE_PRIOR, SOURCES, signal_prior)
 
 
 POSITIONS = 5  # positions 0-3 have bins of their own; 4 and deeper share one
@@ -45,14 +45,18 @@ class Calibrator:
 
     def _estimate(self, source: str, signal: tuple, position: int, agreed: bool) -> float:
         """The bin's chance: a beta-binomial mean that leans on a prior worth PRIOR_WEIGHT
-        outcomes: at the first position, the signal's (:meth:`_signal_prior`); deeper, the estimate one position up times
-        CHAIN_DECAY (a source right at its first token is, until its deeper tokens have been
-        judged, taken to be right at the next a little less often), so what the run learns at its
-        first tokens carries down the chain. A suffix match's prior is at least what the run has
-        learnt for a match one bucket shorter at the same position: as a copy goes on, its match
-        grows into buckets with no outcomes yet, and they must not start below the shorter ones."""
+        outcomes: at the first position, the signal's (:meth:`_signal_prior`); deeper, the
+        estimate one position up times CHAIN_DECAY (a source right at its first token is, until
+        its deeper tokens have been judged, taken to be right at the next a little less often), so
+        what the run learns at its first tokens carries down the chain. A suffix match's prior is
+        at least what the run has learnt for a match one bucket shorter at the same position: as a
+        copy goes on, its match grows into buckets with no outcomes yet, and they must not start
+        below the shorter ones."""
         acc, off = self.bins.get(self._key(source, signal, position, agreed), (0.0, 0.0))
-        prior = self._signal_prior(source, signal, agreed) if position == 0 else CHAIN_DECAY * self.probability(source, signal, position - 1, agreed)
+        if position == 0:
+            prior = self._signal_prior(source, signal, agreed)
+        else:
+            prior = CHAIN_DECAY * self.probability(source, signal, position - 1, agreed)
         if source == "suffix" and signal[0] > 0:  # a longer match is right at least as often as a shorter one
             prior = max(prior, self.probability(source, (signal[0] - 1,), position, agreed))
         return (acc + PRIOR_WEIGHT * prior) / (off + PRIOR_WEIGHT)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from specdec_studio.engine.strategies.auto.calibration import Calibrator
 from specdec_studio.engine.strategies.auto.sources import Proposal
-from specdec_studio.engine.strategies.auto.tree import support_of
+from specdec_studio.engine.strategies.auto.tree import Node, support_of
 
 
 class Hindsight:
@@ -50,7 +50,7 @@ class Hindsight:
         self.pending = going
 
 
-def sent_lengths(proposals: list[Proposal], nodes) -> list[int]:
+def sent_lengths(proposals: list[Proposal], nodes: list[Node]) -> list[int]:
     """How many of each proposal's first tokens a tree of ``nodes`` (in batch order, each with
     its parent's index) holds: the length of its longest prefix that is a path of the tree."""
     paths: list[tuple[int, ...]] = []
