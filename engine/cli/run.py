@@ -98,8 +98,10 @@ def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Na
     from specdec_studio.engine.tuning.profile import ProfileCancelled
 
     out: dict = {}
-    if not args.no_predict and not session.cancel_flag.is_set():
-        if config.mode != "plain" and profile.cached(profile.profile_key(session)) is None:
+    if config.mode == "plain" and not args.no_predict:
+        out["predicted_speedup"] = 1.0  # by definition: no profile to measure for it
+    elif not args.no_predict and not session.cancel_flag.is_set():
+        if profile.cached(profile.profile_key(session)) is None:
             print("measuring the batch-cost profile for this model, context and thread count "
                   "(once; about 20 s for SmolLM2 on 2 cores)…", file=sys.stderr)
         try:
