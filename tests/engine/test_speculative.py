@@ -163,8 +163,10 @@ def test_rule_with_a_point_mass_draft(case):
 
 # ----------------------------------------------------------------------------- end to end, T = 0.8
 SAMPLING = dict(temperature=0.8)
-# 100 seeds by default (a real difference in distribution still fails the test), the full 300 with -m slow
-SEED_COUNTS = [pytest.param(100, id="100-seeds"), pytest.param(300, id="300-seeds", marks=pytest.mark.slow)]
+# 64 seeds by default (a gross difference in distribution still fails the test: a drafted token
+# kept without the target's check, a draw reused), the full 300 with -m slow, run before a change
+# to verification lands
+SEED_COUNTS = [pytest.param(64, id="64-seeds"), pytest.param(300, id="300-seeds", marks=pytest.mark.slow)]
 
 
 def _two_sample_p_value(a: list[int], b: list[int]) -> float:
