@@ -46,9 +46,9 @@ def test_greedy_auto_equals_plain_on_every_category(verified, exactness_probe):
     tree_steps = checked = 0
     for category, prompt in sorted(prompts.items()):
         tokens = prompt_tokens(verified, prompt, chat=True)
-        plain, _ = _final(verified.run(RunConfig(max_tokens=64), tokens))
+        plain, _ = _final(verified.run(RunConfig(max_tokens=48), tokens))
         before = verified.memory.verifier.n_checked
-        auto, seen = _final(verified.run(RunConfig(mode="auto", max_tokens=64), tokens))
+        auto, seen = _final(verified.run(RunConfig(mode="auto", max_tokens=48), tokens))
         checked += verified.memory.verifier.n_checked - before
         assert_lossless(verified, tokens, plain.token_ids, auto.token_ids, deviation, f"auto on {category}")
         decisions = auto.stats["auto"]["decisions"]

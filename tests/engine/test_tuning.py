@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import struct
 
 import pytest
@@ -24,8 +25,19 @@ def tmp_cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-def test_profile_is_monotone_cached_and_reused(smollm_session, tmp_cache, monkeypatch):
-    first = profile.load_or_measure(smollm_session)
+@pytest.fixture(scope="module")
+def measured(smollm_session, tmp_path_factory):
+    """The default model's profile, measured once for this module in a cache of its own: the
+    profile test checks it, the sweep test starts from it instead of measuring it again."""
+    cache = tmp_path_factory.mktemp("profile-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECDEC_CACHE", str(cache))
+        first = profile.load_or_measure(smollm_session)
+    return first, cache / "profiles" / first.key.filename()
+
+
+def test_profile_is_monotone_cached_and_reused(smollm_session, measured, tmp_cache, monkeypatch):
+    first, stored = measured
     curve = first.curve
     assert curve.sizes == profile.PROFILE_SIZES
     assert first.key.n_threads == smollm_session.n_threads and first.key.n_ctx == smollm_session.n_ctx
@@ -40,13 +52,14 @@ def test_profile_is_monotone_cached_and_reused(smollm_session, tmp_cache, monkey
     assert all(last <= 1.25 * every for last, every in zip(curve.t_last_logit, curve.t_all_logits))
     # the KV cache is left empty
     assert smollm_session.memory.mirror.base.used == 0
-    assert (tmp_cache / "profiles" / first.key.filename()).exists()
+    assert stored.exists()
 
     # a second call reads the cache and measures nothing
     def fail(*_a, **_k):
         raise AssertionError("the cached profile was measured again")
 
     monkeypatch.setattr(profile, "measure_curve", fail)
+    monkeypatch.setenv("SPECDEC_CACHE", str(stored.parent.parent))
     again = profile.load_or_measure(smollm_session)
     assert again == first
 
@@ -127,12 +140,15 @@ def _png_size(path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_tiny_sweep_writes_json_csv_and_png(tmp_cache, tmp_path, capsys):
+def test_tiny_sweep_writes_json_csv_and_png(measured, smollm_session, tmp_cache, tmp_path, capsys):
     from specdec_studio.engine.cli import main
 
+    (tmp_cache / "profiles").mkdir(parents=True)  # the module's profile: the sweep prices with it
+    shutil.copy(measured[1], tmp_cache / "profiles")
     out = tmp_path / "out"
     rc = main(["sweep", "--mode", "lookahead", "-W", "1,2", "-N", "2", "-G", "0,1", "-n", "24",
-               "--categories", "code_editing,translation", "-t", str(N_THREADS), "-c", "1024", "-o", str(out)])
+               "--categories", "code_editing,translation", "-t", str(N_THREADS), "-c", str(smollm_session.n_ctx),
+               "-o", str(out)])
     assert rc == 0
     result = json.loads((out / "results.json").read_text())
     cells = result["cells"]
