@@ -12,7 +12,7 @@ def test_training_shows_progress_stops_and_loads_the_draft(window, qtbot, smollm
     assert window.model_bar.draft.findData(TRAIN_DRAFT) >= 0
     out = tmp_path / "trained.gguf"
     window.start_training({"draft": str(smollm_drafts["default-q2_k"]), "keep_layers": None, "prompts": "shipped",
-                           "count": 8, "n_tokens": 48, "steps": 400, "output": str(out)})
+                           "count": 5, "n_tokens": 48, "steps": 400, "output": str(out)})
     assert window.running and not window.training_bar.isHidden()
     qtbot.waitUntil(lambda: window.training_bar.value() >= 2, timeout=TIMEOUT_MS)
     assert "loss" in window.training_bar.format() and "ETA" in window.training_bar.format()

@@ -36,7 +36,7 @@ def measured(smollm_session, tmp_path_factory):
     return first, cache / "profiles" / first.key.filename()
 
 
-def test_profile_is_monotone_cached_and_reused(smollm_session, measured, tmp_cache, monkeypatch):
+def test_profile_is_monotone_cached_and_reused(smollm_session, measured, monkeypatch):
     first, stored = measured
     curve = first.curve
     assert curve.sizes == profile.PROFILE_SIZES
