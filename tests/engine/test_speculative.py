@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 
 import numpy as np
 import pytest
@@ -127,6 +129,24 @@ def test_draft_from_another_family_is_refused(smollm_path, gemma_path):
             session.run(spec("speculative", SpeculativeParams()), [1, 2, 3])
 
 
+def test_draft_candidates_are_checked_once_per_file_pair(smollm_path, gemma_path, smollm_drafts, tmp_path, monkeypatch):
+    from specdec_studio.engine import models
+
+    copy = tmp_path / "draft.gguf"
+    shutil.copyfile(smollm_drafts["default-q2_k"], copy)
+    with Session(smollm_path, n_ctx=256, n_threads=N_THREADS) as session:
+        first = dict(models.draft_candidates(session.model, [gemma_path, copy]))
+        assert first[copy] is None and "different" in first[gemma_path]
+        opened = []
+        real = models.LoadedModel
+        monkeypatch.setattr(models, "LoadedModel", lambda path, **kw: opened.append(path) or real(path, **kw))
+        assert dict(models.draft_candidates(session.model, [gemma_path, copy])) == first
+        assert not opened  # the same files: nothing opened again
+        os.utime(copy, ns=(copy.stat().st_atime_ns, copy.stat().st_mtime_ns + 1_000_000))
+        assert dict(models.draft_candidates(session.model, [gemma_path, copy])) == first
+        assert opened == [copy]  # a changed file is checked again
+
+
 # ----------------------------------------------------------------------------- the sampling rule
 def _tv(counts: np.ndarray, p: np.ndarray) -> float:
     return 0.5 * float(np.abs(counts / counts.sum() - p).sum())
@@ -197,7 +217,9 @@ def test_stochastic_speculation_matches_plain_sampling(smollm, smollm_drafts, mo
         sampling = SamplingParams(seed=seed, **SAMPLING)
         for m in runs:
             config = RunConfig(mode=m, max_tokens=4, sampling=sampling, speculative=SpeculativeParams(k=3))
-            final = [e for e in session.run(config, prompt) if isinstance(e, RunFinished)][0]
+            # every run starts from the prompt's cells the first one made (of both models): the
+            # same logits, without decoding the prompt again for each of the seeds
+            final = [e for e in session.run(config, prompt, reuse_prefix=True) if isinstance(e, RunFinished)][0]
             runs[m].append(list(final.token_ids) + [-1] * (4 - len(final.token_ids)))
             if m == mode:
                 n_drafted += final.stats["n_drafted"]
