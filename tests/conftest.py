@@ -27,6 +27,7 @@ os.environ.setdefault("SPECDEC_MODELS", str(catalog.cache_dir()))
 os.environ["SPECDEC_CACHE"] = _scratch("specdec-test-cache-")
 
 N_THREADS = int(os.environ.get("SPECDEC_TEST_THREADS", "2"))
+SMOLLM_N_CTX = 2048  # smollm_session's context, and the windows' that reuse its profile
 
 CODE_PROMPT = (
     "def fibonacci(n):\n"
@@ -68,8 +69,32 @@ def any_model_path(request) -> Path:
 def smollm_session(smollm_path):
     from specdec_studio.engine.session import Session
 
-    with Session(smollm_path, n_ctx=2048, n_threads=N_THREADS) as session:
+    with Session(smollm_path, n_ctx=SMOLLM_N_CTX, n_threads=N_THREADS) as session:
         yield session
+
+
+@pytest.fixture(scope="session")
+def smollm_profile(smollm_path, tmp_path_factory) -> Path:
+    """The default model's batch-cost profile at ``smollm_session``'s setting (2,048 cells), measured
+    once per test session (~17 s) into a folder of its own; a module that wants it in its own cache
+    copies the file (see :func:`seed_profile`)."""
+    from specdec_studio.engine.session import Session
+    from specdec_studio.engine.tuning import profile
+
+    cache = tmp_path_factory.mktemp("session-profile")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECDEC_CACHE", str(cache))
+        with Session(smollm_path, n_ctx=SMOLLM_N_CTX, n_threads=N_THREADS) as session:
+            measured = profile.load_or_measure(session)
+    return cache / "profiles" / measured.key.filename()
+
+
+def seed_profile(stored: Path, cache: Path) -> Path:
+    """Copies a stored profile into ``cache`` (a folder SPECDEC_CACHE points at); returns the copy."""
+    dest = cache / "profiles" / stored.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(stored, dest)
+    return dest
 
 
 @pytest.fixture(scope="session")

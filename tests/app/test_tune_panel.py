@@ -9,24 +9,27 @@ import pytest
 
 from specdec_studio.app.qt import QtCore, Qt
 from specdec_studio.engine import catalog
-from tests.conftest import CODE_PROMPT
+from tests.conftest import CODE_PROMPT, SMOLLM_N_CTX, seed_profile
 
 TIMEOUT_MS = 180_000
 
 
 @pytest.fixture(scope="module")
-def module_cache(tmp_path_factory):
+def module_cache(tmp_path_factory, smollm_profile):
     """Sweeps are kept per model in the cache: a fresh one for this module, so no sweep made
-    elsewhere reopens here; the profile measured by the first window is reused by the others."""
+    elsewhere reopens here. It starts with the session's profile of the default model (the
+    windows' setting is the one it was measured at), which the remeasure test measures anew."""
+    cache = tmp_path_factory.mktemp("cache")
+    seed_profile(smollm_profile, cache)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPECDEC_MODELS", str(catalog.cache_dir()))
-        mp.setenv("SPECDEC_CACHE", str(tmp_path_factory.mktemp("cache")))
+        mp.setenv("SPECDEC_CACHE", str(cache))
         yield
 
 
 @pytest.fixture
 def window(open_window, module_cache):
-    return open_window(n_ctx=1024, wait_for_profile=True)
+    return open_window(n_ctx=SMOLLM_N_CTX, wait_for_profile=True)
 
 
 def _tiny_sweep(window) -> None:

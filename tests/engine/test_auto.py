@@ -44,11 +44,14 @@ def test_greedy_auto_equals_plain_on_every_category(verified, exactness_probe):
     prompts = {p.category: p for p in shipped()}
     assert set(prompts) == set(CATEGORIES)
     tree_steps = checked = 0
+    verified.ensure_sequences(RunConfig(mode="auto").n_sequences)  # so that a run keeps the last one's cells
     for category, prompt in sorted(prompts.items()):
         tokens = prompt_tokens(verified, prompt, chat=True)
         plain, _ = _final(verified.run(RunConfig(max_tokens=48), tokens))
         before = verified.memory.verifier.n_checked
-        auto, seen = _final(verified.run(RunConfig(mode="auto", max_tokens=48), tokens))
+        # Auto continues from the prompt's cells plain left, as a chat's next turn does
+        auto, seen = _final(verified.run(RunConfig(mode="auto", max_tokens=48), tokens, reuse_prefix=True))
+        assert auto.stats["n_prompt_reused"] == len(tokens) - 1
         checked += verified.memory.verifier.n_checked - before
         assert_lossless(verified, tokens, plain.token_ids, auto.token_ids, deviation, f"auto on {category}")
         decisions = auto.stats["auto"]["decisions"]
@@ -118,11 +121,15 @@ def test_stochastic_auto_matches_plain_sampling(flat, n_seeds):
                                             "The dog sat on")
     runs: dict[str, list[list[int]]] = {"plain": [], "auto": []}
     n_drafted = 0
+    smollm_session.ensure_sequences(RunConfig(mode="auto").n_sequences)
     for seed in range(n_seeds):
         for mode in runs:
-            # a fresh seed stream per mode so the two samples are independent
+            # a fresh seed stream per mode so the two samples are independent; every run starts
+            # from the prompt's cells the first one made (the same logits, decoded once)
             sampling = SamplingParams(temperature=0.8, seed=seed + (0 if mode == "plain" else 10_000))
-            final, _ = _final(smollm_session.run(RunConfig(mode=mode, max_tokens=4, sampling=sampling), prompt))
+            final, _ = _final(smollm_session.run(RunConfig(mode=mode, max_tokens=4, sampling=sampling), prompt,
+                                                 reuse_prefix=True))
+            assert final.stats["n_prompt_reused"] == (len(prompt) - 1 if seed or mode != "plain" else 0)
             runs[mode].append(list(final.token_ids) + [-1] * (4 - len(final.token_ids)))
             n_drafted += final.stats["n_drafted"] if mode == "auto" else 0
     assert n_drafted > n_seeds

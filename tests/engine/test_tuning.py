@@ -14,7 +14,7 @@ from specdec_studio.engine import catalog
 from specdec_studio.engine.errors import ConfigError, SpecDecError
 from specdec_studio.engine.session import Session
 from specdec_studio.engine.tuning import profile, prompts, sweep
-from tests.conftest import N_THREADS
+from tests.conftest import N_THREADS, seed_profile
 
 
 @pytest.fixture
@@ -26,14 +26,13 @@ def tmp_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def measured(smollm_session, tmp_path_factory):
-    """The default model's profile, measured once for this module in a cache of its own: the
-    profile test checks it, the sweep test starts from it instead of measuring it again."""
-    cache = tmp_path_factory.mktemp("profile-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPECDEC_CACHE", str(cache))
-        first = profile.load_or_measure(smollm_session)
-    return first, cache / "profiles" / first.key.filename()
+def measured(smollm_session, smollm_profile, tmp_path_factory):
+    """The default model's profile (measured once per test session by ``load_or_measure`` at this
+    session's setting), in a cache of this module's own: the profile test checks it, the sweep
+    test prices with it."""
+    stored = seed_profile(smollm_profile, tmp_path_factory.mktemp("profile-cache"))
+    first = profile.BatchCostProfile.from_dict(json.loads(stored.read_text()))
+    return first, stored
 
 
 def test_profile_is_monotone_cached_and_reused(smollm_session, measured, monkeypatch):
@@ -50,9 +49,12 @@ def test_profile_is_monotone_cached_and_reused(smollm_session, measured, monkeyp
                 assert t2 > t1, f"T({b2}) = {t2:.4f} s is not above T({b1}) = {t1:.4f} s"
     assert curve.relative(128) > 8 * curve.relative(2)
     assert all(last <= 1.25 * every for last, every in zip(curve.t_last_logit, curve.t_all_logits))
-    # the KV cache is left empty
-    assert smollm_session.memory.mirror.base.used == 0
     assert stored.exists()
+    # a measurement leaves the KV cache empty (a few sizes, in a cache of its own)
+    monkeypatch.setenv("SPECDEC_CACHE", str(stored.parent.parent.with_name("small-profile")))
+    small = profile.load_or_measure(smollm_session, sizes=(1, 2, 4))
+    assert small.curve.sizes == (1, 2, 4) and small.key != first.key
+    assert smollm_session.memory.mirror.base.used == 0
 
     # a second call reads the cache and measures nothing
     def fail(*_a, **_k):
