@@ -70,6 +70,20 @@ def test_trust_falls_while_trees_do_not_pay_and_comes_back_when_they_do():
     assert guard.trust == 1.0
 
 
+def test_trees_that_cost_what_they_were_priced_at_keep_full_trust_on_a_jittery_machine():
+    """Plain steps of 9 and 11 ms, trees of twice a plain step's time give or take the same 10 %:
+    judged against the fastest plain step, they would all look ~10 % slower than priced."""
+    cost = StepCost()
+    for _ in range(4):
+        cost.observe(1, 0.009)
+        cost.observe(1, 0.011)
+    guard = Guard()
+    predicted = 3 / (2.0 + cost.return_penalty())
+    for t_decode in (0.018, 0.022) * 10:
+        guard.judge(predicted, 3, t_decode, cost)
+    assert guard.trust > 0.99  # what is left of the cautious start (0.80 weighed at 0.9^20)
+
+
 def test_a_wary_planner_sends_shallower_trees_and_fewer():
     calibrator = Calibrator()
     for _ in range(40):  # a source right 80 % of the time at every depth

@@ -152,6 +152,16 @@ class StepCost:
         times = self.seen.get(1)
         return min(times) if times else None
 
+    def typical_plain_time(self) -> float | None:
+        """The mean of the recent one-token decodes that followed one-token decodes (seconds; the
+        fastest recent one until TRUSTED of them are timed), None before the run has timed one.
+        A tree step's single timing is set against this: against the fastest of them, the
+        machine's jitter alone would make every tree look slower than it is."""
+        after_plain = self._plain_after[False]
+        if len(after_plain) < self.TRUSTED:
+            return self.plain_time()
+        return sum(after_plain) / len(after_plain)
+
     def first_chance_needed(self, room: int, min_gain: float) -> float:
         """The least chance r for which a tree of up to ``room`` nodes, each reached with chance r,
         would beat ``min_gain``: 1 + m·r tokens for a step of cost relative(m + 1) + penalty."""

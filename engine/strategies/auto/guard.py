@@ -11,7 +11,7 @@ class Guard:
     """How far Auto trusts its predictions, learnt from what its trees realised.
 
     A tree step predicts it emits ``g`` times the tokens a plain step would in the same time. What
-    it realised is its emitted tokens ÷ (its decode time ÷ a plain decode's time, plus the graph
+    it realised is its emitted tokens ÷ (its decode time ÷ a typical plain decode's, plus the graph
     rebuild it makes the next plain step pay). The guard keeps decayed sums of both; their ratio,
     at most 1, is the run's ``trust``. While trust is low the planner believes every extra row
     costs 1/trust times what the curve says, so it sends shallower trees (the gain peaks at a
@@ -58,7 +58,7 @@ class Guard:
 
     def judge(self, predicted: float, emitted: int, t_decode: float, cost: StepCost) -> None:
         """A tree step that predicted ``predicted`` and emitted ``emitted`` tokens in ``t_decode``."""
-        t_plain = cost.plain_time()
+        t_plain = cost.typical_plain_time()
         if t_plain is None:  # no plain decode timed yet: nothing to compare with
             return
         realised = emitted / (t_decode / t_plain + cost.return_penalty())
