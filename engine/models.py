@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,11 +225,11 @@ def check_draft_vocab(target: LoadedModel, draft: LoadedModel) -> None:
             )
 
 
-# draft_candidates' verdicts by (target file, candidate file), each as path, size and mtime: every
-# model load lists the cached models that can draft for it, and checking one opens its vocabulary
-# (~0.35 s for Gemma's 262,144 tokens; ~4 s for the ten files a full set-up caches), so a file pair
-# is checked once per process and again only when either file changes.
-_DRAFT_VERDICTS: dict[tuple[str, str], str | None] = {}
+# Every model load lists the cached models that can draft for it, and checking one opens its
+# vocabulary (~0.35 s for Gemma's 262,144 tokens; ~4 s for the ten files a full set-up caches). The
+# verdicts are kept in the cache by file pair, each file as path, size and mtime, so a pair is
+# checked again only when either file changed.
+DRAFT_VERDICTS_FILE = "draft-verdicts.json"
 
 
 def _file_identity(path: str | Path) -> str:
@@ -236,22 +237,47 @@ def _file_identity(path: str | Path) -> str:
     return f"{Path(path).resolve()}|{st.st_size}|{st.st_mtime_ns}"
 
 
+def _still_current(identity: str) -> bool:
+    path = identity.rsplit("|", 2)[0]
+    try:
+        return _file_identity(path) == identity
+    except OSError:
+        return False
+
+
 def draft_candidates(target: LoadedModel, paths: list[Path]) -> list[tuple[Path, str | None]]:
     """For each path, None if it can draft for ``target``, else the sentence saying why not."""
-    out: list[tuple[Path, str | None]] = []
+    from specdec_studio.engine.catalog import cache_root
+    from specdec_studio.engine.jsonfile import write_json
+
+    index_path = cache_root() / DRAFT_VERDICTS_FILE
+    try:
+        index = json.loads(index_path.read_text())
+    except (OSError, ValueError):
+        index = {}
+    if not isinstance(index, dict):
+        index = {}
     target_id = _file_identity(target.info.path)
+    known = index.setdefault(target_id, {})
+    out: list[tuple[Path, str | None]] = []
+    changed = False
     for path in paths:
         try:
-            key = (target_id, _file_identity(path))
+            candidate_id = _file_identity(path)
         except OSError as exc:  # gone since it was listed
             out.append((path, f"{Path(path).name} cannot be read: {exc.strerror or exc}"))
             continue
-        if key not in _DRAFT_VERDICTS:
+        if candidate_id not in known:
             try:
                 with LoadedModel(path, vocab_only=True) as candidate:
                     check_draft_vocab(target, candidate)
-                _DRAFT_VERDICTS[key] = None
+                known[candidate_id] = None
             except (VocabMismatchError, ModelFileError) as exc:
-                _DRAFT_VERDICTS[key] = str(exc)
-        out.append((path, _DRAFT_VERDICTS[key]))
+                known[candidate_id] = str(exc)
+            changed = True
+        out.append((path, known[candidate_id]))
+    if changed:  # what is written keeps only the pairs whose files are still as they were checked
+        kept = {t: {c: v for c, v in row.items() if _still_current(c)}
+                for t, row in index.items() if isinstance(row, dict) and _still_current(t)}
+        write_json(index_path, kept, indent=1)
     return out

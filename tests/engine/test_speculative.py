@@ -130,13 +130,17 @@ def test_draft_from_another_family_is_refused(smollm_path, gemma_path):
 
 
 def test_draft_candidates_are_checked_once_per_file_pair(smollm_path, gemma_path, smollm_drafts, tmp_path, monkeypatch):
+    """The verdicts are kept in the cache: the same files are not opened again (in this process or
+    the next), a file that changed is."""
     from specdec_studio.engine import models
 
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     copy = tmp_path / "draft.gguf"
     shutil.copyfile(smollm_drafts["default-q2_k"], copy)
     with Session(smollm_path, n_ctx=256, n_threads=N_THREADS) as session:
         first = dict(models.draft_candidates(session.model, [gemma_path, copy]))
         assert first[copy] is None and "different" in first[gemma_path]
+        assert (tmp_path / "cache" / models.DRAFT_VERDICTS_FILE).exists()
         opened = []
         real = models.LoadedModel
         monkeypatch.setattr(models, "LoadedModel", lambda path, **kw: opened.append(path) or real(path, **kw))
@@ -145,6 +149,8 @@ def test_draft_candidates_are_checked_once_per_file_pair(smollm_path, gemma_path
         os.utime(copy, ns=(copy.stat().st_atime_ns, copy.stat().st_mtime_ns + 1_000_000))
         assert dict(models.draft_candidates(session.model, [gemma_path, copy])) == first
         assert opened == [copy]  # a changed file is checked again
+        copy.unlink()
+        assert "cannot be read" in dict(models.draft_candidates(session.model, [gemma_path, copy]))[copy]
 
 
 # ----------------------------------------------------------------------------- the sampling rule
