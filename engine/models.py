@@ -258,7 +258,9 @@ def draft_candidates(target: LoadedModel, paths: list[Path]) -> list[tuple[Path,
     if not isinstance(index, dict):
         index = {}
     target_id = _file_identity(target.info.path)
-    known = index.setdefault(target_id, {})
+    known = index.get(target_id)
+    if not isinstance(known, dict):
+        known = index[target_id] = {}
     out: list[tuple[Path, str | None]] = []
     changed = False
     for path in paths:
@@ -267,7 +269,7 @@ def draft_candidates(target: LoadedModel, paths: list[Path]) -> list[tuple[Path,
         except OSError as exc:  # gone since it was listed
             out.append((path, f"{Path(path).name} cannot be read: {exc.strerror or exc}"))
             continue
-        if candidate_id not in known:
+        if not (candidate_id in known and (known[candidate_id] is None or isinstance(known[candidate_id], str))):
             try:
                 with LoadedModel(path, vocab_only=True) as candidate:
                     check_draft_vocab(target, candidate)
@@ -277,7 +279,10 @@ def draft_candidates(target: LoadedModel, paths: list[Path]) -> list[tuple[Path,
             changed = True
         out.append((path, known[candidate_id]))
     if changed:  # what is written keeps only the pairs whose files are still as they were checked
-        kept = {t: {c: v for c, v in row.items() if _still_current(c)}
+        kept = {t: {c: v for c, v in row.items() if _still_current(c) and (v is None or isinstance(v, str))}
                 for t, row in index.items() if isinstance(row, dict) and _still_current(t)}
-        write_json(index_path, kept, indent=1)
+        try:
+            write_json(index_path, kept, indent=1)
+        except OSError:
+            pass  # a cache that cannot be written costs the next load the check, nothing else
     return out

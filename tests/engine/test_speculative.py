@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 
@@ -151,6 +152,12 @@ def test_draft_candidates_are_checked_once_per_file_pair(smollm_path, gemma_path
         assert opened == [copy]  # a changed file is checked again
         copy.unlink()
         assert "cannot be read" in dict(models.draft_candidates(session.model, [gemma_path, copy]))[copy]
+        # a damaged verdict file is a cache miss, never an error
+        verdicts = tmp_path / "cache" / models.DRAFT_VERDICTS_FILE
+        for damaged in ("not json", '["a list"]', json.dumps({models._file_identity(smollm_path): "a string"}),
+                        json.dumps({models._file_identity(smollm_path): {models._file_identity(gemma_path): 7}})):
+            verdicts.write_text(damaged)
+            assert dict(models.draft_candidates(session.model, [gemma_path]))[gemma_path] == first[gemma_path]
 
 
 # ----------------------------------------------------------------------------- the sampling rule
