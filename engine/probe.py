@@ -180,21 +180,34 @@ def exactness_note(result: dict) -> str:
             "conversation (decoded in other batches) can differ from a fresh decode of it only at such a near-tie.")
 
 
-def _cache_path(session: Session) -> Path:
+def _cache_path(model_path: str | Path, n_threads: int) -> Path:
     from specdec_studio.engine.catalog import cache_root
 
-    sha = model_sha256(session.model.info.path)
-    return cache_root() / "exactness" / f"{sha[:16]}-t{session.n_threads}-{build_fingerprint()}.json"
+    sha = model_sha256(model_path)
+    return cache_root() / "exactness" / f"{sha[:16]}-t{n_threads}-{build_fingerprint()}.json"
+
+
+def _sizes_as_ints(result: dict) -> dict:
+    """A result read back from JSON, with its batch sizes as ints again (JSON keys are strings)."""
+    result["max_abs_diff_by_batch"] = {int(k): v for k, v in result["max_abs_diff_by_batch"].items()}
+    long = result["long_context"]
+    long["max_abs_diff_by_batch"] = {int(k): v for k, v in long["max_abs_diff_by_batch"].items()}
+    return result
+
+
+def cached_probe_for(model_path: str | Path, n_threads: int) -> dict | None:
+    """The probe result kept for this model file, thread count and build, if any."""
+    import json
+
+    try:
+        return _sizes_as_ints(json.loads(_cache_path(model_path, n_threads).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def cached_probe(session: Session) -> dict | None:
     """The probe result kept for this session's model, thread count and build, if any."""
-    import json
-
-    try:
-        return json.loads(_cache_path(session).read_text())
-    except (OSError, ValueError):
-        return None
+    return cached_probe_for(session.model.info.path, session.n_threads)
 
 
 def load_or_probe(session: Session) -> dict:
@@ -206,7 +219,7 @@ def load_or_probe(session: Session) -> dict:
     if found is not None:
         return found
     result = probe_exactness(session.model.info.path, n_threads=session.n_threads)
-    path = _cache_path(session)
+    path = _cache_path(session.model.info.path, session.n_threads)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result))
     return result

@@ -111,14 +111,16 @@ def smollm_drafts(smollm_path) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def exactness_probe():
-    """The exactness probe of a model, measured once per test session (it decodes ~1,400 tokens)."""
-    from specdec_studio.engine.probe import probe_exactness
+    """The exactness probe of a model, measured once per test session (it decodes ~1,400 tokens):
+    read from this session's test cache where a test already measured it there (the Profile tab's
+    exactness test passes its result on, see ``tests/app/test_tune_panel.py``), else measured now."""
+    from specdec_studio.engine.probe import cached_probe_for, probe_exactness
 
     results: dict = {}
 
     def probe(path: Path) -> dict:
         if path not in results:
-            results[path] = probe_exactness(path, n_threads=N_THREADS)
+            results[path] = cached_probe_for(path, N_THREADS) or probe_exactness(path, n_threads=N_THREADS)
         return results[path]
 
     return probe
