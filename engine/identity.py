@@ -27,15 +27,22 @@ def build_fingerprint() -> str:
     return f"{llama.__version__}-{hashlib.sha256(info.encode()).hexdigest()[:12]}"
 
 
+def file_identity(path: str | Path) -> str:
+    """A file as its resolved path, size and mtime: what a cache of facts about the file is keyed by
+    (a change to any of them means the file may have changed). Raises OSError if it is gone."""
+    path = Path(path).resolve()
+    st = path.stat()
+    return f"{path}|{st.st_size}|{st.st_mtime_ns}"
+
+
 def model_sha256(path: str | Path) -> str:
     """The model file's sha256, hashed once per (path, size, mtime) and remembered on disk."""
     from specdec_studio.engine.catalog import cache_root
     from specdec_studio.engine.models import file_sha256
 
     path = Path(path).resolve()
-    st = path.stat()
     index_path = cache_root() / "file-hashes.json"
-    entry = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    entry = file_identity(path)
     try:
         index = json.loads(index_path.read_text())
     except (OSError, ValueError):

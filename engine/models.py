@@ -227,49 +227,50 @@ def check_draft_vocab(target: LoadedModel, draft: LoadedModel) -> None:
 
 # Every model load lists the cached models that can draft for it, and checking one opens its
 # vocabulary (~0.35 s for Gemma's 262,144 tokens; ~4 s for the ten files a full set-up caches). The
-# verdicts are kept in the cache by file pair, each file as path, size and mtime, so a pair is
+# verdicts are kept in the cache by file pair (each file's identity.file_identity), so a pair is
 # checked again only when either file changed.
 DRAFT_VERDICTS_FILE = "draft-verdicts.json"
 
 
-def _file_identity(path: str | Path) -> str:
-    st = Path(path).stat()
-    return f"{Path(path).resolve()}|{st.st_size}|{st.st_mtime_ns}"
-
-
 def _still_current(identity: str) -> bool:
-    path = identity.rsplit("|", 2)[0]
+    from specdec_studio.engine.identity import file_identity
+
     try:
-        return _file_identity(path) == identity
+        return file_identity(identity.rsplit("|", 2)[0]) == identity
     except OSError:
         return False
+
+
+def _read_verdicts(path: Path) -> dict[str, dict[str, str | None]]:
+    """The kept verdicts by target and candidate; what a damaged file holds is left out."""
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(index, dict):
+        return {}
+    return {target: {candidate: why for candidate, why in row.items() if why is None or isinstance(why, str)}
+            for target, row in index.items() if isinstance(row, dict)}
 
 
 def draft_candidates(target: LoadedModel, paths: list[Path]) -> list[tuple[Path, str | None]]:
     """For each path, None if it can draft for ``target``, else the sentence saying why not."""
     from specdec_studio.engine.catalog import cache_root
+    from specdec_studio.engine.identity import file_identity
     from specdec_studio.engine.jsonfile import write_json
 
     index_path = cache_root() / DRAFT_VERDICTS_FILE
-    try:
-        index = json.loads(index_path.read_text())
-    except (OSError, ValueError):
-        index = {}
-    if not isinstance(index, dict):
-        index = {}
-    target_id = _file_identity(target.info.path)
-    known = index.get(target_id)
-    if not isinstance(known, dict):
-        known = index[target_id] = {}
+    index = _read_verdicts(index_path)
+    known = index.setdefault(file_identity(target.info.path), {})
     out: list[tuple[Path, str | None]] = []
     changed = False
     for path in paths:
         try:
-            candidate_id = _file_identity(path)
+            candidate_id = file_identity(path)
         except OSError as exc:  # gone since it was listed
             out.append((path, f"{Path(path).name} cannot be read: {exc.strerror or exc}"))
             continue
-        if not (candidate_id in known and (known[candidate_id] is None or isinstance(known[candidate_id], str))):
+        if candidate_id not in known:
             try:
                 with LoadedModel(path, vocab_only=True) as candidate:
                     check_draft_vocab(target, candidate)
@@ -279,8 +280,8 @@ def draft_candidates(target: LoadedModel, paths: list[Path]) -> list[tuple[Path,
             changed = True
         out.append((path, known[candidate_id]))
     if changed:  # what is written keeps only the pairs whose files are still as they were checked
-        kept = {t: {c: v for c, v in row.items() if _still_current(c) and (v is None or isinstance(v, str))}
-                for t, row in index.items() if isinstance(row, dict) and _still_current(t)}
+        kept = {t: {c: why for c, why in row.items() if _still_current(c)}
+                for t, row in index.items() if _still_current(t)}
         try:
             write_json(index_path, kept, indent=1)
         except OSError:

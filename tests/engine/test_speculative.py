@@ -134,6 +134,7 @@ def test_draft_candidates_are_checked_once_per_file_pair(smollm_path, gemma_path
     """The verdicts are kept in the cache: the same files are not opened again (in this process or
     the next), a file that changed is."""
     from specdec_studio.engine import models
+    from specdec_studio.engine.identity import file_identity
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     copy = tmp_path / "draft.gguf"
@@ -154,8 +155,8 @@ def test_draft_candidates_are_checked_once_per_file_pair(smollm_path, gemma_path
         assert "cannot be read" in dict(models.draft_candidates(session.model, [gemma_path, copy]))[copy]
         # a damaged verdict file is a cache miss, never an error
         verdicts = tmp_path / "cache" / models.DRAFT_VERDICTS_FILE
-        for damaged in ("not json", '["a list"]', json.dumps({models._file_identity(smollm_path): "a string"}),
-                        json.dumps({models._file_identity(smollm_path): {models._file_identity(gemma_path): 7}})):
+        for damaged in ("not json", '["a list"]', json.dumps({file_identity(smollm_path): "a string"}),
+                        json.dumps({file_identity(smollm_path): {file_identity(gemma_path): 7}})):
             verdicts.write_text(damaged)
             assert dict(models.draft_candidates(session.model, [gemma_path]))[gemma_path] == first[gemma_path]
 
