@@ -10,9 +10,6 @@ from specdec_studio.app.qt import Qt
 from specdec_studio.app.worker_messages import (ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress,
                                                 ProfileProgress, ProfileReady, ProfileStarted, SavedSweeps)
 
-# the copies the format speed comparison measures when none were compared yet: the two with
-# small-batch kernels on a CPU (see engine.tuning.formats)
-SPEED_FORMATS = ("Q4_0", "IQ4_NL")
 
 
 class TuningMixin:
@@ -72,6 +69,8 @@ class TuningMixin:
         if self.running or not self.model_loaded:
             return
         if formats is None:
+            from specdec_studio.engine.tuning.formats import SPEED_FORMATS
+
             formats = self.compared_formats or SPEED_FORMATS
         self.running = self.comparing_formats = True
         self._update_buttons()

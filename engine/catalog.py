@@ -63,6 +63,8 @@ DERIVED_DRAFTS: dict[str, tuple[str, str]] = {
     "default-q4_0": ("default", "Q4_0"),
     "default-iq4_nl": ("default", "IQ4_NL"),
     "default-q4_k_m": ("default", "Q4_K_M"),
+    "default-q4_0_pure": ("default", "Q4_0_PURE"),
+    "default-iq4_nl_pure": ("default", "IQ4_NL_PURE"),
 }
 
 

@@ -26,7 +26,19 @@ QUANT_TYPES = {
     "IQ4_NL": llama.LLAMA_FTYPE_MOSTLY_IQ4_NL,
     "Q4_K_M": llama.LLAMA_FTYPE_MOSTLY_Q4_K_M,
     "Q8_0": llama.LLAMA_FTYPE_MOSTLY_Q8_0,
+    # llama.cpp keeps a model's token embedding at a higher precision than its other weights (Q8_0
+    # in SmolLM2's files: Q6_K needs a width that is a multiple of 256, SmolLM2's is 576), and in a
+    # model whose output head is tied to its embedding that is the largest matrix a decode reads
+    # (49,152 x 576 in SmolLM2): a second row of logits costs ~0.3 T(1) in the Q4_0 copy. A _PURE
+    # copy quantises it like every other tensor (llama-quantize's --pure), so the head gets the
+    # format's repacked kernels too (the second row of logits then costs next to nothing).
+    # Measured on SmolLM2 side by side: IQ4_NL_PURE decodes one token in 5.97 ms against IQ4_NL's
+    # 6.57 and verifies 2 rows for 1.41 T(1) against 1.61, for 3 points less greedy agreement with
+    # the original (76.4 % against 79.2 %).
+    "Q4_0_PURE": llama.LLAMA_FTYPE_MOSTLY_Q4_0,
+    "IQ4_NL_PURE": llama.LLAMA_FTYPE_MOSTLY_IQ4_NL,
 }
+PURE_SUFFIX = "_PURE"
 
 
 def requantize(src: Path, dst: Path, quant_type: str, *, n_threads: int = 0) -> Path:
@@ -41,6 +53,7 @@ def requantize(src: Path, dst: Path, quant_type: str, *, n_threads: int = 0) -> 
     params.ftype = QUANT_TYPES[quant_type]
     params.allow_requantize = True
     params.nthread = n_threads
+    params.pure = quant_type.endswith(PURE_SUFFIX)
     native.take_recent_problems()
     rc = llama.llama_model_quantize(str(src).encode(), str(partial).encode(), params)
     if rc != 0:

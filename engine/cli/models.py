@@ -54,12 +54,13 @@ def _list_models(as_json: bool) -> int:
     if not rows:
         print(f"no models in {catalog.cache_dir()}; run `specdec models fetch default`")
         return 0
-    print(f"{'file':38} {'size':>8} {'arch':10} {'params':>8} {'quant':16} {'vocab':>7} {'n_ctx':>7} chat")
+    width = max(38, *(len(Path(r["path"]).name) for r in rows))  # the longest file name sets the column
+    print(f"{'file':{width}} {'size':>8} {'arch':10} {'params':>8} {'quant':16} {'vocab':>7} {'n_ctx':>7} chat")
     for r in rows:
         if "error" in r:
-            print(f"{Path(r['path']).name:38} {r['error']}")
+            print(f"{Path(r['path']).name:{width}} {r['error']}")
             continue
-        print(f"{Path(r['path']).name:38} {r['size_bytes'] / 2**20:6.0f}MB {r['arch']:10} "
+        print(f"{Path(r['path']).name:{width}} {r['size_bytes'] / 2**20:6.0f}MB {r['arch']:10} "
               f"{r['n_params'] / 1e6:7.0f}M {r['quant']:16} {r['n_vocab']:7d} {r['n_ctx_train']:7d} "
               f"{'yes' if r['chat_template'] else 'no'}")
     return 0
@@ -71,11 +72,15 @@ def add_parser(sub) -> None:
     msub = models.add_subparsers(dest="action", required=True)
     fetch = msub.add_parser("fetch", help="download a known model into the cache")
     fetch.add_argument("name", nargs="?", default="default",
-                       help="default, gemma, a requantised draft (default-q8_0, default-q3_k_m, default-q2_k) or all")
+                       help="default, gemma, a requantised draft or copy (default-q8_0, default-q4_0, "
+                            "default-iq4_nl_pure, …: see `specdec models list`) or all")
     lst = msub.add_parser("list", help="models in the cache")
     lst.add_argument("--json", action="store_true")
-    rq = msub.add_parser("requantize", help="make a draft by requantising a model")
+    from specdec_studio.engine.quantize import QUANT_TYPES
+
+    rq = msub.add_parser("requantize", help="make a draft or a copy in another weight format by requantising a model")
     rq.add_argument("src")
     rq.add_argument("dst")
-    rq.add_argument("--type", required=True, choices=("Q2_K", "Q3_K_M", "Q4_K_M", "Q8_0"))
+    rq.add_argument("--type", required=True, choices=tuple(QUANT_TYPES),
+                    help="_PURE: the token embedding (a tied output head too) in the same format as the rest")
     models.set_defaults(handler=cmd_models)

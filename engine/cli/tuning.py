@@ -94,17 +94,18 @@ def _compare_formats(args: argparse.Namespace) -> int:
     print(f"{path.name}, {n_threads} threads, n_ctx {args.ctx_size}; agreement: the original's greedy tokens the "
           f"copy's argmax predicts ({figures[-1].n_agreement_tokens if len(figures) > 1 else 0} tokens, "
           "one prompt per shipped category)")
-    print(f"{'format':<8} {'size MB':>8} {'T(1) ms':>8} {'speed':>6} {'verify 4':>9} {'deviation':>10} "
+    width = max(8, *(len(f.format) for f in figures))  # the longest format name sets the first column
+    print(f"{'format':<{width}} {'size MB':>8} {'T(1) ms':>8} {'speed':>6} {'verify 4':>9} {'deviation':>10} "
           f"{'past 512':>9} {'agreement':>10}")
     for f in figures:
         agree = "original" if f.agreement is None else f"{100 * f.agreement:.1f} %"
-        print(f"{f.format:<8} {f.size_bytes / 1e6:8.1f} {1e3 * f.t1_s:8.2f} {original.t1_s / f.t1_s:5.2f}x "
+        print(f"{f.format:<{width}} {f.size_bytes / 1e6:8.1f} {1e3 * f.t1_s:8.2f} {original.t1_s / f.t1_s:5.2f}x "
               f"{1e3 * f.t1_s * f.relative_all[3]:7.2f}ms {f.deviation:10.4f} {f.deviation_long:9.4f} {agree:>10}")
     for label, attr in (("every row's logits", "relative_all"), ("last row's logits", "relative_last")):
         print(f"\nT(B)/T(1), {label}, B = 1..16:")
-        print(f"{'format':<8}" + "".join(f"{b:>6}" for b in formats.EVERY_B))
+        print(f"{'format':<{width}}" + "".join(f"{b:>6}" for b in formats.EVERY_B))
         for f in figures:
-            print(f"{f.format:<8}" + "".join(f"{r:6.2f}" for r in getattr(f, attr)))
+            print(f"{f.format:<{width}}" + "".join(f"{r:6.2f}" for r in getattr(f, attr)))
     print("\nthreads (one-token decodes use n_threads, larger batches n_threads_batch), T(B) in ms:")
     for (t, tb), v in times.items():
         print(f"  n_threads {t}, n_threads_batch {tb}: " + ", ".join(f"B={b} {1e3 * x:.2f}" for b, x in zip((1, 4, 8), v)))
@@ -182,7 +183,7 @@ def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
 
     if args.threads_batch is not None:
         raise SpecDecError("sweep --formats runs every file with one thread count (-t): leave out -tb")
-    wanted = _format_list(args.formats, ("Q4_0", "IQ4_NL"))
+    wanted = _format_list(args.formats, formats.SPEED_FORMATS)
     path = catalog.resolve(args.model)
     n_threads = args.threads or default_threads()
     log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
@@ -206,10 +207,11 @@ def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
     original = files[0]
     print(f"\r{path.name} and its copies, {n_threads} threads, {args.n_predict} tokens, {len(prompt_set)} prompts, "
           f"{args.rounds} round(s); speed-ups are geometric means over the prompts" + " " * 20)
-    print(f"{'file':<8} {'mode':<12} {'tokens/s':>9} {'x plain':>8} {'x ' + original.format + ' plain':>13} "
+    width = max(8, *(len(f.format) for f in files))
+    print(f"{'file':<{width}} {'mode':<12} {'tokens/s':>9} {'x plain':>8} {'x ' + original.format + ' plain':>13} "
           f"{'predicted':>10}  lossless")
     for f in files:
-        print(f"{f.format:<8} {'plain':<12} {f.plain_tokens_per_second:9.1f} {1.0:8.2f} {f.plain_vs_original:13.2f}")
+        print(f"{f.format:<{width}} {'plain':<12} {f.plain_tokens_per_second:9.1f} {1.0:8.2f} {f.plain_vs_original:13.2f}")
         best = f.best()
         for m in f.modes:
             predicted = f"{m.predicted:10.2f}" if m.predicted is not None else f"{'-':>10}"
@@ -219,7 +221,7 @@ def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
                 exact = (f"{len(m.divergences)} flip(s), margin <= {max(d['margin'] for d in m.divergences):.3f}"
                          f" vs deviation {f.deviation:.3f}")
             mark = " *" if m is best else ""
-            print(f"{'':<8} {m.mode + mark:<12} {m.tokens_per_second:9.1f} {m.vs_plain:8.2f} {m.vs_original:13.2f} "
+            print(f"{'':<{width}} {m.mode + mark:<12} {m.tokens_per_second:9.1f} {m.vs_plain:8.2f} {m.vs_original:13.2f} "
                   f"{predicted}  {exact}")
     print(f"(* the file's best lossless mode; wrote {out})")
     print(format_speed.sentence(files))
@@ -306,7 +308,7 @@ def add_parser(sub) -> None:
     sw.add_argument("--json", action="store_true", help="print the results as JSON")
     sw.add_argument("--formats", nargs="?", const="all", default=None,
                     help="instead of a grid: plain, Auto and prompt lookup on the model and on copies in these "
-                         "weight formats (default: Q4_0,IQ4_NL), against plain on the same file and on the original")
+                         "weight formats (default: Q4_0,IQ4_NL,IQ4_NL_PURE), against plain on the same file and on the original")
     sw.add_argument("--rounds", type=int, default=1, help="rounds of a --formats comparison")
     sw.set_defaults(handler=cmd_sweep)
     probe = sub.add_parser("probe-exactness", help="measure whether batched decoding changes logits")

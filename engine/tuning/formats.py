@@ -5,7 +5,10 @@ On a CPU, a decode of B tokens costs nearly B times one token unless the weights
 kernel that shares the weight reads across the batch rows: with the AVX2 build used here, Q4_0,
 IQ4_NL and Q4_K are repacked at load (ggml-cpu/repack.cpp: a GEMM for each full group of 4 rows),
 and tinyBLAS (llamafile/sgemm.cpp) covers Q4_0, Q5_0, Q8_0 and IQ4_NL for 2 rows or more. The
-shipped SmolLM2 file is Q4_1, which gets neither. For each format this module measures what a
+shipped SmolLM2 file is Q4_1, which gets neither. The _PURE formats put the token embedding in the
+same format as the rest (llama.cpp keeps it at a higher precision otherwise, Q8_0 in SmolLM2's
+copies): where it is also the output head,
+as in SmolLM2, the head then gets the repacked kernel too. For each format this module measures what a
 user deciding on a copy needs: the file's size, one token's decode time, the cost of every batch
 size from 1 to 16 (no interpolation: the repacked kernels make B = 4 cheaper than B = 3), whether
 batched decoding stays exact (the exactness probe), and how often the copy's greedy choice is the
@@ -22,7 +25,10 @@ from pathlib import Path
 from specdec_studio.engine import catalog
 from specdec_studio.engine.errors import SpecDecError
 
-FORMATS = ("Q4_0", "IQ4_NL", "Q8_0", "Q4_K_M")
+FORMATS = ("Q4_0", "IQ4_NL", "Q4_0_PURE", "IQ4_NL_PURE", "Q8_0", "Q4_K_M")
+# the copies the best-mode comparison (`specdec sweep --formats`, the Profile tab) runs by default:
+# those with small-batch kernels here, and IQ4_NL with its output head in the same format
+SPEED_FORMATS = ("Q4_0", "IQ4_NL", "IQ4_NL_PURE")
 EVERY_B = tuple(range(1, 17))  # the batch sizes a format's curve is measured at, each one
 AGREEMENT_TOKENS = 64  # greedy tokens per prompt the agreement is measured on
 RECOMMEND_AGREEMENT = 0.90  # a copy that agrees less often with the original is shown, never recommended

@@ -93,3 +93,38 @@ def test_a_session_decodes_batches_with_its_own_thread_count(smollm_path, smollm
         assert same.n_threads_batch == 1 and profile.profile_key(same).n_threads_batch is None
         assert profile.profile_key(same).filename() != key.filename() or N_THREADS == 1
         assert last_event(same.run(RunConfig(max_tokens=12), prompt)).token_ids == ids
+
+
+def test_a_pure_copy_quantises_the_tied_output_head_like_the_other_weights(smollm_path, smollm_session):
+    """SmolLM2's output head is its token embedding; llama.cpp keeps that at Q8_0 in an IQ4_NL copy,
+    and a _PURE copy puts it in IQ4_NL as well. The copy still loads, decodes and shares the vocabulary."""
+    from collections import Counter
+
+    from gguf import GGUFReader
+
+    from specdec_studio.engine import catalog
+    from specdec_studio.engine.config import RunConfig
+    from specdec_studio.engine.session import last_event
+
+    def types(path):
+        tensors = GGUFReader(path).tensors
+        body = Counter(t.tensor_type.name for t in tensors if t.name.split(".")[-2] in ("attn_q", "ffn_up"))
+        return next(t.tensor_type.name for t in tensors if t.name == "token_embd.weight"), body
+
+    copies = {}
+    for key in ("default-iq4_nl", "default-iq4_nl_pure"):
+        path = catalog.derived_path(key)
+        if not path.exists():
+            catalog.make_derived(key, log=lambda _m: None)
+        copies[key] = path
+    head, body = types(copies["default-iq4_nl"])
+    pure_head, pure_body = types(copies["default-iq4_nl_pure"])
+    assert head == "Q8_0" and pure_head == "IQ4_NL"
+    assert set(body) == set(pure_body) == {"IQ4_NL"}
+    assert formats.known_formats()[-2:] == ("Q4_0_PURE", "IQ4_NL_PURE")
+    assert catalog.original_of(copies["default-iq4_nl_pure"]) == smollm_path
+    prompt = smollm_session.tokenize_prompt("The capital of France is")
+    with Session(copies["default-iq4_nl_pure"], n_ctx=256, n_threads=N_THREADS) as pure:
+        assert pure.vocab.n_tokens == smollm_session.vocab.n_tokens
+        assert formats.format_of(pure.model) == "IQ4_NL"  # llama.cpp's file type: the _PURE is in the name
+        assert len(last_event(pure.run(RunConfig(max_tokens=6), prompt)).token_ids) == 6
