@@ -63,9 +63,10 @@ def main() -> int:
                 base = totals[("shipped", "plain")][0] / totals[("shipped", "plain")][1]
                 for run, (n, seconds) in totals.items():
                     ratios[category][run].append(n / seconds / base)
-    names = [f"{args.format} {name}" for _, name in runs[1:]]
+    names = [f"copy {name}" for _, name in runs[1:]]
     print(f"{original_path.name} against its {args.format} copy, {THREADS} threads, {args.n} tokens, chat template, "
-          f"{args.prompts} prompt(s) per category, {args.rounds} round(s); tokens/s over plain on the shipped file:")
+          f"{args.prompts} prompt(s) per category, {args.rounds} round(s); tokens/s over plain on the shipped file "
+          f"(\"copy\": the {args.format} copy):")
     print(f"{'category':<16}" + "".join(f"{n:>16}" for n in names) + f"{'best A/L':>10}{'same-file auto':>16}")
     columns: dict[str, list[float]] = {n: [] for n in [*names, "best", "same"]}
     for category, by_run in ratios.items():
