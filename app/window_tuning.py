@@ -11,7 +11,6 @@ from specdec_studio.app.worker_messages import (ExactnessReady, FormatsCompared,
                                                 ProfileProgress, ProfileReady, ProfileStarted, SavedSweeps)
 
 
-
 class TuningMixin:
     def start_sweep(self, spec) -> None:
         if self.running or not self.model_loaded:

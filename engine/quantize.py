@@ -29,12 +29,12 @@ QUANT_TYPES = {
     # llama.cpp keeps a model's token embedding at a higher precision than its other weights (Q8_0
     # in SmolLM2's files: Q6_K needs a width that is a multiple of 256, SmolLM2's is 576), and in a
     # model whose output head is tied to its embedding that is the largest matrix a decode reads
-    # (49,152 x 576 in SmolLM2): a second row of logits costs ~0.3 T(1) in the Q4_0 copy. A _PURE
+    # (49,152 x 576 in SmolLM2): a second row of logits costs ~0.35 T(1) in the Q4_0 copy. A _PURE
     # copy quantises it like every other tensor (llama-quantize's --pure), so the head gets the
-    # format's repacked kernels too (the second row of logits then costs next to nothing).
-    # Measured on SmolLM2 side by side: IQ4_NL_PURE decodes one token in 5.97 ms against IQ4_NL's
-    # 6.57 and verifies 2 rows for 1.41 T(1) against 1.61, for 3 points less greedy agreement with
-    # the original (76.4 % against 79.2 %).
+    # format's repacked kernels too, and the second row of logits costs next to nothing. Measured
+    # on SmolLM2 side by side (`specdec profile --formats`): IQ4_NL_PURE decodes one token in
+    # 4.40 ms against IQ4_NL's 5.67 (the shipped Q4_1: 7.07) and 2 rows for 1.46 T(1) against
+    # 1.57, for 3 points less greedy agreement with the original (76.4 % against 79.2 %).
     "Q4_0_PURE": llama.LLAMA_FTYPE_MOSTLY_Q4_0,
     "IQ4_NL_PURE": llama.LLAMA_FTYPE_MOSTLY_IQ4_NL,
 }

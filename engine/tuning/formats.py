@@ -7,12 +7,12 @@ IQ4_NL and Q4_K are repacked at load (ggml-cpu/repack.cpp: a GEMM for each full 
 and tinyBLAS (llamafile/sgemm.cpp) covers Q4_0, Q5_0, Q8_0 and IQ4_NL for 2 rows or more. The
 shipped SmolLM2 file is Q4_1, which gets neither. The _PURE formats put the token embedding in the
 same format as the rest (llama.cpp keeps it at a higher precision otherwise, Q8_0 in SmolLM2's
-copies): where it is also the output head,
-as in SmolLM2, the head then gets the repacked kernel too. For each format this module measures what a
-user deciding on a copy needs: the file's size, one token's decode time, the cost of every batch
-size from 1 to 16 (no interpolation: the repacked kernels make B = 4 cheaper than B = 3), whether
-batched decoding stays exact (the exactness probe), and how often the copy's greedy choice is the
-original's on the shipped prompts. Every figure names the file it was measured on.
+copies): where it is also the output head, as in SmolLM2, the head then gets the repacked kernel
+too. For each format this module measures what a user deciding on a copy needs: the file's size,
+one token's decode time, the cost of every batch size from 1 to 16 (no interpolation: the repacked
+kernels make B = 4 cheaper than B = 3), whether batched decoding stays exact (the exactness
+probe), and how often the copy's greedy choice is the original's on the shipped prompts. Every
+figure names the file it was measured on.
 """
 
 from __future__ import annotations
