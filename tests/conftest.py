@@ -100,13 +100,7 @@ def seed_profile(stored: Path, cache: Path) -> Path:
 @pytest.fixture(scope="session")
 def smollm_drafts(smollm_path) -> dict[str, Path]:
     """Requantised SmolLM2 drafts (made once into the model cache by `specdec models fetch all`)."""
-    out = {}
-    for key in ("default-q3_k_m", "default-q2_k"):
-        path = catalog.derived_path(key)
-        if not path.exists():
-            catalog.make_derived(key, log=lambda _m: None)
-        out[key] = path
-    return out
+    return {key: catalog.make_derived(key, log=lambda _m: None) for key in ("default-q3_k_m", "default-q2_k")}
 
 
 @pytest.fixture(scope="session")

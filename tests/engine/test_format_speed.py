@@ -15,10 +15,7 @@ from tests.conftest import N_THREADS
 
 @pytest.fixture(scope="module")
 def q4_0_copy(smollm_path):
-    path = catalog.derived_path("default-q4_0")  # the Q4_0 copy the set-up makes
-    if not path.exists():
-        catalog.make_derived("default-q4_0", log=lambda _m: None)
-    return path
+    return catalog.make_derived("default-q4_0", log=lambda _m: None)  # the Q4_0 copy the set-up makes
 
 
 def test_every_mode_on_every_file_is_measured_against_both_plains_and_stays_lossless(smollm_path, q4_0_copy):

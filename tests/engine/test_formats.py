@@ -111,12 +111,8 @@ def test_a_pure_copy_quantises_the_tied_output_head_like_the_other_weights(smoll
         body = Counter(t.tensor_type.name for t in tensors if t.name.split(".")[-2] in ("attn_q", "ffn_up"))
         return next(t.tensor_type.name for t in tensors if t.name == "token_embd.weight"), body
 
-    copies = {}
-    for key in ("default-iq4_nl", "default-iq4_nl_pure"):
-        path = catalog.derived_path(key)
-        if not path.exists():
-            catalog.make_derived(key, log=lambda _m: None)
-        copies[key] = path
+    # the set-up made both copies; make_derived returns a copy already in the model cache as it is
+    copies = {key: catalog.make_derived(key, log=lambda _m: None) for key in ("default-iq4_nl", "default-iq4_nl_pure")}
     head, body = types(copies["default-iq4_nl"])
     pure_head, pure_body = types(copies["default-iq4_nl_pure"])
     assert head == "Q8_0" and pure_head == "IQ4_NL"
