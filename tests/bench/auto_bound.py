@@ -13,6 +13,13 @@ For each prompt (the code prompt of the side-by-side benches, then the first of 
   and nothing when none is right. Each step is priced with the batch-cost profile (T(1+m)/T(1)
   times the run's median one-token decode), plus Auto's own time outside decodes. No planner that
   chooses among these candidates, in a chain or a tree, can beat it.
+- **Calibrated bounds**: Auto's own planner (its sources, their signals, its tree) believing each
+  calibration bin's chance as measured in hindsight, from the first token, and asking no margin of
+  a tree: the best a planner that knows how often each kind of proposal is right, but not which
+  one will be, can do with these signals. Fitted over all the prompts' answers together
+  (``fit/all``: what exactly right fixed priors would give) and on each answer alone
+  (``fit/answer``: exactly right for the answer in hand from its first token, more than a run can
+  learn as it goes). Scored on the answers they were fitted on, so if anything optimistic.
 - **Coverage of plain steps**: at the start of every step Auto decoded plain, whether a source
   proposed the token the target then chose: the n-gram cache's most frequent follower (with
   llama-lookup's thresholds), its second and third followers (the branches a tree could add), the
@@ -34,6 +41,9 @@ from _common import CODE_PROMPT, THREADS, model_path
 from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.events import RunFinished, StepDone
 from specdec_studio.engine.session import Session
+from specdec_studio.engine.strategies.auto.calibration import Calibrator, StepCost
+from specdec_studio.engine.strategies.auto.sources import Proposal, Sources
+from specdec_studio.engine.strategies.auto.tree import build_tree, support_of
 from specdec_studio.engine.strategies.lookup import LatestMatchDrafter, NgramCacheDrafter
 from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
 from specdec_studio.engine.tuning import profile
@@ -105,6 +115,73 @@ def oracle_cost(prompt: list[int], output: list[int], curve, k: int = 16) -> flo
     return cost
 
 
+class HindsightCalibrator(Calibrator):
+    """Each bin's chance as the whole output shows it: ``counts`` maps a calibration key to
+    [accepted, offered]; a bin the output never offered keeps the run's starting estimate."""
+
+    def __init__(self, counts: dict[tuple, list[int]]) -> None:
+        super().__init__()
+        self.counts = counts
+
+    def probability(self, source: str, signal: tuple, position: int, agreed: bool = False) -> float:
+        accepted, offered = self.counts.get(self._key(source, signal, position, agreed), (0, 0))
+        return accepted / offered if offered else super().probability(source, signal, position, agreed)
+
+
+class DecodesOnly(StepCost):
+    """The profile's T(B)/T(1), with nothing charged for returning to one-token decodes."""
+
+    def return_penalty(self) -> float:
+        return 0.0
+
+
+def proposals_and_outcomes(prompt: list[int], output: list[int], n_seq: int, k: int = 16
+                           ) -> tuple[list[list[Proposal]], dict[tuple, list[int]]]:
+    """What Auto's sources propose at every output position i >= 1 (after ``output[:i]``; index 0
+    is empty), and per calibration bin [accepted, offered] over all of them, each proposed token
+    judged while its branch was still right."""
+    sources = Sources(prompt)
+    proposed: list[list[Proposal]] = [[]]
+    counts: dict[tuple, list[int]] = {}
+    for i in range(1, len(output)):
+        context = [*prompt, *output[:i]]
+        sources.advance(context)
+        chains = sources.chains(context, k, False)
+        proposals = (chains + sources.siblings(context, k, chains))[:n_seq]
+        proposed.append(proposals)
+        for prop, support in zip(proposals, support_of(proposals)):
+            for d, token in enumerate(prop.tokens):
+                right = i + d < len(output) and token == output[i + d]
+                entry = counts.setdefault(Calibrator._key(prop.source, prop.signals[d], d, len(support[d]) > 1), [0, 0])
+                entry[0] += right
+                entry[1] += 1
+                if not right:
+                    break
+    return proposed, counts
+
+
+def calibrated_cost(proposed: list[list[Proposal]], output: list[int], counts: dict[tuple, list[int]],
+                    curve, k: int = 16) -> float:
+    """Decode cost (in one-token decodes) over ``output`` of Auto's planner believing the bins'
+    chances in ``counts``: it walks the output sending, at each step, the tree with the best
+    expected gain (no margin asked), or nothing."""
+    calibrator, step_cost = HindsightCalibrator(counts), DecodesOnly(curve)
+    cost, i = 0.0, 1
+    while i < len(output):
+        room = min(k, len(output) - i - 1)
+        proposals = [Proposal(p.source, p.tokens[:room], p.signals[:room]) for p in proposed[i]]
+        nodes, _ = build_tree([p for p in proposals if p.tokens], calibrator, step_cost, room, min_gain=1.0)
+        accepted, parent = 0, -1
+        while i + accepted < len(output):
+            child = next((j for j, n in enumerate(nodes) if n.parent == parent and n.token == output[i + accepted]), None)
+            if child is None:
+                break
+            accepted, parent = accepted + 1, child
+        cost += curve.relative(1 + len(nodes), 1 + len(nodes))
+        i += 1 + accepted
+    return cost
+
+
 def measure(session, curve, tokens: list[int], n: int) -> dict:
     steps: list[tuple[int, int, float, list[int]]] = []
     for event in session.run(RunConfig(mode="auto", max_tokens=n), tokens):
@@ -117,14 +194,19 @@ def measure(session, curve, tokens: list[int], n: int) -> dict:
     output = [t for *_, emitted in steps for t in emitted]
     outside = stats["t_generate_s"] - stats["t_decode_s"]
     oracle_decodes = oracle_cost(tokens, output, curve)
+    proposed, counts = proposals_and_outcomes(tokens, output, RunConfig(mode="auto").n_sequences)
     oracle_s = oracle_decodes * one + outside
     # Auto's own steps priced the same way: how well the pricing reproduces the measured speed
-    modelled_s = sum(curve.relative(1 + d, 1 + d) for d, *_ in steps[1:]) * one + outside
+    auto_decodes = sum(curve.relative(1 + d, 1 + d) for d, *_ in steps[1:])
+    modelled_s = auto_decodes * one + outside
     # plain makes one one-token decode per token after the first; priced by decodes alone (no time
     # outside them, which only lowers a real decoder's gain), the oracle's gain is an upper bound
     return {"stats": stats, "steps": steps, "oracle_tps": stats["n_predict"] / oracle_s,
             "modelled_tps": stats["n_predict"] / modelled_s,
-            "oracle_vs_plain": (len(output) - 1) / oracle_decodes if oracle_decodes else 1.0}
+            "oracle_vs_plain": (len(output) - 1) / oracle_decodes if oracle_decodes else 1.0,
+            "auto_vs_plain": (len(output) - 1) / auto_decodes if auto_decodes else 1.0,
+            "calibrated_vs_plain": (len(output) - 1) / calibrated_cost(proposed, output, counts, curve),
+            "output": output, "proposed": proposed, "counts": counts}
 
 
 def coverage(prompt: list[int], steps) -> dict[str, list[int]]:
@@ -157,29 +239,46 @@ def main() -> int:
         prompts = [] if wanted else [("code (bench prompt)", session.tokenize_prompt(CODE_PROMPT))]
         prompts += [(p.category, prompt_tokens(session, p, chat=True)) for p in shipped(wanted, per_category=1)]
         print(f"{model_path().name}, {THREADS} threads, {args.n} tokens, median of {args.runs} Auto runs\n")
-        print("auto: measured t/s; priced: Auto's own steps priced like the oracle's; bound: oracle ÷ priced;\n"
-              "oracle÷plain: plain's decodes ÷ the oracle's, each priced by the profile (an upper bound on any\n"
-              "planner's speed-up over plain with these sources)")
-        print(f"{'prompt':<22}{'auto t/s':>9}{'priced':>9}{'oracle':>9}{'bound':>8}{'oracle÷plain':>13}{'steps':>7}"
-              f"{'plain':>7}{'drafted':>9}{'accepted':>9}")
-        gains = []
+        chosen = []
         totals = {s: [0, 0] for s in SOURCES}
         n_plain = 0
         for name, tokens in prompts:
             runs = sorted((measure(session, curve, tokens, args.n) for _ in range(args.runs)),
                           key=lambda r: r["stats"]["tokens_per_second"])
             run = runs[len(runs) // 2]
-            stats, steps = run["stats"], run["steps"]
-            plain = sum(1 for d, *_ in steps if d == 0)
-            n_plain += plain
-            gains.append(run["oracle_vs_plain"])
-            print(f"{name:<22}{stats['tokens_per_second']:9.1f}{run['modelled_tps']:9.1f}{run['oracle_tps']:9.1f}"
-                  f"{run['oracle_tps'] / run['modelled_tps']:7.3f}x{run['oracle_vs_plain']:12.3f}x{len(steps):7d}{plain:7d}"
-                  f"{sum(d for d, *_ in steps):9d}{sum(a for _, a, *_ in steps):9d}")
-            for source, (offered, right) in coverage(tokens, steps).items():
+            chosen.append((name, run))
+            n_plain += sum(1 for d, *_ in run["steps"] if d == 0)
+            for source, (offered, right) in coverage(tokens, run["steps"]).items():
                 totals[source][0] += offered
                 totals[source][1] += right
-        print(f"{'geometric mean':<22}{'':35}{math.exp(statistics.fmean(math.log(g) for g in gains)):12.3f}x")
+        # one set of chances for every answer: what a planner with perfect fixed priors would hold
+        pooled: dict[tuple, list[int]] = {}
+        for _, run in chosen:
+            for key, (accepted, offered) in run["counts"].items():
+                entry = pooled.setdefault(key, [0, 0])
+                entry[0] += accepted
+                entry[1] += offered
+        for _, run in chosen:
+            run["pooled_vs_plain"] = (len(run["output"]) - 1) / calibrated_cost(run["proposed"], run["output"], pooled, curve)
+        print("auto: measured t/s; priced: Auto's own steps priced like the oracle's; bound: oracle ÷ priced.\n"
+              "Then each decoder's gain over plain (plain's decodes ÷ its own, both priced by the profile alone):\n"
+              "  auto: the run above;\n"
+              "  fit/all: Auto's planner believing each bin's chance as all these answers together show it (a\n"
+              "    planner whose fixed priors are exactly right for this set);\n"
+              "  fit/answer: the same, fitted on each answer alone (right from the first token for the answer\n"
+              "    in hand: the most a planner that trusts these signals could learn);\n"
+              "  oracle: sends exactly the right run (an upper bound on any planner with these sources)")
+        columns = ("auto_vs_plain", "pooled_vs_plain", "calibrated_vs_plain", "oracle_vs_plain")
+        print(f"{'prompt':<22}{'auto t/s':>9}{'priced':>9}{'oracle':>9}{'bound':>8}{'auto':>8}{'fit/all':>9}{'fit/answer':>11}"
+              f"{'oracle':>9}{'steps':>7}{'plain':>7}{'drafted':>9}{'accepted':>9}")
+        for name, run in chosen:
+            stats, steps = run["stats"], run["steps"]
+            print(f"{name:<22}{stats['tokens_per_second']:9.1f}{run['modelled_tps']:9.1f}{run['oracle_tps']:9.1f}"
+                  f"{run['oracle_tps'] / run['modelled_tps']:7.3f}x{run['auto_vs_plain']:7.3f}x{run['pooled_vs_plain']:8.3f}x"
+                  f"{run['calibrated_vs_plain']:10.3f}x{run['oracle_vs_plain']:8.3f}x{len(steps):7d}"
+                  f"{sum(1 for d, *_ in steps if d == 0):7d}{sum(d for d, *_ in steps):9d}{sum(a for _, a, *_ in steps):9d}")
+        means = [math.exp(statistics.fmean(math.log(run[c]) for _, run in chosen)) for c in columns]
+        print(f"{'geometric mean':<22}{'':35}{means[0]:7.3f}x{means[1]:8.3f}x{means[2]:10.3f}x{means[3]:8.3f}x")
         print(f"\nAuto's {n_plain} plain steps (all prompts): how often a source proposed the target's next token")
         for source, (offered, right) in totals.items():
             share = right / offered if offered else 0.0
