@@ -50,6 +50,7 @@ from specdec_studio.engine.tuning import profile
 from specdec_studio.engine.tuning.prompts import shipped
 from specdec_studio.engine.tuning.sweep import prompt_tokens
 
+CODE_LABEL = "code (bench prompt)"
 SOURCES = ("ngram best", "ngram 2nd", "ngram 3rd", "suffix", "latest match")
 
 
@@ -236,7 +237,7 @@ def main() -> int:
     with Session(model_path(), n_ctx=4096, n_threads=THREADS) as session:
         profile.load_or_measure(session)
         curve = session.cost_curve()
-        prompts = [] if wanted else [("code (bench prompt)", session.tokenize_prompt(CODE_PROMPT))]
+        prompts = [] if wanted else [(CODE_LABEL, session.tokenize_prompt(CODE_PROMPT))]
         prompts += [(p.category, prompt_tokens(session, p, chat=True)) for p in shipped(wanted, per_category=1)]
         print(f"{model_path().name}, {THREADS} threads, {args.n} tokens, median of {args.runs} Auto runs\n")
         chosen = []
@@ -260,7 +261,7 @@ def main() -> int:
                 entry[1] += offered
         for _, run in chosen:
             run["pooled_vs_plain"] = (len(run["output"]) - 1) / calibrated_cost(run["proposed"], run["output"], pooled, curve)
-        print("auto: measured t/s; priced: Auto's own steps priced like the oracle's; bound: oracle ÷ priced.\n"
+        print("auto t/s: measured; priced: Auto's own steps priced like the oracle's; bound: oracle t/s ÷ priced.\n"
               "Then each decoder's gain over plain (plain's decodes ÷ its own, both priced by the profile alone):\n"
               "  auto: the run above;\n"
               "  fit/all: Auto's planner believing each bin's chance as all these answers together show it (a\n"
@@ -269,16 +270,18 @@ def main() -> int:
               "    in hand: the most a planner that trusts these signals could learn);\n"
               "  oracle: sends exactly the right run (an upper bound on any planner with these sources)")
         columns = ("auto_vs_plain", "pooled_vs_plain", "calibrated_vs_plain", "oracle_vs_plain")
-        print(f"{'prompt':<22}{'auto t/s':>9}{'priced':>9}{'oracle':>9}{'bound':>8}{'auto':>8}{'fit/all':>9}{'fit/answer':>11}"
+        print(f"{'prompt':<22}{'auto t/s':>9}{'priced':>9}{'oracle t/s':>11}{'bound':>8}{'auto':>8}{'fit/all':>9}{'fit/answer':>11}"
               f"{'oracle':>9}{'steps':>7}{'plain':>7}{'drafted':>9}{'accepted':>9}")
         for name, run in chosen:
             stats, steps = run["stats"], run["steps"]
-            print(f"{name:<22}{stats['tokens_per_second']:9.1f}{run['modelled_tps']:9.1f}{run['oracle_tps']:9.1f}"
+            print(f"{name:<22}{stats['tokens_per_second']:9.1f}{run['modelled_tps']:9.1f}{run['oracle_tps']:11.1f}"
                   f"{run['oracle_tps'] / run['modelled_tps']:7.3f}x{run['auto_vs_plain']:7.3f}x{run['pooled_vs_plain']:8.3f}x"
                   f"{run['calibrated_vs_plain']:10.3f}x{run['oracle_vs_plain']:8.3f}x{len(steps):7d}"
                   f"{sum(1 for d, *_ in steps if d == 0):7d}{sum(d for d, *_ in steps):9d}{sum(a for _, a, *_ in steps):9d}")
-        means = [math.exp(statistics.fmean(math.log(run[c]) for _, run in chosen)) for c in columns]
-        print(f"{'geometric mean':<22}{'':35}{means[0]:7.3f}x{means[1]:8.3f}x{means[2]:10.3f}x{means[3]:8.3f}x")
+        categories = [run for name, run in chosen if name != CODE_LABEL]  # the code prompt is not a category
+        means = [math.exp(statistics.fmean(math.log(run[c]) for run in categories)) for c in columns]
+        print(f"{'geometric mean':<22}{'':37}{means[0]:7.3f}x{means[1]:8.3f}x{means[2]:10.3f}x{means[3]:8.3f}x"
+              f"   (over the {len(categories)} categories)")
         print(f"\nAuto's {n_plain} plain steps (all prompts): how often a source proposed the target's next token")
         for source, (offered, right) in totals.items():
             share = right / offered if offered else 0.0
