@@ -143,8 +143,10 @@ class KvCells:
         if head > self.used + 2 * n_tokens:
             head = 0
         if self.n_swa == 0:
-            # the common case, without building the whole search order: free cells from head on,
-            # then free cells before it
+            end = head + n_tokens
+            if end <= self.size and not (self.pos[head:end] >= 0).any():
+                return np.arange(head, end)  # the usual step: the cells from head on are free
+            # without building the whole search order: free cells from head on, then before it
             free = self.pos < 0
             picked = np.flatnonzero(free[head:])[:n_tokens] + head
             if picked.size < n_tokens:
@@ -163,6 +165,12 @@ class KvCells:
     def apply_ubatch(self, cells: np.ndarray, pos: np.ndarray, seq_sets: Sequence[np.ndarray]) -> None:
         """Place a ubatch in the cells ``find_slot`` chose (llama.cpp's ``apply_ubatch``)."""
         self.written.append(cells)
+        if not (self.pos[cells] >= 0).any():  # the usual ubatch: every cell was free
+            self.pos[cells] = pos
+            for idx, seqs in zip(cells, seq_sets):
+                self.seqs[idx, seqs] = True
+            self.head = int(cells[-1]) + 1
+            return
         overwritten_max = np.full(self.n_seq, -1, dtype=np.int64)
         for i, idx in enumerate(cells):
             if self.pos[idx] >= 0:  # an SWA-masked cell being reused
@@ -274,6 +282,7 @@ class KvMirror:
         # the main cache as the latest decode left it: the picture of a step (every branch and
         # n-gram in its cells) before the strategy tidies the cache to the accepted prefix
         self.after_last_decode: KvCells | None = None
+        self._decoded = False  # a decode since the cells last changed otherwise (no picture kept yet)
         self.caches = [KvCells(size, n_seq)]
         if n_swa > 0:
             self.caches.append(KvCells(size, n_seq, n_swa))
@@ -294,29 +303,42 @@ class KvMirror:
     # the MemoryObserver protocol of engine.memory
     def on_decode(self, batch) -> None:
         n = batch.n_tokens
-        pos = batch.pos[:n].copy()
-        seq_sets = [batch.seqs_of(i).copy() for i in range(n)]
+        # views into the batch: read before the batch is filled again
+        pos = batch.pos[:n]
+        seq_sets = [batch.seqs_of(i) for i in range(n)]
         for cache in self.caches:
             if not cache.decode(pos, seq_sets, self.n_ubatch):
                 raise RuntimeError("KV mirror found no slot for a batch llama.cpp accepted")
         base = self.base
         for cells in base.written:
             self.written_at[cells] = self.stamp
-        self.after_last_decode = base.copy()
+        # the picture of the step is taken when the strategy first changes the cells after it (a
+        # plain step never does: its picture is the cache itself)
+        self.after_last_decode = None
+        self._decoded = True
+
+    def _keep_picture(self) -> None:
+        if self._decoded:
+            self.after_last_decode = self.base.copy()
+            self._decoded = False
 
     def on_seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
+        self._keep_picture()
         for cache in self.caches:
             cache.seq_rm(seq_id, p0, p1)
 
     def on_seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        self._keep_picture()
         for cache in self.caches:
             cache.seq_cp(src, dst, p0, p1)
 
     def on_seq_keep(self, seq_id: int) -> None:
+        self._keep_picture()
         for cache in self.caches:
             cache.seq_keep(seq_id)
 
     def on_seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        self._keep_picture()
         for cache in self.caches:
             cache.seq_add(seq_id, p0, p1, delta)
 
@@ -324,4 +346,5 @@ class KvMirror:
         for cache in self.caches:
             cache.clear()
         self.after_last_decode = None
+        self._decoded = False
         self.written_at[:] = -1
