@@ -2,9 +2,10 @@
 knows which candidates the target will accept, and how often a source could have turned one of
 Auto's plain steps into a longer one.
 
-    .venv/bin/python tests/bench/auto_bound.py [-n 256] [--runs 3]
+    .venv/bin/python tests/bench/auto_bound.py [-n 256] [--runs 3] [--categories C,...] [--prompts 1]
 
-For each prompt (the code prompt of the side-by-side benches, then the first of each category):
+For each prompt (the code prompt of the side-by-side benches, then the first ``--prompts`` of each
+category):
 
 - **Auto's speed** and its steps, drafted and accepted tokens.
 - **Oracle bound**: a decoder that walks the same output and, at every step, sends exactly the
@@ -232,13 +233,14 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=256, help="tokens per run")
     ap.add_argument("--runs", type=int, default=3, help="runs per prompt (the median run is reported)")
     ap.add_argument("--categories", help="comma-separated shipped categories (default: all, and the code prompt)")
+    ap.add_argument("--prompts", type=int, default=1, help="prompts per category (the first N of each)")
     args = ap.parse_args()
     wanted = args.categories.split(",") if args.categories else None
     with Session(model_path(), n_ctx=4096, n_threads=THREADS) as session:
         profile.load_or_measure(session)
         curve = session.cost_curve()
         prompts = [] if wanted else [(CODE_LABEL, session.tokenize_prompt(CODE_PROMPT))]
-        prompts += [(p.category, prompt_tokens(session, p, chat=True)) for p in shipped(wanted, per_category=1)]
+        prompts += [(p.category, prompt_tokens(session, p, chat=True)) for p in shipped(wanted, per_category=args.prompts)]
         print(f"{model_path().name}, {THREADS} threads, {args.n} tokens, median of {args.runs} Auto runs\n")
         chosen = []
         totals = {s: [0, 0] for s in SOURCES}
@@ -278,10 +280,18 @@ def main() -> int:
                   f"{run['oracle_tps'] / run['modelled_tps']:7.3f}x{run['auto_vs_plain']:7.3f}x{run['pooled_vs_plain']:8.3f}x"
                   f"{run['calibrated_vs_plain']:10.3f}x{run['oracle_vs_plain']:8.3f}x{len(steps):7d}"
                   f"{sum(1 for d, *_ in steps if d == 0):7d}{sum(d for d, *_ in steps):9d}{sum(a for _, a, *_ in steps):9d}")
-        categories = [run for name, run in chosen if name != CODE_LABEL]  # the code prompt is not a category
-        means = [math.exp(statistics.fmean(math.log(run[c]) for run in categories)) for c in columns]
+        # a category's gain is the geometric mean of its prompts'; the code prompt is not a category
+        by_category: dict[str, list[dict]] = {}
+        for name, run in chosen:
+            if name != CODE_LABEL:
+                by_category.setdefault(name, []).append(run)
+
+        def geometric(values) -> float:
+            return math.exp(statistics.fmean(math.log(v) for v in values))
+
+        means = [geometric(geometric(run[c] for run in runs) for runs in by_category.values()) for c in columns]
         print(f"{'geometric mean':<22}{'':37}{means[0]:7.3f}x{means[1]:8.3f}x{means[2]:10.3f}x{means[3]:8.3f}x"
-              f"   (over the {len(categories)} categories)")
+              f"   (over the {len(by_category)} categories)")
         print(f"\nAuto's {n_plain} plain steps (all prompts): how often a source proposed the target's next token")
         for source, (offered, right) in totals.items():
             share = right / offered if offered else 0.0
