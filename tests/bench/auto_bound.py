@@ -33,7 +33,6 @@ Not a test: it prints figures, with nothing else running on the machine.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 
@@ -48,6 +47,7 @@ from specdec_studio.engine.strategies.auto.tree import build_tree, support_of
 from specdec_studio.engine.strategies.lookup import LatestMatchDrafter, NgramCacheDrafter
 from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
 from specdec_studio.engine.tuning import profile
+from specdec_studio.engine.tuning.cost_model import geometric_mean
 from specdec_studio.engine.tuning.prompts import shipped
 from specdec_studio.engine.tuning.sweep import prompt_tokens
 
@@ -285,11 +285,8 @@ def main() -> int:
         for name, run in chosen:
             if name != CODE_LABEL:
                 by_category.setdefault(name, []).append(run)
-
-        def geometric(values) -> float:
-            return math.exp(statistics.fmean(math.log(v) for v in values))
-
-        means = [geometric(geometric(run[c] for run in runs) for runs in by_category.values()) for c in columns]
+        means = [geometric_mean([geometric_mean([run[c] for run in runs]) for runs in by_category.values()])
+                 for c in columns]
         print(f"{'geometric mean':<22}{'':37}{means[0]:7.3f}x{means[1]:8.3f}x{means[2]:10.3f}x{means[3]:8.3f}x"
               f"   (over the {len(by_category)} categories)")
         print(f"\nAuto's {n_plain} plain steps (all prompts): how often a source proposed the target's next token")
