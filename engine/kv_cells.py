@@ -165,26 +165,21 @@ class KvCells:
     def apply_ubatch(self, cells: np.ndarray, pos: np.ndarray, seq_sets: Sequence[np.ndarray]) -> None:
         """Place a ubatch in the cells ``find_slot`` chose (llama.cpp's ``apply_ubatch``)."""
         self.written.append(cells)
-        if not (self.pos[cells] >= 0).any():  # the usual ubatch: every cell was free
-            self.pos[cells] = pos
-            for idx, seqs in zip(cells, seq_sets):
-                self.seqs[idx, seqs] = True
-            self.head = int(cells[-1]) + 1
-            return
-        overwritten_max = np.full(self.n_seq, -1, dtype=np.int64)
-        for i, idx in enumerate(cells):
-            if self.pos[idx] >= 0:  # an SWA-masked cell being reused
-                owner = int(np.flatnonzero(self.seqs[idx])[0])
-                overwritten_max[owner] = max(overwritten_max[owner], int(self.pos[idx]))
-                self.pos[idx] = -1
-                self.seqs[idx] = False
-            self.pos[idx] = pos[i]
-            self.seqs[idx, seq_sets[i]] = True
-        # keep every sequence's positions contiguous: purge what lies below an overwritten cell
-        for seq in np.flatnonzero(overwritten_max >= 0):
-            pos_min = self.seq_pos_min(int(seq))
-            if 0 <= pos_min <= overwritten_max[seq]:
-                self.seq_rm(int(seq), pos_min, int(overwritten_max[seq]) + 1)
+        reused = cells[self.pos[cells] >= 0]  # SWA-masked cells being reused (none in the usual ubatch)
+        overwritten_max = np.full(self.n_seq, -1, dtype=np.int64) if reused.size else None
+        for idx in reused:
+            owner = int(np.flatnonzero(self.seqs[idx])[0])
+            overwritten_max[owner] = max(overwritten_max[owner], int(self.pos[idx]))
+        self.seqs[reused] = False
+        self.pos[cells] = pos
+        for idx, seqs in zip(cells, seq_sets):
+            self.seqs[idx, seqs] = True
+        if overwritten_max is not None:
+            # keep every sequence's positions contiguous: purge what lies below an overwritten cell
+            for seq in np.flatnonzero(overwritten_max >= 0):
+                pos_min = self.seq_pos_min(int(seq))
+                if 0 <= pos_min <= overwritten_max[seq]:
+                    self.seq_rm(int(seq), pos_min, int(overwritten_max[seq]) + 1)
         self.head = int(cells[-1]) + 1
 
     def decode(self, pos: np.ndarray, seq_sets: Sequence[np.ndarray], n_ubatch: int) -> bool:
