@@ -113,7 +113,7 @@ class EngineWorker:
         self._submit(m.BatchRequest(config, source, count, parallel, chat))
 
     def train_draft(self, spec: dict) -> None:
-        """Distil a draft for the loaded target (engine/distill.py), then load it as the draft."""
+        """Distil a draft for the loaded target (engine/drafts/distill.py), then load it as the draft."""
         self._submit(m.DistillRequest(spec))
 
     def race(self, config, text: str, *, chat: bool) -> None:

@@ -1,4 +1,4 @@
-"""The window's run exports: the documents come from :mod:`engine.report` (Qt-free); the pictures
+"""The window's run exports: the documents come from :mod:`engine.records.report` (Qt-free); the pictures
 (the KV map, the plots) are pyqtgraph's exporters, which work offscreen too."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def pictures(window) -> dict[str, bytes]:
 
 def write(window, kind: str, path: Path) -> list[Path]:
     """Write one export; returns the files written."""
-    from specdec_studio.engine import report
+    from specdec_studio.engine.records import report
 
     trace = window.last_trace
     if kind == "report":

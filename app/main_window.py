@@ -153,8 +153,8 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
     def _event_handlers(self) -> dict[type, object]:
         """Which method draws which event, for every event the engine thread or a replay sends."""
         from specdec_studio.engine import parallel
-        from specdec_studio.engine.chat import ConversationChanged
-        from specdec_studio.engine.distill import DistillProgress
+        from specdec_studio.engine.chat.turns import ConversationChanged
+        from specdec_studio.engine.drafts.distill import DistillProgress
         from specdec_studio.engine.events import RejectedDraft, RunFailed, RunWarning
         from specdec_studio.engine.tuning import sweep
 

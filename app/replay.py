@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 
 from specdec_studio.app.qt import QtCore
-from specdec_studio.engine.trace import Replay, Trace
+from specdec_studio.engine.records.trace import Replay, Trace
 
 TICK_MS = 30
 
 
 class TracePlayer(QtCore.QObject):
-    """Drives one or more :class:`engine.trace.Replay` on a common clock.
+    """Drives one or more :class:`engine.records.trace.Replay` on a common clock.
 
     ``events`` carries (lane, events) — lane 0 for a single trace, 0 and 1 for a race."""
 

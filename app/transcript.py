@@ -55,7 +55,7 @@ def render_completion(stream: TokenStream, turn: Turn) -> None:
 
 
 def render_conversation(stream: TokenStream, view, live: Turn | None) -> None:
-    """``view``: an engine.conversation.ConversationView. ``live``: the answer streaming now,
+    """``view``: an engine.chat.conversation.ConversationView. ``live``: the answer streaming now,
     drawn in place of the conversation's (still empty) streaming message."""
     dropped_seen = False
     for m in view.messages:

@@ -70,7 +70,7 @@ class ChatMixin:
             self.write_export(kind, path)
 
     def write_export(self, kind: str, path: str) -> None:
-        from specdec_studio.engine import transcript
+        from specdec_studio.engine.chat import transcript
 
         text = transcript.to_markdown(self.conversation) if kind == "markdown" else transcript.to_html(self.conversation)
         try:

@@ -79,7 +79,7 @@ class DemoMixin:
 
     # ------------------------------------------------------------------ traces
     def _fill_demo_menu(self) -> None:
-        from specdec_studio.engine import demo_traces
+        from specdec_studio.engine.records import demo_traces
 
         self.demo_menu.clear()
         shipped = demo_traces.shipped()
@@ -94,7 +94,7 @@ class DemoMixin:
 
     def open_trace(self, path: str) -> bool:
         """Load a trace and play it into the window; a bad file changes nothing on screen."""
-        from specdec_studio.engine.trace import TraceError, load
+        from specdec_studio.engine.records.trace import TraceError, load
 
         if self.running:
             self.statusBar().showMessage("Wait for the run to end before replaying a trace")
@@ -148,7 +148,7 @@ class DemoMixin:
             self.save_trace(path)
 
     def save_trace(self, path: str) -> None:
-        from specdec_studio.engine import trace
+        from specdec_studio.engine.records import trace
 
         try:
             trace.save(self.last_trace, path)

@@ -76,7 +76,7 @@ class JobsMixin:
 
     def train_draft(self) -> None:
         """The draft menu's "Train a draft for this target…": ask how, then train on the engine thread."""
-        from specdec_studio.engine import catalog
+        from specdec_studio.engine.models import catalog
         from specdec_studio.app.widgets.distill_dialog import DistillDialog
 
         # the draft menu shows the draft in use again (its "Train…" entry is an action, not a choice)
@@ -100,7 +100,7 @@ class JobsMixin:
         self.worker.train_draft(spec)
 
     def _on_distill_event(self, event) -> bool:
-        from specdec_studio.engine.distill import DistillProgress
+        from specdec_studio.engine.drafts.distill import DistillProgress
 
         if isinstance(event, DistillProgress):
             if event.phase == "train":

@@ -19,7 +19,7 @@ from specdec_studio.app.widgets.sweep_view import ProfilePlot
 from specdec_studio.app.widgets.token_stream import SOURCE_COLOURS, TokenStream
 from specdec_studio.app.widgets.tune_panel import TunePanel
 from specdec_studio.engine.config import DEFAULT_N_CTX, MODES, default_threads
-from specdec_studio.engine.trace import SPEEDS
+from specdec_studio.engine.records.trace import SPEEDS
 
 
 class LayoutMixin:

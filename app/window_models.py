@@ -31,7 +31,7 @@ class ModelsMixin:
         self.worker.load_draft(path)
 
     def _on_model_event(self, event) -> None:
-        from specdec_studio.engine import catalog
+        from specdec_studio.engine.models import catalog
 
         if isinstance(event, LoadStarted):
             self.statusBar().showMessage({"download": "Downloading", "draft": "Loading draft"}.get(event.what, "Loading")

@@ -17,7 +17,7 @@ class WindowState:
         self.running = False
         # What the stream shows: the engine's conversation (sent as views; the window keeps no
         # history of its own), the run streaming now, and the last completion.
-        self.conversation = None  # engine.conversation.ConversationView
+        self.conversation = None  # engine.chat.conversation.ConversationView
         self.live: Turn | None = None
         self.completion: Turn | None = None
         self.editing_index: int | None = None  # the user message the next Run replaces
@@ -37,7 +37,7 @@ class WindowState:
         self._figures_painted_at = 0.0
         self._run_started_at = 0.0
         self.record = RunRecord()  # the shown run's steps, for the step inspector
-        self.last_trace = None  # engine.trace.Trace of the last run (live or loaded)
+        self.last_trace = None  # engine.records.trace.Trace of the last run (live or loaded)
         self.replaying = False  # a recorded trace is playing into the window
         self.paused = False  # the live run (or replay) holds after its current step
         self.presenting = False

@@ -189,7 +189,7 @@ class ConversationRequest:
 class ConversationList:
     """The saved conversations (a search's matches when ``query``), newest first."""
 
-    items: tuple  # engine.conversation_store.ConversationSummary
+    items: tuple  # engine.chat.store.ConversationSummary
     current: str
     query: str = ""
     damaged: tuple[str, ...] = ()  # files skipped because they are not conversations
@@ -199,7 +199,7 @@ class ConversationList:
 class TraceReady:
     """A run ended: its recording, ready to save, replay or inspect."""
 
-    trace: object  # engine.trace.Trace
+    trace: object  # engine.records.trace.Trace
 
 
 @dataclass(frozen=True)
@@ -265,5 +265,5 @@ class RaceProgress:
 class RaceReady:
     """Both runs of a race, recorded one after the other, to be replayed on a common clock."""
 
-    plain: object  # engine.trace.Trace
-    strategy: object  # engine.trace.Trace
+    plain: object  # engine.records.trace.Trace
+    strategy: object  # engine.records.trace.Trace

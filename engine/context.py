@@ -18,10 +18,10 @@ import numpy as np
 from specdec_studio.engine import native
 from specdec_studio.engine.batch import Batch
 from specdec_studio.engine.errors import ContextAllocationError
-from specdec_studio.engine.kv_cells import KvMirror
-from specdec_studio.engine.kv_debug import DEBUG_ENV, DEBUG_LEVEL, KvVerifier
+from specdec_studio.engine.kv.cells import KvMirror
+from specdec_studio.engine.kv.debug import DEBUG_ENV, DEBUG_LEVEL, KvVerifier
 from specdec_studio.engine.memory import Memory
-from specdec_studio.engine.models import LoadedModel, ModelInfo
+from specdec_studio.engine.models.loading import LoadedModel, ModelInfo
 
 LOGIT_BYTES = 4  # llama.cpp's compute buffer holds a ubatch's logits: n_ubatch x n_vocab floats
 

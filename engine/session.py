@@ -13,12 +13,12 @@ from pathlib import Path
 
 import llama_cpp as llama
 
-from specdec_studio.engine.chat_template import ChatTemplate, TemplateRefused
+from specdec_studio.engine.chat.template import ChatTemplate, TemplateRefused
 from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConfig, default_threads
 from specdec_studio.engine.context import ContextSettings, MemoryBudget, ModelContext
 from specdec_studio.engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
 from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted
-from specdec_studio.engine.models import LoadedModel, ModelInfo, check_draft_vocab
+from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, check_draft_vocab
 from specdec_studio.engine.runner import kv_snapshot, run_events
 from specdec_studio.engine.sampling import Sampler
 from specdec_studio.engine.stats import RunCounters
@@ -202,7 +202,7 @@ class Session:
     def chat_tokens(self, messages: Sequence[tuple[str, str]]) -> list[int]:
         """``messages`` (role, content) in the model's chat template, ending with the assistant's
         turn, as tokens: a one-off prompt (a conversation that lasts is
-        :class:`engine.conversation.Conversation`)."""
+        :class:`engine.chat.conversation.Conversation`)."""
         if not messages or not messages[-1][1].strip():
             raise PromptError("the message is empty; type something to send")
         # The template writes BOS itself where the model wants one.

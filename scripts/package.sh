@@ -18,7 +18,7 @@ started=$(date +%s)
 scripts/setup.sh  # .venv, the llama-cpp-python wheel in the cache, the default model
 version=$(.venv/bin/python -c 'from importlib.metadata import version; print(version("specdec-studio"))')
 llama_wheel=$(cat .venv/llama-cpp-python-wheel)  # written by set-up
-model=$(.venv/bin/python -c 'from specdec_studio.engine import catalog; print(catalog.fetch("default", log=lambda _m: None))')
+model=$(.venv/bin/python -c 'from specdec_studio.engine.models import catalog; print(catalog.fetch("default", log=lambda _m: None))')
 
 echo "== wheel and sdist"
 rm -rf dist build/package

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_studio.engine import catalog
+from specdec_studio.engine.models import catalog
 
 
 def _scratch(prefix: str) -> str:
@@ -108,7 +108,7 @@ def exactness_probe():
     """The exactness probe of a model, measured once per test session (it decodes ~1,400 tokens):
     read from this session's test cache where a test already measured it there (the Profile tab's
     exactness test passes its result on, see ``tests/app/test_tune_panel.py``), else measured now."""
-    from specdec_studio.engine.probe import cached_probe_for, probe_exactness
+    from specdec_studio.engine.tuning.probe import cached_probe_for, probe_exactness
 
     results: dict = {}
 

@@ -14,7 +14,7 @@ def _load(state: WorkerState, command: m.LoadRequest) -> None:
 
 
 def _fetch(state: WorkerState, command: m.FetchRequest) -> None:
-    from specdec_studio.engine import catalog
+    from specdec_studio.engine.models import catalog
 
     state.emit(m.LoadStarted(command.key, what="download"))
     catalog.fetch(command.key, log=lambda _msg: None)

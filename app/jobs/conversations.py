@@ -18,7 +18,7 @@ def rebind(state: WorkerState, session) -> None:
 
 def store_of(state: WorkerState):
     if state.conversation_store is None:
-        from specdec_studio.engine.conversation_store import ConversationStore
+        from specdec_studio.engine.chat.store import ConversationStore
 
         state.conversation_store = ConversationStore()
     return state.conversation_store
@@ -27,8 +27,8 @@ def store_of(state: WorkerState):
 def require_chat(state: WorkerState):
     """The chat binding of the current conversation to the current model (re-encoded for it
     if another model wrote its ids; the window is told)."""
-    from specdec_studio.engine.chat import Chat, ConversationChanged
-    from specdec_studio.engine.conversation import Conversation
+    from specdec_studio.engine.chat.turns import Chat, ConversationChanged
+    from specdec_studio.engine.chat.conversation import Conversation
 
     session = state.require_session()
     if state.chat is None or state.chat.session is not session:
@@ -42,7 +42,7 @@ def require_chat(state: WorkerState):
 
 
 def show(state: WorkerState, note: str = "") -> None:
-    from specdec_studio.engine.chat import ConversationChanged
+    from specdec_studio.engine.chat.turns import ConversationChanged
 
     state.emit(ConversationChanged(state.conversation.view(), note))
     emit_list(state)
@@ -55,8 +55,8 @@ def emit_list(state: WorkerState, query: str = "") -> None:
 
 
 def conversation(state: WorkerState, command: ConversationRequest) -> None:
-    from specdec_studio.engine.conversation import Conversation, new_like, set_system
-    from specdec_studio.engine.conversation_store import DamagedConversation
+    from specdec_studio.engine.chat.conversation import Conversation, new_like, set_system
+    from specdec_studio.engine.chat.store import DamagedConversation
 
     store = store_of(state)
     action = command.action

@@ -10,8 +10,8 @@ from specdec_studio.app.worker_messages import DistillDone
 def train_draft(state: WorkerState, spec: dict) -> None:
     from pathlib import Path
 
-    from specdec_studio.engine import distill
-    from specdec_studio.engine.draft_measure import greedy_agreement, held_out_split
+    from specdec_studio.engine.drafts import distill
+    from specdec_studio.engine.drafts.measure import greedy_agreement, held_out_split
     from specdec_studio.engine.tuning import prompts
     from specdec_studio.engine.tuning.sweep import prompt_tokens
 

@@ -9,8 +9,8 @@ from specdec_studio.app.worker_messages import DraftLoaded, ExactnessReady, Load
 
 
 def load_model(state: WorkerState, path: str, n_ctx: int, n_threads: int | None, n_gpu_layers: int) -> None:
-    from specdec_studio.engine import catalog
-    from specdec_studio.engine.models import draft_candidates
+    from specdec_studio.engine.models import catalog
+    from specdec_studio.engine.models.loading import draft_candidates
     from specdec_studio.engine.native import supports_gpu_offload
     from specdec_studio.engine.session import Session
 
@@ -82,7 +82,7 @@ def profile_after_load(state: WorkerState) -> None:
 
 
 def exactness(state: WorkerState, *, measure: bool) -> None:
-    from specdec_studio.engine.probe import cached_probe, exactness_note, load_or_probe
+    from specdec_studio.engine.tuning.probe import cached_probe, exactness_note, load_or_probe
 
     session = state.require_session()
     result = load_or_probe(session) if measure else cached_probe(session)
@@ -92,7 +92,7 @@ def exactness(state: WorkerState, *, measure: bool) -> None:
 
 def emit_saved_sweeps(state: WorkerState, session) -> None:
     from specdec_studio.engine.tuning import sweep
-    from specdec_studio.engine.identity import model_sha256
+    from specdec_studio.engine.models.identity import model_sha256
 
     sha = model_sha256(session.model.info.path)
     found = (sweep.load_saved(sha, mode) for mode in sweep.SWEEP_MODES)

@@ -10,7 +10,7 @@ from specdec_studio.app.worker_messages import BaselineDone, BaselineRequest, Pa
 
 def run(state: WorkerState, command: RunRequest) -> None:
     from specdec_studio.engine.events import RunFinished, StepDone
-    from specdec_studio.engine.trace import TraceRecorder
+    from specdec_studio.engine.records.trace import TraceRecorder
 
     session = state.require_session()
     if command.chat:
@@ -63,7 +63,7 @@ def race(state: WorkerState, command: RaceRequest) -> None:
     the whole prompt."""
     from specdec_studio.engine.config import RunConfig
     from specdec_studio.engine.events import RunFailed, RunFinished, StepDone
-    from specdec_studio.engine.trace import TraceRecorder
+    from specdec_studio.engine.records.trace import TraceRecorder
 
     session = state.require_session()
     if command.chat and session.has_chat_template:

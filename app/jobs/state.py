@@ -18,9 +18,9 @@ class WorkerState:
     cancel: threading.Event = field(default_factory=threading.Event)  # the running job's Stop flag
     gate: StepGate = field(init=False)
     session: object | None = None  # engine.session.Session
-    conversation: object | None = None  # engine.conversation.Conversation: the chat's history
-    chat: object | None = None  # engine.chat.Chat binding the conversation to the session
-    conversation_store: object | None = None  # engine.conversation_store.ConversationStore, made when needed
+    conversation: object | None = None  # engine.chat.conversation.Conversation: the chat's history
+    chat: object | None = None  # engine.chat.turns.Chat binding the conversation to the session
+    conversation_store: object | None = None  # engine.chat.store.ConversationStore, made when needed
     profiles: dict[str, dict | None] = field(default_factory=lambda: {"target": None, "draft": None})
     auto_profile: bool = True  # measure a missing profile after a load (a Stop turns it off for that model)
     last_prompt_tokens: list[int] = field(default_factory=list)  # the baseline repeats them

@@ -12,7 +12,7 @@ from specdec_studio.app.jobs.state import WorkerState
 def sweep_settings(state: WorkerState, spec) -> None:
     """Measure ``spec``'s settings against plain; the events go to the window as they come and
     the finished (or stopped) result is kept for this model."""
-    from specdec_studio.engine.identity import model_sha256
+    from specdec_studio.engine.models.identity import model_sha256
     from specdec_studio.engine.tuning import sweep
     from specdec_studio.engine.tuning.profile import curve_of
 
@@ -58,7 +58,7 @@ SPEED_CANDIDATES = ("auto", "lookup k=4", "lookup k=8")
 def original_file(session) -> Path:
     """The file the comparisons measure copies against: the loaded file, or the original a loaded
     copy was made from."""
-    from specdec_studio.engine import catalog
+    from specdec_studio.engine.models import catalog
 
     loaded = Path(session.model.info.path)
     return catalog.original_of(loaded) or loaded

@@ -1,6 +1,6 @@
 """The dialog that starts draft training: which draft to start from (optionally only its first
 layers), which prompts the target writes the training text from, how many steps, where to write
-the result. The training itself runs on the engine thread (``engine/distill.py``)."""
+the result. The training itself runs on the engine thread (``engine/drafts/distill.py``)."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ class ModelBar(QtWidgets.QWidget):
         self.demo_button.setText("Play a recorded demo")
         self.demo_button.setPopupMode(QtWidgets.QToolButton.InstantPopup)
         demo_menu = QtWidgets.QMenu(self.demo_button)
-        from specdec_studio.engine import demo_traces
+        from specdec_studio.engine.records import demo_traces
 
         for path in demo_traces.shipped():
             demo_menu.addAction(demo_traces.label(path), lambda p=str(path): self.demo_requested.emit(p))

@@ -11,7 +11,7 @@ from specdec_studio.app.qt import QtCore, QtWidgets, Qt
 from specdec_studio.app.replay import TracePlayer
 from specdec_studio.app.widgets.stream_lane import StreamLane
 from specdec_studio.engine.events import RejectedDraft, RunFinished, StepDone
-from specdec_studio.engine.trace import SPEEDS
+from specdec_studio.engine.records.trace import SPEEDS
 
 HONEST_NOTE = ("Measured one after the other on this machine, then replayed side by side on a common clock "
                "at their recorded speeds.")

@@ -29,8 +29,8 @@ COMMANDS = "/regen, /clear, /save [TITLE], /load ID, /list, /quit"
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from specdec_studio.engine.chat import Chat
-    from specdec_studio.engine.conversation_store import ConversationStore
+    from specdec_studio.engine.chat.turns import Chat
+    from specdec_studio.engine.chat.store import ConversationStore
     from specdec_studio.engine.session import Session
 
     config, model_path, draft_path = run_setup(args)
@@ -94,7 +94,7 @@ def _say_where(chat, store) -> None:
 
 
 def _open(session, store, conv_id: str, saving):
-    from specdec_studio.engine.chat import Chat
+    from specdec_studio.engine.chat.turns import Chat
 
     try:
         conversation = store.load(conv_id)
@@ -139,7 +139,7 @@ def _command(line: str, chat, session, store, config, args):
 def _answer(events, chat, args) -> None:
     """One turn: its tokens as they come and a newline at its end (or, with ``--json``, one JSON
     line for the turn) on standard output; its figures on standard error."""
-    from specdec_studio.engine.chat import ConversationChanged
+    from specdec_studio.engine.chat.turns import ConversationChanged
     from specdec_studio.engine.events import RunFinished, RunWarning, StepDone
 
     t0 = time.perf_counter()

@@ -116,7 +116,7 @@ def config_from(args: argparse.Namespace):
 
 def run_setup(args: argparse.Namespace):
     """The run config of ``run``'s flags, checked, and the target and draft model paths they name."""
-    from specdec_studio.engine import catalog
+    from specdec_studio.engine.models import catalog
 
     config = config_from(args)
     config.validate(args.batch_size)

@@ -13,8 +13,9 @@ from specdec_studio.engine.cli.common import add_context_args, ctrl_c_stops
 
 def cmd_distill(args: argparse.Namespace) -> int:
     """Train a draft to agree with the target on the target's own text, then measure both drafts."""
-    from specdec_studio.engine import catalog, distill
-    from specdec_studio.engine.draft_measure import held_out_split, measure_draft
+    from specdec_studio.engine.models import catalog
+    from specdec_studio.engine.drafts import distill
+    from specdec_studio.engine.drafts.measure import held_out_split, measure_draft
     from specdec_studio.engine.session import Session
     from specdec_studio.engine.tuning import prompts as prompt_sets
     from specdec_studio.engine.tuning.sweep import prompt_tokens

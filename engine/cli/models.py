@@ -11,7 +11,7 @@ from specdec_studio.engine.errors import SpecDecError
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from specdec_studio.engine import catalog
+    from specdec_studio.engine.models import catalog
 
     if args.action == "fetch":
         known = [*catalog.KNOWN_MODELS, *catalog.DERIVED_DRAFTS]
@@ -29,7 +29,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "list":
         return _list_models(args.json)
     if args.action == "requantize":
-        from specdec_studio.engine.quantize import requantize
+        from specdec_studio.engine.models.quantize import requantize
 
         requantize(Path(args.src), Path(args.dst), args.type)
         print(f"wrote {args.dst}", file=sys.stderr)
@@ -38,8 +38,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def _list_models(as_json: bool) -> int:
-    from specdec_studio.engine import catalog
-    from specdec_studio.engine.models import LoadedModel
+    from specdec_studio.engine.models import catalog
+    from specdec_studio.engine.models.loading import LoadedModel
 
     rows = []
     for path in catalog.cached_models():
@@ -76,7 +76,7 @@ def add_parser(sub) -> None:
                             "default-iq4_nl_pure, …: see `specdec models list`) or all")
     lst = msub.add_parser("list", help="models in the cache")
     lst.add_argument("--json", action="store_true")
-    from specdec_studio.engine.quantize import QUANT_TYPES
+    from specdec_studio.engine.models.quantize import QUANT_TYPES
 
     rq = msub.add_parser("requantize", help="make a draft or a copy in another weight format by requantising a model")
     rq.add_argument("src")

@@ -13,7 +13,7 @@ from specdec_studio.engine.cli.common import print_stats, write_tokens
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Play a recorded trace back in the terminal at ``--speed`` times its recorded pace."""
-    from specdec_studio.engine import trace
+    from specdec_studio.engine.records import trace
     from specdec_studio.engine.config import RunConfig
     from specdec_studio.engine.events import RunFinished, StepDone
 

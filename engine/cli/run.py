@@ -13,11 +13,11 @@ from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, ensure_
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from specdec_studio.engine import trace
+    from specdec_studio.engine.records import trace
     from specdec_studio.engine.events import RunFinished, RunStarted, RunWarning, StepDone
     from specdec_studio.engine.session import Session
-    from specdec_studio.engine.trace import TraceRecorder
-    from specdec_studio.engine.identity import model_sha256
+    from specdec_studio.engine.records.trace import TraceRecorder
+    from specdec_studio.engine.models.identity import model_sha256
 
     if args.file:
         prompt = Path(args.file).read_text(encoding="utf-8")

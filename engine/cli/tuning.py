@@ -12,8 +12,8 @@ from specdec_studio.engine.cli.common import add_context_args, ctrl_c_stops
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from specdec_studio.engine import catalog
-    from specdec_studio.engine.probe import exactness_note, probe_exactness
+    from specdec_studio.engine.models import catalog
+    from specdec_studio.engine.tuning.probe import exactness_note, probe_exactness
 
     result = probe_exactness(catalog.resolve(args.model), n_threads=args.threads)
     if args.json:
@@ -32,7 +32,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from specdec_studio.engine import catalog
+    from specdec_studio.engine.models import catalog
     from specdec_studio.engine.session import Session
     from specdec_studio.engine.tuning import profile
 
@@ -61,7 +61,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _compare_formats(args: argparse.Namespace) -> int:
-    from specdec_studio.engine import catalog
+    from specdec_studio.engine.models import catalog
     from specdec_studio.engine.config import default_threads
     from specdec_studio.engine.session import Session
     from specdec_studio.engine.tuning import formats
@@ -117,7 +117,7 @@ def _compare_formats(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from specdec_studio.engine import catalog
+    from specdec_studio.engine.models import catalog
     from specdec_studio.engine.session import Session
     from specdec_studio.engine.tuning import profile, prompts, sweep
 
@@ -176,7 +176,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
     """``sweep --formats``: plain, Auto and prompt lookup on the model and on copies of it in other
     weight formats, each against plain on the same file and on the original."""
-    from specdec_studio.engine import catalog
+    from specdec_studio.engine.models import catalog
     from specdec_studio.engine.config import default_threads
     from specdec_studio.engine.jsonfile import write_json
     from specdec_studio.engine.tuning import format_speed, formats
@@ -257,7 +257,7 @@ def _plot_sweep(json_path: Path, out_dir: Path) -> list[Path]:
     import os
     import subprocess
 
-    from specdec_studio.engine import frozen
+    from specdec_studio.engine.models import frozen
 
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     # a frozen app has no `python -m`: its GUI executable draws the plots instead

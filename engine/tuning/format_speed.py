@@ -142,7 +142,7 @@ def measure(original: Path, copies: Sequence[tuple[str, Path]], prompts: Sequenc
 
 def _file_speed(session, label: str, f: int, configs: dict[str, RunConfig], prompts: Sequence[Prompt], tokens, speed,
                 first, curve) -> FileSpeed:
-    from specdec_studio.engine.probe import plain_top2_margin, probe_exactness
+    from specdec_studio.engine.tuning.probe import plain_top2_margin, probe_exactness
     from specdec_studio.engine.tuning import cost_model
 
     n = len(prompts)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from specdec_studio.engine import catalog
+from specdec_studio.engine.models import catalog
 from specdec_studio.engine.errors import SpecDecError
 
 FORMATS = ("Q4_0", "IQ4_NL", "Q4_0_PURE", "IQ4_NL_PURE", "Q8_0", "Q4_K_M")
@@ -75,7 +75,7 @@ def format_of(model) -> str:
 
 def make_copy(src: Path, quant: str, *, n_threads: int = 0, log: Callable[[str], None] = print) -> Path:
     """``src`` requantised to ``quant``, made once into the model cache."""
-    from specdec_studio.engine.quantize import requantize
+    from specdec_studio.engine.models.quantize import requantize
 
     dest = catalog.copy_path(src, quant)
     if not dest.exists():
@@ -96,8 +96,8 @@ def measure_file(path: Path, fmt: str, *, n_threads: int, n_ctx: int, original_t
 
 def _measure(session, fmt: str, original_texts, cancel: threading.Event | None) -> FormatFigures:
     """:func:`measure_file` on an open session of the file."""
-    from specdec_studio.engine.draft_measure import agreement_on_texts
-    from specdec_studio.engine.probe import probe_exactness
+    from specdec_studio.engine.drafts.measure import agreement_on_texts
+    from specdec_studio.engine.tuning.probe import probe_exactness
     from specdec_studio.engine.tuning import profile
 
     path = Path(session.model.info.path)
@@ -121,7 +121,7 @@ def compare(model_path: Path, formats: Sequence[str] = FORMATS, *, n_threads: in
             cancel: threading.Event | None = None, log: Callable[[str], None] = print) -> list[FormatFigures]:
     """The original file and a copy in each of ``formats``, measured alike. ``prompts`` are the
     token ids the agreement is measured on (the shipped prompt sets, one per category)."""
-    from specdec_studio.engine.draft_measure import greedy_texts
+    from specdec_studio.engine.drafts.measure import greedy_texts
     from specdec_studio.engine.session import Session
 
     unknown = [f for f in formats if f not in known_formats()]
@@ -177,7 +177,7 @@ def interleaved_t1(paths: Sequence[Path], *, n_threads: int, rounds: int = T1_RO
 
 def known_formats() -> tuple[str, ...]:
     """The formats a model can be requantised to here (``specdec models requantize`` knows them)."""
-    from specdec_studio.engine.quantize import QUANT_TYPES
+    from specdec_studio.engine.models.quantize import QUANT_TYPES
 
     return tuple(QUANT_TYPES)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from specdec_studio.engine.batch import Batch
 from specdec_studio.engine.errors import SpecDecError
-from specdec_studio.engine.identity import PROBE_TEXT, build_fingerprint, model_sha256
+from specdec_studio.engine.models.identity import PROBE_TEXT, build_fingerprint, model_sha256
 from specdec_studio.engine.jsonfile import write_json
 from specdec_studio.engine.memory import DecodeAborted, Memory
 from specdec_studio.engine.tuning.cost_model import CostCurve
@@ -110,7 +110,7 @@ def curve_of(profile: dict | None) -> CostCurve | None:
 
 # ------------------------------------------------------------------------- cache
 def profile_dir() -> Path:
-    from specdec_studio.engine.catalog import cache_root
+    from specdec_studio.engine.paths import cache_root
 
     return cache_root() / "profiles"
 

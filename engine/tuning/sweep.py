@@ -240,7 +240,7 @@ def run_sweep(session, spec: SweepSpec, *, curve: CostCurve | None = None, draft
 
 def _cell(session, index: int, setting: dict, mode: str, runs: Sequence[RunFinished], before: Sequence[RunFinished],
           after: Sequence[RunFinished], plain_ids, tokens, spec: SweepSpec, curve, draft_curve) -> SweepCell:
-    from specdec_studio.engine.probe import plain_top2_margin
+    from specdec_studio.engine.tuning.probe import plain_top2_margin
 
     per_prompt, divergences = [], []
     for i, run in enumerate(runs):
@@ -332,7 +332,7 @@ def write_results(result: dict, out_dir: str | Path) -> tuple[Path, Path]:
 
 
 def sweeps_dir() -> Path:
-    from specdec_studio.engine.catalog import cache_root
+    from specdec_studio.engine.paths import cache_root
 
     return cache_root() / "sweeps"
 

@@ -13,7 +13,8 @@ from specdec_studio.app.main_window import MainWindow
 from specdec_studio.app.qt import QtCore, Qt
 from specdec_studio.app.widgets import kv_map
 from specdec_studio.app.widgets.token_stream import PRESENTATION_COLOURS
-from specdec_studio.engine import demo_traces, trace
+from specdec_studio.engine.records import demo_traces
+from specdec_studio.engine.records import trace
 from tests.app.test_main_window import colours_by_source, run
 from tests.app.conftest import TIMEOUT_MS
 from tests.conftest import CODE_PROMPT

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from specdec_studio.app.qt import QtCore, Qt
-from specdec_studio.engine import catalog
+from specdec_studio.engine.models import catalog
+from specdec_studio.engine.paths import cache_root
 from tests.conftest import CODE_PROMPT, SMOLLM_N_CTX, seed_profile
 
 TIMEOUT_MS = 180_000
@@ -27,7 +28,7 @@ def module_cache(tmp_path_factory, smollm_profile):
         mp.setenv("SPECDEC_CACHE", str(cache))
         yield
     # the exactness probe the window measured is the session's too (tests/conftest.py exactness_probe)
-    session_cache = catalog.cache_root()
+    session_cache = cache_root()
     for measured in (cache / "exactness").glob("*.json"):
         (session_cache / "exactness").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(measured, session_cache / "exactness" / measured.name)

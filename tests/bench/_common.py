@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from specdec_studio.engine import catalog  # noqa: E402
+from specdec_studio.engine.models import catalog  # noqa: E402
 
 THREADS = int(os.environ.get("SPECDEC_BENCH_THREADS", "2"))
 # layers offloaded to a GPU (scripts/gpu_check.sh sets it; 0 on a CPU build)

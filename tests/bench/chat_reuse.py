@@ -18,9 +18,9 @@ from pathlib import Path
 
 from _common import THREADS, model_path
 
-from specdec_studio.engine.chat import Chat
+from specdec_studio.engine.chat.turns import Chat
 from specdec_studio.engine.config import RunConfig
-from specdec_studio.engine.conversation_store import ConversationStore
+from specdec_studio.engine.chat.store import ConversationStore
 from specdec_studio.engine.events import RunFinished, StepDone
 from specdec_studio.engine.session import Session
 from specdec_studio.engine.tuning.prompts import shipped

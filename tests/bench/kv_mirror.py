@@ -8,7 +8,7 @@ import time
 from _common import CODE_PROMPT, THREADS, model_path
 
 from specdec_studio.engine.config import LookaheadParams, RunConfig
-from specdec_studio.engine.kv_cells import KvMirror
+from specdec_studio.engine.kv.cells import KvMirror
 from specdec_studio.engine.session import Session
 
 N_TOKENS = 128

@@ -12,7 +12,7 @@ import sys
 
 from _common import THREADS, bench_prompts, measure, model_path
 
-from specdec_studio.engine import catalog
+from specdec_studio.engine.models import catalog
 from specdec_studio.engine.config import RunConfig, SpeculativeParams
 from specdec_studio.engine.session import Session
 

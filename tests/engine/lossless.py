@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specdec_studio.engine.probe import plain_top2_margin
+from specdec_studio.engine.tuning.probe import plain_top2_margin
 from specdec_studio.engine.session import Session
 
 

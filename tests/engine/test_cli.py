@@ -78,8 +78,8 @@ def test_chat_reads_one_turn_per_line_with_reuse_and_commands(tmp_path):
 
 
 def test_transcript_exports_markdown_and_html():
-    from specdec_studio.engine.conversation import Conversation, Message
-    from specdec_studio.engine.transcript import to_html, to_markdown
+    from specdec_studio.engine.chat.conversation import Conversation, Message
+    from specdec_studio.engine.chat.transcript import to_html, to_markdown
 
     conv = Conversation(title="Colours")
     conv.add(Message("user", "Name a colour <b>."))

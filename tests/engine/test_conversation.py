@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from specdec_studio.engine.chat import Chat, ConversationChanged
+from specdec_studio.engine.chat.turns import Chat, ConversationChanged
 from specdec_studio.engine.config import RunConfig
-from specdec_studio.engine.conversation import INTERRUPTED, Conversation, Message
-from specdec_studio.engine.conversation_store import ConversationStore
+from specdec_studio.engine.chat.conversation import INTERRUPTED, Conversation, Message
+from specdec_studio.engine.chat.store import ConversationStore
 from specdec_studio.engine.errors import PromptError
 from specdec_studio.engine.events import RunFinished, StepDone
 from specdec_studio.engine.session import Session
@@ -220,10 +220,10 @@ def test_a_model_switch_re_encodes_the_conversation(smollm_session, smollm_draft
 KILL_SCRIPT = """
 import sys
 import time
-from specdec_studio.engine import catalog
-from specdec_studio.engine.chat import Chat
+from specdec_studio.engine.models import catalog
+from specdec_studio.engine.chat.turns import Chat
 from specdec_studio.engine.config import RunConfig
-from specdec_studio.engine.conversation_store import ConversationStore
+from specdec_studio.engine.chat.store import ConversationStore
 from specdec_studio.engine.events import StepDone
 from specdec_studio.engine.session import Session
 
@@ -275,7 +275,7 @@ def test_a_damaged_conversation_file_costs_only_itself(tmp_path, content):
     found, damaged = store.scan()
     assert [s.id for s in found] == [good.id] and damaged == ["damaged.json"]
     assert [s.id for s in store.list("colour")] == [good.id]
-    from specdec_studio.engine.conversation_store import DamagedConversation
+    from specdec_studio.engine.chat.store import DamagedConversation
 
     with pytest.raises(DamagedConversation, match="damaged.json is damaged") as err:
         store.load("damaged")

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_studio.engine import catalog, distill, draft_measure
+from specdec_studio.engine.models import catalog
+
+from specdec_studio.engine.drafts import distill
+
+from specdec_studio.engine.drafts import measure as draft_measure
 from specdec_studio.engine.config import RunConfig, SpeculativeParams
 from specdec_studio.engine.events import RunFinished
-from specdec_studio.engine.quantize import requantize
+from specdec_studio.engine.models.quantize import requantize
 from specdec_studio.engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
 

@@ -9,7 +9,7 @@ import pytest
 
 from specdec_studio.engine.config import LookaheadParams, RunConfig
 from specdec_studio.engine.errors import ConfigError, ContextAllocationError, ModelFileError, PromptError
-from specdec_studio.engine.models import LoadedModel
+from specdec_studio.engine.models.loading import LoadedModel
 from specdec_studio.engine.session import Session
 from tests.conftest import N_THREADS
 

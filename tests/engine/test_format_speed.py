@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from specdec_studio.engine import catalog
+from specdec_studio.engine.models import catalog
 from specdec_studio.engine.tuning import format_speed
 from specdec_studio.engine.tuning.prompts import shipped
 from tests.conftest import N_THREADS

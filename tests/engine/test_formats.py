@@ -102,7 +102,7 @@ def test_a_pure_copy_quantises_the_tied_output_head_like_the_other_weights(smoll
 
     from gguf import GGUFReader
 
-    from specdec_studio.engine import catalog
+    from specdec_studio.engine.models import catalog
     from specdec_studio.engine.config import RunConfig
     from specdec_studio.engine.session import last_event
 

@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
-from specdec_studio.engine import catalog, frozen
+from specdec_studio.engine.models import catalog
+
+from specdec_studio.engine.models import frozen
 from specdec_studio.engine.errors import ModelFetchError
 
 DEFAULT = catalog.KNOWN_MODELS["default"].filename

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_studio.engine.gguf_check import GgufProblem, check_buffer, check_file
+from specdec_studio.engine.models.gguf_check import GgufProblem, check_buffer, check_file
 
 # 2,000 cases in all with -m slow, 406 in the regular run; Gemma's check walks 262,144 vocabulary
 # entries (0.15 s), SmolLM2's 49,152, so the regular run takes most of its cases from SmolLM2
@@ -53,7 +53,7 @@ class Mutated:
 
 @pytest.fixture(scope="module", params=["default", "gemma"])
 def model(request):
-    from specdec_studio.engine import catalog
+    from specdec_studio.engine.models import catalog
 
     path = catalog.known_path(request.param)
     layout = check_file(path)
@@ -140,7 +140,7 @@ def test_fuzzed_headers_get_a_clear_answer_and_passing_files_load(model, tmp_pat
 LOADER = """
 import json, sys
 from specdec_studio.engine.errors import ModelFileError
-from specdec_studio.engine.models import LoadedModel
+from specdec_studio.engine.models.loading import LoadedModel
 for path in json.loads(sys.argv[1]):
     try:
         with LoadedModel(path) as model:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
 from specdec_studio.engine.events import KvSnapshot, RunFinished, StepDone
-from specdec_studio.engine.kv_debug import KvMirrorMismatch
+from specdec_studio.engine.kv.debug import KvMirrorMismatch
 from specdec_studio.engine.memory import NoKvSlot
 from specdec_studio.engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
@@ -90,7 +90,7 @@ def test_mirror_matches_for_an_iswa_model(gemma_path):
 
 
 def test_mirror_matches_over_a_three_turn_chat(verified_smollm):
-    from specdec_studio.engine.chat import Chat
+    from specdec_studio.engine.chat.turns import Chat
 
     chat = Chat(verified_smollm)
     for text in ("Name a colour.", "Name a fruit of that colour.", "And a vegetable?"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
-from specdec_studio.engine.probe import SPLIT_KV_CELLS, deviation_for_batch, exactness_note
+from specdec_studio.engine.tuning.probe import SPLIT_KV_CELLS, deviation_for_batch, exactness_note
 from specdec_studio.engine.session import Session
 from specdec_studio.engine.tuning import prompts
 from tests.conftest import N_THREADS

@@ -7,7 +7,7 @@ import pytest
 from specdec_studio.engine.config import LookaheadParams, RunConfig
 from specdec_studio.engine.errors import ConfigError
 from specdec_studio.engine.events import StepDone
-from specdec_studio.engine.probe import deviation_for_batch
+from specdec_studio.engine.tuning.probe import deviation_for_batch
 from specdec_studio.engine.sampling import SamplingParams
 from specdec_studio.engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
@@ -30,7 +30,7 @@ PROMPTS = {"code": CODE_PROMPT, "prose": PROSE_PROMPT}
 def model(request, exactness_probe):
     """One model (the tests' ``model`` parameter, module-scoped so each loads once) with its
     exactness probe and plain's greedy tokens on both prompts."""
-    from specdec_studio.engine import catalog
+    from specdec_studio.engine.models import catalog
 
     path = catalog.known_path(request.param)
     probe = exactness_probe(path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_studio.engine import probe
+from specdec_studio.engine.tuning import probe
 from specdec_studio.engine.config import RunConfig, SpeculativeParams
 from specdec_studio.engine.events import RunFinished
 from specdec_studio.engine.parallel import BatchFinished, BatchJob, JobFinished, JobStarted, JobStep, run_batch

@@ -64,7 +64,7 @@ def test_max_tokens_and_context_full(smollm_path):
 
 
 def test_chat_stops_at_end_of_turn(smollm_session):
-    from specdec_studio.engine.chat import Chat
+    from specdec_studio.engine.chat.turns import Chat
 
     chat = Chat(smollm_session)
     events = list(chat.send(RunConfig(max_tokens=200), "Say hello in one word."))

@@ -10,12 +10,12 @@ import pytest
 
 import specdec_studio.engine.context  # noqa: F401 - engine.context, patched below
 from specdec_studio import engine
-from specdec_studio.engine import catalog
+from specdec_studio.engine.models import catalog
 from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
 from specdec_studio.engine.errors import ContextAllocationError, ModelFileError
 from specdec_studio.engine.events import KvSnapshot, RunFinished, RunWarning, StepDone
-from specdec_studio.engine.kv_cells import KvMirror
-from specdec_studio.engine.models import LoadedModel
+from specdec_studio.engine.kv.cells import KvMirror
+from specdec_studio.engine.models.loading import LoadedModel
 from specdec_studio.engine.session import Session
 from specdec_studio.engine.strategies import speculative
 from specdec_studio.engine.strategies.lookahead import NgramPool
@@ -245,15 +245,14 @@ def test_chat_on_a_model_without_a_template_runs_as_completion(capsys):
 
 
 def test_json_does_not_hash_the_model_on_every_run(capsys, monkeypatch, tmp_path):
-    from specdec_studio import engine
-    import specdec_studio.engine.models  # noqa: F401 - loads the module named below
     from specdec_studio.engine.cli import main
+    from specdec_studio.engine.models import identity
 
     monkeypatch.setenv("SPECDEC_MODELS", str(catalog.cache_dir()))
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     hashed = []
-    original = engine.models.file_sha256
-    monkeypatch.setattr(engine.models, "file_sha256", lambda path: hashed.append(path) or original(path))
+    original = identity.file_sha256
+    monkeypatch.setattr(identity, "file_sha256", lambda path: hashed.append(path) or original(path))
     for _ in range(2):
         assert main(["run", "-p", "Hi", "-n", "2", "-t", str(N_THREADS), "-c", "256", "--no-predict", "--json"]) == 0
     assert len(hashed) == 1
@@ -268,7 +267,7 @@ def test_json_does_not_hash_the_model_on_every_run(capsys, monkeypatch, tmp_path
     ("{{ raise_exception('no') }}", "failed"),
 ])
 def test_a_hostile_chat_template_is_refused(source, why):
-    from specdec_studio.engine.chat_template import ChatTemplate, TemplateRefused
+    from specdec_studio.engine.chat.template import ChatTemplate, TemplateRefused
 
     with pytest.raises(TemplateRefused, match=why):
         ChatTemplate(source, bos_token="<s>", eos_token="</s>", name="evil.gguf")

@@ -14,7 +14,7 @@ from scipy import stats as scipy_stats
 from specdec_studio.engine.config import RunConfig, SpeculativeParams
 from specdec_studio.engine.errors import ConfigError, VocabMismatchError
 from specdec_studio.engine.events import RejectedDraft, RunFinished, StepDone
-from specdec_studio.engine.probe import deviation_for_batch
+from specdec_studio.engine.tuning.probe import deviation_for_batch
 from specdec_studio.engine.sampling import Sampler, SamplingParams
 from specdec_studio.engine.session import Session
 from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
@@ -133,8 +133,8 @@ def test_draft_from_another_family_is_refused(smollm_path, gemma_path):
 def test_draft_candidates_are_checked_once_per_file_pair(smollm_path, gemma_path, smollm_drafts, tmp_path, monkeypatch):
     """The verdicts are kept in the cache: the same files are not opened again (in this process or
     the next), a file that changed is."""
-    from specdec_studio.engine import models
-    from specdec_studio.engine.identity import file_identity
+    from specdec_studio.engine.models import loading as models
+    from specdec_studio.engine.models.identity import file_identity
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     copy = tmp_path / "draft.gguf"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from specdec_studio.engine.models import LoadedModel
+from specdec_studio.engine.models.loading import LoadedModel
 from specdec_studio.engine.tokens import IncrementalDetokenizer, Vocab
 
 TEXT = "Café ☕ — 東京で寿司を食べた 🍣🎉👩‍👩‍👧 naïve 한국어 ok"

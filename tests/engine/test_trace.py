@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_studio.engine import trace
+from specdec_studio.engine.records import trace
 from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
 from specdec_studio.engine.events import BatchRow, KvSnapshot, RejectedDraft, RunFinished, RunStarted, StepBatch, StepDone, TokenInfo
-from specdec_studio.engine.trace import Replay, TraceError, TraceRecorder
+from specdec_studio.engine.records.trace import Replay, TraceError, TraceRecorder
 from tests.conftest import CODE_PROMPT
 
 CONFIGS = {
@@ -324,8 +324,9 @@ EVIL = '"><script>alert(1)</script><img src=x onerror="alert(2)">'
 
 
 def test_reports_and_transcripts_of_a_crafted_trace_carry_no_markup_from_it():
-    from specdec_studio.engine import report, transcript
-    from specdec_studio.engine.conversation import Conversation, Message
+    from specdec_studio.engine.records import report
+    from specdec_studio.engine.chat import transcript
+    from specdec_studio.engine.chat.conversation import Conversation, Message
 
     records = [json.loads(line) for line in _LINES]
     records[0]["model"] = {"name": EVIL, EVIL: EVIL}

@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from specdec_studio.engine import catalog
+from specdec_studio.engine.models import catalog
 from specdec_studio.engine.errors import ConfigError, SpecDecError
 from specdec_studio.engine.session import Session
 from specdec_studio.engine.tuning import profile, prompts, sweep

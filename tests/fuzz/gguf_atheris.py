@@ -18,9 +18,9 @@ import atheris
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 with atheris.instrument_imports():
-    from specdec_studio.engine.gguf_check import GgufProblem, check_buffer, check_file
+    from specdec_studio.engine.models.gguf_check import GgufProblem, check_buffer, check_file
 
-from specdec_studio.engine import catalog  # noqa: E402
+from specdec_studio.engine.models import catalog  # noqa: E402
 
 PATH = catalog.known_path("default")
 LAYOUT = check_file(PATH)

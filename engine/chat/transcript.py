@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from specdec_studio.engine.conversation import ConversationView, MessageView
-from specdec_studio.engine.html_pages import render
+from specdec_studio.engine.chat.conversation import ConversationView, MessageView
+from specdec_studio.engine.records.html_pages import render
 
 # The same meaning (and colours) as the app's token stream.
 SOURCE_STYLES = {

@@ -14,7 +14,7 @@ import llama_cpp as llama
 
 from specdec_studio.engine import native
 from specdec_studio.engine.errors import ModelFileError, SpecDecError
-from specdec_studio.engine.models import check_gguf_file
+from specdec_studio.engine.models.loading import check_gguf_file
 
 QUANT_TYPES = {
     "Q2_K": llama.LLAMA_FTYPE_MOSTLY_Q2_K,

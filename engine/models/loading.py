@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import struct
 from dataclasses import dataclass
@@ -13,6 +12,9 @@ import llama_cpp as llama
 
 from specdec_studio.engine import native
 from specdec_studio.engine.errors import ModelFileError, VocabMismatchError
+from specdec_studio.engine.jsonfile import write_json
+from specdec_studio.engine.models.identity import file_identity
+from specdec_studio.engine.paths import cache_root
 
 GGUF_MAGIC = b"GGUF"
 # The vocabulary check of llama.cpp's speculative example: sizes may differ by this many tokens
@@ -74,9 +76,9 @@ class ModelInfo:
 
 def check_gguf_file(path: Path) -> None:
     """Raise :class:`ModelFileError` unless ``path`` is a readable GGUF whose header, metadata and
-    tensor table pass the pre-flight check (:mod:`engine.gguf_check`); llama.cpp never sees a file
+    tensor table pass the pre-flight check (:mod:`engine.models.gguf_check`); llama.cpp never sees a file
     that fails. A file that passed is remembered by (path, size, mtime) for the process."""
-    from specdec_studio.engine.gguf_check import check_file
+    from specdec_studio.engine.models.gguf_check import check_file
 
     if not path.exists():
         raise ModelFileError(f"{path}: no such file; check the path or run `specdec models fetch`")
@@ -104,14 +106,6 @@ def check_gguf_file(path: Path) -> None:
 
 
 _checked_files: set[tuple[str, int, int]] = set()
-
-
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _meta_int(model: llama.llama_model_p, key: str, default: int) -> int:
@@ -233,8 +227,6 @@ DRAFT_VERDICTS_FILE = "draft-verdicts.json"
 
 
 def _still_current(identity: str) -> bool:
-    from specdec_studio.engine.identity import file_identity
-
     try:
         return file_identity(identity.rsplit("|", 2)[0]) == identity
     except OSError:
@@ -255,10 +247,6 @@ def _read_verdicts(path: Path) -> dict[str, dict[str, str | None]]:
 
 def draft_candidates(target: LoadedModel, paths: list[Path]) -> list[tuple[Path, str | None]]:
     """For each path, None if it can draft for ``target``, else the sentence saying why not."""
-    from specdec_studio.engine.catalog import cache_root
-    from specdec_studio.engine.identity import file_identity
-    from specdec_studio.engine.jsonfile import write_json
-
     index_path = cache_root() / DRAFT_VERDICTS_FILE
     index = _read_verdicts(index_path)
     known = index.setdefault(file_identity(target.info.path), {})

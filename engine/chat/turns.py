@@ -1,4 +1,4 @@
-"""Chat turns over a :class:`engine.conversation.Conversation` on a :class:`engine.session.Session`.
+"""Chat turns over a :class:`engine.chat.conversation.Conversation` on a :class:`engine.session.Session`.
 
 A turn renders the conversation with the model's template, drops the oldest turns if it does not
 fit, and runs with prefix reuse, so only the tokens after what the KV cache already holds are
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from specdec_studio.engine.config import RunConfig
-from specdec_studio.engine.conversation import (
+from specdec_studio.engine.chat.conversation import (
     DONE,
     INTERRUPTED,
     STREAMING,
@@ -27,7 +27,7 @@ from specdec_studio.engine.conversation import (
     reencoded,
     set_system,
 )
-from specdec_studio.engine.conversation_store import ConversationStore
+from specdec_studio.engine.chat.store import ConversationStore
 from specdec_studio.engine.errors import PromptError
 from specdec_studio.engine.events import Event, RejectedDraft, RunFinished, StepDone
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec_studio.engine.identity import PROBE_TEXT, build_fingerprint, model_sha256
+from specdec_studio.engine.models.identity import PROBE_TEXT, build_fingerprint, model_sha256
 from specdec_studio.engine.sampling import logits_row
 from specdec_studio.engine.session import Session
 
@@ -181,7 +181,7 @@ def exactness_note(result: dict) -> str:
 
 
 def _cache_path(model_path: str | Path, n_threads: int) -> Path:
-    from specdec_studio.engine.catalog import cache_root
+    from specdec_studio.engine.paths import cache_root
 
     sha = model_sha256(model_path)
     return cache_root() / "exactness" / f"{sha[:16]}-t{n_threads}-{build_fingerprint()}.json"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from specdec_studio.engine import native
 from specdec_studio.engine.errors import SpecDecError
-from specdec_studio.engine.kv_cells import KvCells, KvMirror
+from specdec_studio.engine.kv.cells import KvCells, KvMirror
 
 DEBUG_ENV = "LLAMA_KV_CACHE_DEBUG"
 DEBUG_LEVEL = "3"

@@ -317,7 +317,7 @@ def distill_draft(session, draft_path: Path, prompts: Sequence[Sequence[int]], n
     ``start_path`` set to the draft as it was before training (cut, if it was cut)."""
     import tempfile
 
-    from specdec_studio.engine.quantize import requantize
+    from specdec_studio.engine.models.quantize import requantize
 
     if progress is not None:
         progress(DistillProgress("corpus", 0, n_steps))

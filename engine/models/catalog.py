@@ -8,16 +8,17 @@ embeds the default model; a model in the cache takes precedence over the embedde
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec_studio.engine import frozen
+from specdec_studio.engine.models import frozen
 from specdec_studio.engine.errors import ModelFetchError, ModelFileError
-from specdec_studio.engine.models import file_sha256
+from specdec_studio.engine.models.identity import file_sha256
+from specdec_studio.engine.models.quantize import requantize
+from specdec_studio.engine.paths import cache_dir
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,6 @@ def original_of(path: Path) -> Path | None:
 
 def make_derived(key: str, *, log=print) -> Path:
     """Requantise the base model into a draft (once; the file is kept in the model cache)."""
-    from specdec_studio.engine.quantize import requantize
-
     dest = derived_path(key)
     if dest.exists():
         log(f"{key}: {dest} (cached)")
@@ -103,22 +102,6 @@ def make_derived(key: str, *, log=print) -> Path:
     requantize(fetch(base, log=lambda _msg: None), dest, quant)
     log(f"{key}: {dest} (requantised from {base} to {quant})")
     return dest
-
-
-def cache_root() -> Path:
-    """Everything the app keeps between sessions that can be made again (``SPECDEC_CACHE``)."""
-    root = os.environ.get("SPECDEC_CACHE")
-    if root:
-        return Path(root).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec-studio"
-
-
-def cache_dir() -> Path:
-    """The model cache (``SPECDEC_MODELS``, else ``models/`` in :func:`cache_root`)."""
-    root = os.environ.get("SPECDEC_MODELS")
-    if root:
-        return Path(root).expanduser()
-    return cache_root() / "models"
 
 
 def known_path(key: str) -> Path:

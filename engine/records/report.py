@@ -8,9 +8,9 @@ import base64
 import json
 
 from specdec_studio.engine.events import RunFinished, StepDone
-from specdec_studio.engine.html_pages import render
-from specdec_studio.engine.trace import Trace
-from specdec_studio.engine.transcript import SOURCE_STYLES
+from specdec_studio.engine.records.html_pages import render
+from specdec_studio.engine.records.trace import Trace
+from specdec_studio.engine.chat.transcript import SOURCE_STYLES
 
 FIGURES = [("n_predict", "tokens generated"), ("tokens_per_second", "tokens per second"),
            ("tokens_per_step", "tokens per step"), ("steps", "target decodes (steps)"),

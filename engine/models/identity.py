@@ -11,6 +11,7 @@ from pathlib import Path
 import llama_cpp as llama
 
 from specdec_studio.engine.jsonfile import write_json
+from specdec_studio.engine.paths import cache_root
 
 # The text the probe and the profile decode: prose, a number, code (every kind of token a run meets).
 PROBE_TEXT = (
@@ -35,11 +36,17 @@ def file_identity(path: str | Path) -> str:
     return f"{path}|{st.st_size}|{st.st_mtime_ns}"
 
 
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    """The file's sha256, read in chunks (a GGUF can be larger than memory allows twice)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def model_sha256(path: str | Path) -> str:
     """The model file's sha256, hashed once per (path, size, mtime) and remembered on disk."""
-    from specdec_studio.engine.catalog import cache_root
-    from specdec_studio.engine.models import file_sha256
-
     path = Path(path).resolve()
     index_path = cache_root() / "file-hashes.json"
     entry = file_identity(path)

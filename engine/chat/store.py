@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec_studio.engine.conversation import Conversation
+from specdec_studio.engine.chat.conversation import Conversation
 from specdec_studio.engine.errors import SpecDecError
 from specdec_studio.engine.jsonfile import write_json
 

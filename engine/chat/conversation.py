@@ -1,7 +1,7 @@
 """A conversation as the model sees it: messages, and for each the exact token ids.
 
 The one history in the program: the app renders it, the CLI's chat uses it, and it is saved as it
-is (:mod:`engine.conversation_store`). Token ids belong to one model (``model_key``); an
+is (:mod:`engine.chat.store`). Token ids belong to one model (``model_key``); an
 assistant message also keeps the ids the model produced, so the next turn feeds the model exactly
 what it wrote instead of a re-tokenisation of its text (which can give other ids).
 
@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specdec_studio.engine.chat_template import ChatTemplate
+from specdec_studio.engine.chat.template import ChatTemplate
 from specdec_studio.engine.errors import PromptError
 from specdec_studio.engine.tokens import Vocab
 

@@ -1,0 +1,135 @@
+"""The source tree's shape: engine/ grouped by job, and no import circle in app/ or engine/.
+
+The import graph is read from the source with ``ast`` (every import statement, at module level or
+inside a function), so an import that only a function runs still counts: hiding a circle in a
+function body does not remove it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {"app": "specdec_studio.app", "engine": "specdec_studio.engine"}
+MAX_TOP_LEVEL_ENGINE_MODULES = 15
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of app/ and engine/ by its import name (a package by its ``__init__``)."""
+    found = {}
+    for folder, prefix in PACKAGES.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([prefix, *parts])] = path
+    return found
+
+
+def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
+    """The project modules ``path`` imports anywhere in its body. ``from P import x`` counts as an
+    import of ``P.x`` where that is a module, else of ``P``."""
+    is_package = path.name == "__init__.py"
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = package[: len(package) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                targets.add(full if full in known else base)
+    return {t for t in targets if t in known and t != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = module_files()
+    known = set(files)
+    return {name: imports_of(path, name, known) for name, path in files.items()}
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative (the graph is small, but recursion depth is not ours to spend)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            advanced = False
+            for succ in successors:
+                if succ not in index:
+                    index[succ] = low[succ] = counter
+                    counter += 1
+                    stack.append(succ)
+                    on_stack.add(succ)
+                    work.append((succ, iter(sorted(graph[succ]))))
+                    advanced = True
+                    break
+                if succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(sorted(component))
+    return components
+
+
+def test_no_import_circle_in_app_or_engine():
+    graph = import_graph()
+    assert len(graph) > 100 and sum(map(len, graph.values())) > 200  # the walk found the real tree
+    circles = [c for c in strongly_connected(graph) if len(c) > 1]
+    assert not circles, f"import circles: {circles}"
+
+
+def test_a_planted_circle_is_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    components = {tuple(c) for c in strongly_connected(graph)}
+    assert ("a", "b", "c") in components and ("d",) in components and ("e",) in components
+
+
+def test_function_level_imports_count(tmp_path):
+    source = tmp_path / "mod.py"
+    source.write_text("def later():\n    from pkg import b\n    import pkg.c\n")
+    found = imports_of(source, "pkg.a", {"pkg", "pkg.a", "pkg.b", "pkg.c"})
+    assert found == {"pkg.b", "pkg.c"}
+
+
+def test_engine_top_level_is_small():
+    top = sorted(p.name for p in (ROOT / "engine").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= MAX_TOP_LEVEL_ENGINE_MODULES, top
+
+
+@pytest.mark.parametrize("package", sorted(
+    str(p.parent.relative_to(ROOT)) for folder in PACKAGES for p in (ROOT / folder).rglob("__init__.py")))
+def test_every_subpackage_says_its_job(package):
+    docstring = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text()))
+    assert docstring and len(docstring.split()) >= 5, f"{package}/__init__.py needs a docstring saying its job"
