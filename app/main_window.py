@@ -55,6 +55,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self._paint_timer.timeout.connect(self.drain_events)
         self._paint_timer.start()
         self.worker.conversation("start")  # the last conversation reopens
+        self.input.focus()  # typing at once goes into the message box
         if autoload:
             wanted = model or self.settings.value("last_model", "default")
             self.load_model(wanted)
@@ -124,6 +125,10 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
     # ------------------------------------------------------------------ tuning
 
     # ------------------------------------------------------------------ rendering
+    def _toggle_tokens(self, on: bool) -> None:
+        self.stream.show_tokens = on
+        self._render_all()
+
     def _toggle_rejected(self, on: bool) -> None:
         self.stream.show_rejected = on
         self._render_all()
@@ -194,7 +199,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
                 self._latest_snapshot = None
             self.stats.refresh()
             self.decisions.update()
-            if self.right_tabs.currentWidget() is self.inspector:  # its pictures cost GUI time the engine needs
+            if self.right_tabs.currentWidget() is self.inspector_page:  # its pictures cost GUI time the engine needs
                 self.inspector.refresh()
         self.stream.scroll_to_end()
         self._update_buttons()
@@ -301,6 +306,8 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         reuse = f" · prompt {s['n_prompt']} tokens, {s['n_prompt_reused']} reused" if s.get("n_prompt_reused") else ""
         self.statusBar().showMessage(
             f"Finished: {event.finish_reason} · {s['n_predict']} tokens at {s['tokens_per_second']:.1f} tok/s{reuse}")
+        if not self.replaying:
+            self.input.focus()  # the next message is typed straight away
 
     def _on_failed(self, message: str) -> None:
         self.running = False

@@ -81,12 +81,13 @@ def _render_answer(stream: TokenStream, m, live: Turn | None) -> None:
     if m.dropped:
         stream.append_text(m.content, "dropped", 0)
         return
-    if m.pieces:
-        for piece in m.pieces:
-            render_run(stream, str(piece[0]), str(piece[1]), int(piece[2]), int(piece[3]), float(piece[4]),
-                       str(piece[5]) if len(piece) > 5 else "")
-    else:  # re-encoded for another model, or written before pieces were kept: its text only
-        stream.append_text(m.content, "sampled", 0)
+    runs = [(str(p[0]), str(p[1]), int(p[2]), int(p[3]), float(p[4]), str(p[5]) if len(p) > 5 else "")
+            for p in m.pieces] or [(m.content, "sampled", 0, -1, 0.0, "")]  # re-encoded: its text only
+    if not stream.show_tokens:  # a finished answer as the reader wants it: rendered, still coloured
+        stream.append_markdown([run for run in runs if run[1] != "rejected"])
+    else:
+        for run in runs:
+            render_run(stream, *run)
     figures = dict(m.figures)
     if "n_predict" in figures:
         stream.append_text("\n" + figures_line(str(figures.get("mode", "")), figures, m.finish_reason), "meta", 0)

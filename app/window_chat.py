@@ -27,6 +27,7 @@ class ChatMixin:
             return
         user = self.conversation.messages[index].content
         self._launch(Turn(user=user, chat=True, mode=config.mode), config, "", regenerate=True)
+        self.input.focus()
 
     def edit_last(self) -> None:
         """Put the last message back in the box: Run replaces it (and the answers after it)."""
@@ -37,10 +38,12 @@ class ChatMixin:
         self.input.set_text(self.conversation.messages[index].content)
         self.statusBar().showMessage("Editing your last message: Run replaces it and the answer after it")
         self._update_buttons()
+        self.input.focus()
 
     def new_conversation(self) -> None:
         self._conversation_action("new")
         self.stats.reset()
+        self.input.focus()
 
     def _conversation_action(self, action: str, conv_id: str = "") -> None:
         if self.running:

@@ -27,7 +27,7 @@ class DemoMixin:
             self.inspector.paused_run = False
         self.inspector.set_paused(paused)
         if paused:
-            self.right_tabs.setCurrentWidget(self.inspector)
+            self.right_tabs.setCurrentWidget(self.inspector_page)
         self._update_buttons()
 
     def toggle_pause(self) -> None:
@@ -48,11 +48,11 @@ class DemoMixin:
             self.worker.step_once()
 
     def step_forward(self) -> None:
-        self.right_tabs.setCurrentWidget(self.inspector)
+        self.right_tabs.setCurrentWidget(self.inspector_page)
         self.inspector.forward()
 
     def step_back(self) -> None:
-        self.right_tabs.setCurrentWidget(self.inspector)
+        self.right_tabs.setCurrentWidget(self.inspector_page)
         self.inspector.back()
 
     def reset_demo(self) -> None:

@@ -31,7 +31,7 @@ class JobsMixin:
             self.error_label.setText("Choose a mode other than plain to race against plain decoding.")
             return
         self.running = True
-        self.centre_tabs.setCurrentWidget(self.race)
+        self.centre_tabs.setCurrentIndex(1)  # Race
         self.race.on_progress("plain", 0)
         self._update_buttons()
         self.worker.race(config, text, chat=self._chat_shown_setting())

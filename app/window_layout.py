@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from specdec_studio.app.qt import QtGui, QtWidgets, Qt
+from specdec_studio.app.qt import QtCore, QtGui, QtWidgets, Qt
 from specdec_studio.app.theme import THEMES, apply_theme
 from specdec_studio.app.widgets.batch_view import BatchView
 from specdec_studio.app.widgets.chat import ChatInput
@@ -36,7 +36,7 @@ class LayoutMixin:
         controls_scroll = QtWidgets.QScrollArea()
         controls_scroll.setWidget(self.controls)
         controls_scroll.setWidgetResizable(True)
-        controls_scroll.setMinimumWidth(340)
+        controls_scroll.setMinimumWidth(250)
         controls_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
 
         self.stream = TokenStream()
@@ -48,6 +48,7 @@ class LayoutMixin:
         self.input.clear.clicked.connect(self.new_conversation)
         self.input.chat_mode.toggled.connect(lambda _on: self._render_all())
         self.input.show_rejected.toggled.connect(self._toggle_rejected)
+        self.input.show_tokens.toggled.connect(self._toggle_tokens)
         self.input.mark_steps.toggled.connect(self._toggle_steps)
         self.error_label = QtWidgets.QLabel("")
         self.error_label.setStyleSheet("color: #c0392b; font-weight: 600;")
@@ -107,10 +108,10 @@ class LayoutMixin:
         self.race.race_requested.connect(self.start_race)
         self.centre_tabs = QtWidgets.QTabWidget()
         self.centre_tabs.addTab(centre, "Stream")
-        self.centre_tabs.addTab(self.race, "Race")
+        self.centre_tabs.addTab(self._scrolled(self.race), "Race")
         self.batch_view = BatchView()
         self.batch_view.batch_requested.connect(self.start_batch)
-        self.centre_tabs.addTab(self.batch_view, "Batch")
+        self.centre_tabs.addTab(self._scrolled(self.batch_view), "Batch")
 
         self.kv_map = KvMapView()
         self.kv_map.set_token_colours(SOURCE_COLOURS)
@@ -184,11 +185,14 @@ class LayoutMixin:
         self.inspector.pause_toggled.connect(self.set_paused)
         self.inspector.forward_requested.connect(self._step_engine)
         right = QtWidgets.QTabWidget()
-        right.addTab(live, "Live")
-        right.addTab(self.inspector, "Inspect")
-        right.addTab(self.tune, "Tune")
-        right.currentChanged.connect(lambda _i: right.currentWidget() is self.inspector and self.inspector.refresh())
-        right.addTab(profile_page, "Profile")
+        # each page scrolls: the panel fits a laptop screen however tall or wide its content is
+        right.addTab(self._scrolled(live, 300, 420), "Live")
+        self.inspector_page = self._scrolled(self.inspector)
+        right.addTab(self.inspector_page, "Inspect")
+        right.addTab(self._scrolled(self.tune), "Tune")
+        right.currentChanged.connect(lambda _i: right.currentWidget() is self.inspector_page
+                                     and self.inspector.refresh())
+        right.addTab(self._scrolled(profile_page), "Profile")
         self.right_tabs = right
 
         self.sidebar = ConversationSidebar()
@@ -200,14 +204,16 @@ class LayoutMixin:
         self.sidebar.export_requested.connect(self.export_conversation)
         left = QtWidgets.QTabWidget()
         left.addTab(controls_scroll, "Run")
-        left.addTab(self.sidebar, "Chats")
+        left.addTab(self._scrolled(self.sidebar), "Chats")
         self.left_tabs = left
 
         self.splitter = QtWidgets.QSplitter(Qt.Horizontal)
         self.splitter.addWidget(left)
         self.splitter.addWidget(self.centre_tabs)
         self.splitter.addWidget(right)
-        self.splitter.setSizes([340, 620, 520])
+        self.splitter.setCollapsible(1, False)  # the conversation never disappears; the side panels may
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([300, 620, 480])
 
         root = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(root)
@@ -246,6 +252,17 @@ class LayoutMixin:
                                                        QtGui.QKeySequence(Qt.Key_F11))
         self.presentation_action.setCheckable(True)
         self.presentation_action.setShortcutContext(Qt.ApplicationShortcut)
+        tokens_action = view_menu.addAction("Show tokens", lambda: self.input.show_tokens.toggle(),
+                                            QtGui.QKeySequence("Ctrl+T"))
+        tokens_action.setToolTip(self.input.show_tokens.toolTip())
+        self.side_panel_actions = []
+        for name, index, key in (("Run and chats panel", 0, "Ctrl+1"), ("Live panel", 2, "Ctrl+2")):
+            action = view_menu.addAction(name, lambda on, i=index: self.show_side_panel(i, on),
+                                         QtGui.QKeySequence(key))
+            action.setCheckable(True)
+            action.setChecked(True)
+            self.side_panel_actions.append(action)
+        self.splitter.splitterMoved.connect(lambda *_: self._sync_side_panel_actions())
         kv_menu = view_menu.addMenu("KV map colouring")
         for name in ("sequence", "writer", "age"):
             kv_menu.addAction(f"By {name}", lambda n=name: self.kv_map.set_colouring(n))
@@ -281,6 +298,50 @@ class LayoutMixin:
         self._update_buttons()
 
     @staticmethod
+    def _scrolled(widget: QtWidgets.QWidget, min_width: int = 0, min_height: int = 0) -> QtWidgets.QScrollArea:
+        """``widget`` in a scroll area that resizes it: it fills the panel when there is room and
+        scrolls when there is not, so its own minimum never sets the window's."""
+        area = QtWidgets.QScrollArea()
+        area.setWidget(widget)
+        area.setWidgetResizable(True)
+        area.setFrameShape(QtWidgets.QFrame.NoFrame)
+        widget.setMinimumSize(min_width, min_height)
+        return area
+
+    def show_side_panel(self, index: int, on: bool) -> None:
+        """Show or hide a side panel (View menu): a small screen gives the conversation the room."""
+        sizes = self.splitter.sizes()
+        widget = self.splitter.widget(index)
+        if on and sizes[index] == 0:
+            widget.show()
+            sizes[index] = max(240, widget.minimumSizeHint().width())
+            sizes[1] = max(300, sizes[1] - sizes[index])
+            self.splitter.setSizes(sizes)
+        elif not on:
+            widget.hide()
+        widget.setVisible(on)
+        self._sync_side_panel_actions()
+
+    def _sync_side_panel_actions(self) -> None:
+        sizes = self.splitter.sizes()
+        for action, index in zip(self.side_panel_actions, (0, 2)):
+            action.setChecked(self.splitter.widget(index).isVisible() and sizes[index] > 0)
+
+    def fit_to_screen(self, available: QtCore.QRect | None = None) -> None:
+        """Never larger than the screen's available area (a restored size from a larger screen
+        is shrunk to it), and on it."""
+        if available is None:
+            screen = self.screen() or QtGui.QGuiApplication.primaryScreen()
+            available = screen.availableGeometry()
+        frame = self.frameGeometry().size() - self.geometry().size()  # the window manager's decoration
+        width = min(self.width(), available.width() - frame.width())
+        height = min(self.height(), available.height() - frame.height())
+        self.resize(max(width, self.minimumSizeHint().width()), max(height, self.minimumSizeHint().height()))
+        x = min(max(self.x(), available.left()), available.right() - self.frameGeometry().width() + 1)
+        y = min(max(self.y(), available.top()), available.bottom() - self.frameGeometry().height() + 1)
+        self.move(max(x, available.left()), max(y, available.top()))
+
+    @staticmethod
     def _titled(title: str, widget: QtWidgets.QWidget) -> QtWidgets.QWidget:
         box = QtWidgets.QGroupBox(title)
         layout = QtWidgets.QVBoxLayout(box)
@@ -294,21 +355,31 @@ class LayoutMixin:
             self.restoreGeometry(geometry)
         else:
             self.resize(1480, 900)
+        self.fit_to_screen()
+        splitter = self.settings.value("splitter")
+        if splitter is not None:
+            self.splitter.restoreState(splitter)
+            for index in (0, 2):
+                self.splitter.widget(index).setVisible(self.splitter.sizes()[index] > 0)
+            self._sync_side_panel_actions()
         params = self.settings.value("params")
         if isinstance(params, dict):
             self.controls.set_values(params)
         self.model_bar.threads.setValue(int(self.settings.value("threads", default_threads())))
         self.model_bar.ctx.setValue(int(self.settings.value("n_ctx", DEFAULT_N_CTX)))
         self.input.chat_mode.setChecked(self.settings.value("chat", "true") in (True, "true"))
+        self.input.show_tokens.setChecked(self.settings.value("show_tokens", "false") in (True, "true"))
         self.set_theme(str(self.settings.value("theme", "system")))
 
     def save_settings(self) -> None:
         s = self.settings
         s.setValue("geometry", self.saveGeometry())
+        s.setValue("splitter", self.splitter.saveState())
         s.setValue("params", self.controls.values())
         s.setValue("threads", self.model_bar.threads.value())
         s.setValue("n_ctx", self.model_bar.ctx.value())
         s.setValue("chat", self.input.chat_mode.isChecked())
+        s.setValue("show_tokens", self.input.show_tokens.isChecked())
         if self.model_path:
             s.setValue("last_model", self.model_path)
         s.setValue("last_draft", self.draft_path or "")

@@ -65,6 +65,7 @@ class ModelsMixin:
                 f"vocab {info['n_vocab']} · context {event.n_ctx} · {event.n_threads} threads{notice}"
             )
             self.error_label.setText("")
+            self.input.focus()  # loaded: the user types next
         elif isinstance(event, DraftLoaded):
             self.draft_path = event.path
             if event.path and self.model_bar.draft.findData(event.path) < 0:  # a draft made here (trained)

@@ -36,7 +36,7 @@ def run_events(rt: Runtime, strategy: Callable[[Runtime, Sequence[int]], Iterato
     finally:
         # Even a run abandoned by its consumer leaves the record of the cache true.
         if rt.t_start is not None:
-            rt.counters.t_generate_s = time.perf_counter() - rt.t_start
+            rt.counters.t_generate_s = time.perf_counter() - rt.t_start - rt.t_off_clock_s
         target.note_cached([*prompt, *output.all_ids()])
         if rt.draft is not None and rt.draft.memory.pos_max(0) + 1 != len(rt.draft.cached):
             rt.draft.forget()  # a draft decode stopped part-way: start the draft afresh next time

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -60,6 +62,8 @@ class Session:
         self.settings = ContextSettings(n_ctx, n_batch, n_threads or default_threads(), verify_kv, n_threads_batch)
         self.budget = MemoryBudget()
         self._stack = contextlib.ExitStack()
+        self._runs: weakref.WeakSet = weakref.WeakSet()  # run generators not yet collected
+        self._runtime: Runtime | None = None  # the latest run's, for off_the_clock
         self.model = self._stack.enter_context(LoadedModel(model_path, n_gpu_layers=n_gpu_layers))
         self.vocab = Vocab(self.model.vocab)
         # Set by Stop, cleared only when a caller starts a new job (see :meth:`run`): a Stop that
@@ -142,7 +146,15 @@ class Session:
         self.draft_model = self.draft = None
 
     def close(self) -> None:
-        """Free the draft, the context, then the model. Idempotent."""
+        """Close every run still open, then free the draft, the context, then the model. Idempotent.
+
+        A run abandoned by an exception (a closed pipe, Ctrl+C) may still be referenced by the
+        traceback; closing it here runs its ``finally`` (which reads the KV cache) while the
+        contexts are alive, never later on freed ones."""
+        for events in list(self._runs):
+            events.close()
+        self._runs.clear()
+        self._runtime = None
         self.unload_draft()
         if self.target is not None:
             self.target.close()
@@ -265,7 +277,21 @@ class Session:
             cost_curve=self.cost_curve() if config.mode == "auto" else None,
         )
         started = RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
-        return run_events(rt, strategy, prompt, target, started)
+        events = run_events(rt, strategy, prompt, target, started)
+        self._runtime = rt
+        self._runs.add(events)
+        return events
+
+    @contextlib.contextmanager
+    def off_the_clock(self):
+        """Work the caller does between two events of the current run that is not decoding (a
+        chat's periodic save): its time is left out of the run's tokens per second."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._runtime is not None:
+                self._runtime.t_off_clock_s += time.perf_counter() - t0
 
     def cost_curve(self):
         """The batch-cost profile's curve if one was measured for this model and context (Auto

@@ -64,6 +64,15 @@ def conversation(state: WorkerState, command: ConversationRequest) -> None:
         emit_list(state, command.text)
         return
     current = state.conversation or Conversation()
+    note = ""
+
+    def save(conv) -> str:
+        """A save the disk refuses keeps the conversation in memory and says why, once."""
+        try:
+            return store.save(conv) or ""
+        except OSError as exc:
+            return f"the chat is not being saved ({exc.strerror or exc}); it stays in memory until you quit"
+
     if action == "start":
         last = store.last_opened()
         try:
@@ -77,7 +86,7 @@ def conversation(state: WorkerState, command: ConversationRequest) -> None:
     elif action == "rename":
         if command.conv_id == current.id:
             current.title = command.text.strip() or current.title
-            store.save(current)
+            note = save(current)
         else:
             store.rename(command.conv_id, command.text)
     elif action == "delete":
@@ -87,9 +96,9 @@ def conversation(state: WorkerState, command: ConversationRequest) -> None:
     elif action == "system":
         set_system(current, command.text)
         if current.messages:
-            store.save(current)
+            note = save(current)
     state.conversation = current
     state.chat = None  # bound again (and re-encoded if needed) at the next turn
     if state.conversation.messages:
         store.set_last_opened(state.conversation.id)
-    show(state)
+    show(state, note)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdec_studio.app.qt import QtGui, QtWidgets, Signal
+from specdec_studio.app.qt import QtCore, QtGui, QtWidgets, Signal
 
 
 class ChatInput(QtWidgets.QWidget):
@@ -23,20 +23,31 @@ class ChatInput(QtWidgets.QWidget):
         self.clear = QtWidgets.QPushButton("New chat")
         self.show_rejected = QtWidgets.QCheckBox("Show rejected drafts")
         self.mark_steps = QtWidgets.QCheckBox("Mark steps")
+        self.show_tokens = QtWidgets.QCheckBox("Show tokens")
+        self.show_tokens.setToolTip("Show finished answers as their tokens (steps, accepted and rejected drafts) "
+                                    "instead of rendered Markdown")
+        # two rows, so that the message box fits a laptop screen beside the side panels
+        options = QtWidgets.QHBoxLayout()
+        for w in (self.chat_mode, self.show_tokens, self.show_rejected, self.mark_steps):
+            options.addWidget(w)
+        options.addStretch(1)
         buttons = QtWidgets.QHBoxLayout()
-        for w in (self.chat_mode, self.show_rejected, self.mark_steps):
-            buttons.addWidget(w)
         buttons.addStretch(1)
         for w in (self.regenerate, self.edit_last, self.clear, self.stop, self.run):
             buttons.addWidget(w)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.edit)
+        layout.addLayout(options)
         layout.addLayout(buttons)
         self.run.clicked.connect(self.submit.emit)
 
     def text(self) -> str:
         return self.edit.toPlainText()
+
+    def focus(self) -> None:
+        """Put the keyboard in the message box, where the user types next."""
+        self.edit.setFocus(QtCore.Qt.OtherFocusReason)
 
     def set_text(self, text: str) -> None:
         self.edit.setPlainText(text)

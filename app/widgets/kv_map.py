@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from specdec_studio.app.qt import QtGui, QtWidgets, pg
+from specdec_studio.app.widgets.empty_state import EmptyState, WholeAxis
 
 pg.setConfigOptions(imageAxisOrder="row-major")
 
@@ -118,7 +119,7 @@ def cell_image(snapshot, colouring: str, window: int, n_prompt: int = 0,
 class KvMapView(QtWidgets.QWidget):
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
-        self.plot = pg.PlotWidget()
+        self.plot = pg.PlotWidget(axisItems={"bottom": WholeAxis("bottom")})
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.setLabel("bottom", "KV cell")
@@ -150,7 +151,9 @@ class KvMapView(QtWidgets.QWidget):
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.top)
-        layout.addWidget(self.plot, 1)
+        self.plot_area = EmptyState(self.plot, "Run a prompt to see the KV cache fill: one row per sequence, "
+                                               "one column per cell, as each decode leaves them.")
+        layout.addWidget(self.plot_area, 1)
         layout.addWidget(self.figures)
         layout.addWidget(self.hover_label)
         self.snapshot = None
@@ -208,7 +211,8 @@ class KvMapView(QtWidgets.QWidget):
         parts = []
         for text, value in LEGENDS[self.colouring]:
             r, g, b = _colour(value, self._lut)
-            parts.append(f"<span style='color: rgb({r},{g},{b}); font-size: 14pt;'>■</span>&nbsp;{text}")
+            label = text.replace(" ", "&nbsp;")  # an entry wraps as a whole, never inside its words
+            parts.append(f"<span style='color: rgb({r},{g},{b}); font-size: 14pt;'>■</span>&nbsp;{label}")
         self.legend.setText(" &nbsp; ".join(parts))
 
     def _recolour(self) -> None:
@@ -221,6 +225,7 @@ class KvMapView(QtWidgets.QWidget):
 
     def set_snapshot(self, snapshot) -> None:
         self.snapshot = snapshot
+        self.plot_area.show_content()
         image = self.image_of(snapshot)
         first = self._shape != image.shape
         self.image.setImage(image, autoLevels=False, levels=(0, 255), lut=self._lut)

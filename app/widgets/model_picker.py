@@ -23,9 +23,9 @@ class ModelBar(QtWidgets.QWidget):
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.target = QtWidgets.QComboBox()
-        self.target.setMinimumWidth(260)
+        self.target.setMinimumWidth(180)
         self.draft = QtWidgets.QComboBox()
-        self.draft.setMinimumWidth(220)
+        self.draft.setMinimumWidth(150)
         self.threads = QtWidgets.QSpinBox()
         self.threads.setRange(1, 64)
         self.ctx = QtWidgets.QSpinBox()

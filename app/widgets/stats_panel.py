@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from specdec_studio.app.qt import Qt, QtWidgets, pg
+from specdec_studio.app.widgets.empty_state import EmptyState, WholeAxis
 
 
 class StatsPanel(QtWidgets.QWidget):
@@ -19,13 +20,14 @@ class StatsPanel(QtWidgets.QWidget):
         for i, name in enumerate(self.FIELDS):
             label = QtWidgets.QLabel(name)
             label.setStyleSheet("color: palette(mid);")
+            label.setWordWrap(True)  # a narrow panel wraps a name, never cuts it
             value = QtWidgets.QLabel("–")
             font = value.font()
             font.setPointSize(font.pointSize() + 3)
             font.setBold(True)
             value.setFont(font)
-            grid.addWidget(label, 2 * (i // 5), i % 5)
-            grid.addWidget(value, 2 * (i // 5) + 1, i % 5)
+            grid.addWidget(label, 2 * (i // 3), i % 3)  # three columns: fits a narrow panel
+            grid.addWidget(value, 2 * (i // 3) + 1, i % 3)
             self.values[name] = value
         self.values["speed-up"].setToolTip(
             "Measured against a plain run of the same prompt once one is measured; until then the "
@@ -35,11 +37,13 @@ class StatsPanel(QtWidgets.QWidget):
             "the batch-cost profile (Profile tab) for the decodes the run really made")
         self.baseline_button = QtWidgets.QPushButton("Measure plain baseline")
         self.baseline_button.setToolTip("Run the same prompt with plain decoding to measure the speed-up")
-        self.accept_plot = pg.PlotWidget(title="accepted tokens per step")
+        self.accept_plot = pg.PlotWidget(title="accepted per step",
+                                         axisItems={"bottom": WholeAxis("bottom"), "left": WholeAxis("left")})
         self.accept_plot.setLabel("bottom", "step")
         self.accept_curve = self.accept_plot.plot([], [], pen=pg.mkPen((10, 165, 192), width=1.5),
                                                   symbol="o", symbolSize=3)
-        self.hist_plot = pg.PlotWidget(title="tokens per step")
+        self.hist_plot = pg.PlotWidget(title="steps by tokens emitted",
+                                       axisItems={"bottom": WholeAxis("bottom"), "left": WholeAxis("left")})
         self.hist_plot.setLabel("bottom", "tokens in a step")
         # a stepped, filled curve: one item whose data is replaced, no per-bar objects
         self.hist_curve = self.hist_plot.plot([0, 1], [0], stepMode="center", fillLevel=0,
@@ -61,11 +65,14 @@ class StatsPanel(QtWidgets.QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(grid)
         layout.addWidget(self.baseline_button)
-        plots = QtWidgets.QHBoxLayout()
+        plots_box = QtWidgets.QWidget()
+        plots = QtWidgets.QHBoxLayout(plots_box)
+        plots.setContentsMargins(0, 0, 0, 0)
         plots.addWidget(self.accept_plot)
         plots.addWidget(self.hist_plot)
         plots.addWidget(self.calibration_plot)
-        layout.addLayout(plots, 1)
+        self.plots = EmptyState(plots_box, "Run a prompt to see how many tokens each step accepts and emits.")
+        layout.addWidget(self.plots, 1)
         self.reset()
 
     def set_background(self, colour) -> None:
@@ -85,6 +92,7 @@ class StatsPanel(QtWidgets.QWidget):
         self.accept_curve.setData([], [])
         self.hist_curve.setData([0, 1], [0])
         self.calibration_plot.setVisible(False)
+        self.plots.show_content(False)
         self._dirty = True
 
     def add_step(self, event, elapsed_s: float) -> None:
@@ -113,10 +121,16 @@ class StatsPanel(QtWidgets.QWidget):
         v["k"].setText(str(self.k) if self.k is not None else "–")
         if self.elapsed_s > 0:
             v["tokens/s"].setText(f"{self.n_tokens / self.elapsed_s:.1f}")
+        self.plots.show_content()
         self.accept_curve.setData(np.asarray(self.steps), np.asarray(self.accepted))
         counts = np.bincount(np.asarray(self.tokens_per_step))
         edges = np.arange(counts.size + 1) - 0.5
         self.hist_curve.setData(edges, counts.astype(float))
+        # whole steps and whole tokens, from 0: a run of one step still has a meaningful range
+        self.accept_plot.setXRange(0, max(self.steps[-1], 1), padding=0.05)
+        self.accept_plot.setYRange(0, max(max(self.accepted), 1), padding=0.05)
+        self.hist_plot.setXRange(-0.5, counts.size - 0.5, padding=0.05)
+        self.hist_plot.setYRange(0, max(int(counts.max()), 1), padding=0.05)
 
     def finish(self, stats: dict, baseline_tps: float | None, predicted: float | None) -> None:
         self.values["tokens/s"].setText(f"{stats['tokens_per_second']:.1f}")

@@ -68,18 +68,19 @@ class TokenStream(QtWidgets.QTextEdit):
         self.setFont(font)
         self.show_rejected = False
         self.mark_steps = False
+        self.show_tokens = False  # finished answers as tokens instead of rendered Markdown
         self.colours = SOURCE_COLOURS  # or PRESENTATION_COLOURS
         # per token: (start, end, source, id, step, step acceptance, proposer); starts kept apart
         # for bisect. The proposer is the Auto source that proposed an accepted token ("" otherwise).
         self._token_meta: list[tuple[int, int, str, int, int, float, str]] = []
-        self._texts: list[str] = []  # the text of each entry of _token_meta, as inserted
+        self._generated: list[str] = []  # every generated token's text, in order, however it is shown
         self._token_starts: list[int] = []
 
     def clear_stream(self) -> None:
         self.clear()
         self._token_meta.clear()
         self._token_starts.clear()
-        self._texts.clear()
+        self._generated.clear()
 
     def _format(self, source: str, step: int) -> QtGui.QTextCharFormat:
         fmt = QtGui.QTextCharFormat()
@@ -108,7 +109,28 @@ class TokenStream(QtWidgets.QTextEdit):
         cursor.insertText(text, self._format(source, step))
         self._token_meta.append((start, cursor.position(), source, token_id, step, acceptance, proposer))
         self._token_starts.append(start)
-        self._texts.append(text)
+        if source in TOKEN_SOURCES:
+            self._generated.append(text)
+
+    def append_markdown(self, pieces: list[tuple[str, str, int, int, float, str]]) -> None:
+        """A finished answer rendered as Markdown (:mod:`app.widgets.rendered_markdown`): its
+        tokens (text, source, step, id, step acceptance, proposer) keep their colours and their
+        tooltips where their text lands in the rendered document."""
+        from specdec_studio.app.widgets import rendered_markdown
+
+        texts = [piece[0] for piece in pieces]
+        formats = [self._format(piece[1], piece[2]) for piece in pieces]
+        doc, runs = rendered_markdown.render(texts, formats, rendered_markdown.prose_font_like(self.font()), self.font())
+        cursor = self.textCursor()
+        cursor.movePosition(QtGui.QTextCursor.End)
+        offset = cursor.position()
+        cursor.insertFragment(QtGui.QTextDocumentFragment(doc))
+        for run in runs:
+            text, source, step, token_id, acceptance, proposer = pieces[run.piece]
+            start = offset + run.start
+            self._token_meta.append((start, offset + run.end, source, token_id, step, acceptance, proposer))
+            self._token_starts.append(start)
+        self._generated.extend(piece[0] for piece in pieces if piece[1] in TOKEN_SOURCES)
 
     def scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
@@ -116,7 +138,7 @@ class TokenStream(QtWidgets.QTextEdit):
 
     def generated_text(self) -> str:
         """The generated tokens only, in order (without user turns, ghosts or stats lines)."""
-        return "".join(t for t, meta in zip(self._texts, self._token_meta) if meta[2] in TOKEN_SOURCES)
+        return "".join(self._generated)
 
     def token_at(self, position: int):
         i = bisect.bisect_right(self._token_starts, position) - 1

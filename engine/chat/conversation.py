@@ -88,9 +88,14 @@ class ConversationView:
     model_key: str | None
 
 
+def new_id() -> str:
+    """A fresh conversation id (also its file's name)."""
+    return uuid.uuid4().hex[:12]
+
+
 @dataclass
 class Conversation:
-    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    id: str = field(default_factory=new_id)
     title: str = ""
     messages: list[Message] = field(default_factory=list)
     model_key: str | None = None  # the model every message's ``tokens`` and ``produced`` belong to

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec_studio.engine.chat.conversation import Conversation
+from specdec_studio.engine.chat.conversation import Conversation, new_id
 from specdec_studio.engine.errors import SpecDecError
 from specdec_studio.engine.jsonfile import write_json
 
@@ -48,19 +48,43 @@ class ConversationSummary:
 
 
 class ConversationStore:
+    """The conversations in one folder, each known by its file's name (never by the id written
+    inside, which a hand copy repeats).
+
+    Two writers of one file (the app and ``specdec chat --load``) notice each other: the store
+    remembers each file as it last read or wrote it (inode, size, mtime: every save replaces the
+    file, so another writer's save always changes the inode), and a save that finds the file
+    changed since writes the conversation as a new one instead, and says so."""
+
     def __init__(self, root: Path | None = None) -> None:
         data = root or data_root()
         self.root = data / "conversations"
         self._state = data / STATE_FILE
+        self._seen: dict[str, tuple[int, int, int] | None] = {}  # id -> the file as this store left it
 
     def _path(self, conv_id: str) -> Path:
         if not conv_id or not all(c.isalnum() or c in "-_" for c in conv_id):
             raise ValueError(f"not a conversation id: {conv_id!r}")
         return self.root / f"{conv_id}.json"
 
-    def save(self, conv: Conversation) -> None:
+    def save(self, conv: Conversation) -> str:
+        """Write ``conv`` atomically; return "" or, when another writer changed its file since this
+        store last read or wrote it, the sentence saying it was saved as a new conversation."""
+        path = self._path(conv.id)
+        note = ""
+        if conv.id in self._seen and _stamp(path) not in (self._seen[conv.id], None):
+            old_id = conv.id
+            conv.id = new_id()
+            path = self._path(conv.id)
+            note = (f"the conversation {old_id} was changed elsewhere (another window or specdec chat); "
+                    f"this one is now saved as a new conversation, {conv.id}")
+        elif conv.id not in self._seen and path.exists():
+            conv.id = new_id()  # a file this store never read has the id: it is someone else's
+            path = self._path(conv.id)
         conv.updated = time.time()
-        write_json(self._path(conv.id), conv.to_dict(), durable=True)
+        write_json(path, conv.to_dict(), durable=True)
+        self._seen[conv.id] = _stamp(path)
+        return note
 
     def load(self, conv_id: str) -> Conversation:
         """The conversation ``conv_id``; a :class:`DamagedConversation` (one sentence) if its file
@@ -69,9 +93,16 @@ class ConversationStore:
 
     def _read(self, path: Path) -> Conversation:
         try:
+            self._path(path.stem)  # a file named as no conversation could be is not one
+        except ValueError:
+            raise DamagedConversation(f"{path.name} is not named as a conversation file "
+                                      "(letters, digits, - and _ only)") from None
+        try:
+            stamp = _stamp(path)
             with open(path, encoding="utf-8") as f:
                 conv = Conversation.from_dict(json.load(f))
-            self._path(conv.id)  # an id that could not be saved again (a crafted file) is damage too
+            conv.id = path.stem  # the file's name is the conversation: a hand copy is its own
+            self._seen[conv.id] = stamp
             return conv
         except FileNotFoundError:
             raise DamagedConversation(f"the conversation {path.stem} no longer exists") from None
@@ -110,6 +141,7 @@ class ConversationStore:
 
     def delete(self, conv_id: str) -> None:
         self._path(conv_id).unlink(missing_ok=True)
+        self._seen.pop(conv_id, None)
         if self.last_opened() == conv_id:
             self.set_last_opened(None)
 
@@ -125,4 +157,18 @@ class ConversationStore:
             return None
 
     def set_last_opened(self, conv_id: str | None) -> None:
-        write_json(self._state, {"last": conv_id}, durable=True)
+        """Remember which conversation was open (best effort: a folder that cannot be written
+        costs only this memory, never the chat)."""
+        try:
+            write_json(self._state, {"last": conv_id}, durable=True)
+        except OSError:
+            pass
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """The file as it is now (inode, size, mtime), or None if it is not there."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns

@@ -3,10 +3,14 @@ coloured by where it came from and a legend. Works from the saved view alone (no
 
 from __future__ import annotations
 
+import html
 import time
+
+from markupsafe import Markup
 
 from specdec_studio.engine.chat.conversation import ConversationView, MessageView
 from specdec_studio.engine.records.html_pages import render
+from specdec_studio.engine.records.markdown_html import render_coloured
 
 # The same meaning (and colours) as the app's token stream.
 SOURCE_STYLES = {
@@ -66,9 +70,20 @@ def _pieces(m: MessageView) -> list[dict] | None:
     return out
 
 
+def _rendered(m: MessageView):
+    """A finished answer's Markdown rendered as HTML with its tokens' colours; None otherwise."""
+    pieces = _pieces(m)
+    if pieces is None or m.state == "streaming":
+        return None
+    kept = [p for p in pieces if "line-through" not in p["style"]]  # a rejected draft is not the answer
+    attributes = [html.escape(f'style="{p["style"]}" title="{p["title"]}"' if p["style"] else f'title="{p["title"]}"',
+                              quote=False) for p in kept]
+    return Markup(render_coloured([p["text"] for p in kept], attributes))
+
+
 def to_html(view: ConversationView) -> str:
     messages = [{"role": m.role, "role_name": ROLE_NAMES.get(m.role, m.role), "dropped": m.dropped,
-                 "content": m.content, "pieces": _pieces(m),
+                 "content": m.content, "pieces": _pieces(m), "rendered": _rendered(m),
                  "notes": " · ".join(n for n in (_figures_line(m), _state_note(m)) if n)}
                 for m in view.messages]
     return render("conversation", title=view.title, messages=messages,

@@ -53,6 +53,7 @@ class Chat:
         self.model_key = model_key or session.model.info.path
         self.encoder = ConversationEncoder(session.require_template(), session.vocab)
         self._saved_at = 0.0
+        self.save_error = ""  # why the last save failed, while saves fail
         self.note = ""
         if reencoded(self.conversation, self.model_key):
             self.note = "the conversation was re-encoded for this model; its answers are kept as text"
@@ -108,10 +109,25 @@ class Chat:
         """Start a new, empty conversation (the old one stays saved)."""
         self.conversation = new_like(self.conversation)
 
-    def save(self) -> None:
-        if self.store is not None:
-            self.store.save(self.conversation)
-            self._saved_at = time.monotonic()
+    def save(self) -> str:
+        """Save the conversation if it has a store. A disk that refuses (unwritable, full) never
+        costs the answer: the conversation stays in memory, and the first failure returns the
+        sentence to tell the user (later ones return ""; a save that works again says so)."""
+        if self.store is None:
+            return ""
+        self._saved_at = time.monotonic()  # a failing disk is not asked again at every step
+        try:
+            note = self.store.save(self.conversation) or ""
+        except OSError as exc:
+            if self.save_error:
+                return ""
+            self.save_error = (f"the chat is not being saved ({exc.strerror or exc}: {exc.filename or self.store.root}); "
+                               "it stays in memory until you quit")
+            return self.save_error
+        if self.save_error:
+            self.save_error = ""
+            return note or "the chat is saved again"
+        return note
 
     # ----------------------------------------------------------------------------- one run
     def _turn(self, config: RunConfig, fresh_cancel: bool) -> Iterator[Event]:
@@ -135,18 +151,23 @@ class Chat:
         conv = self.conversation
         answer = conv.add(Message("assistant", "", produced=[], state=STREAMING,
                                   figures={"mode": config.mode}))
-        self.save()
-        yield ConversationChanged(conv.view(), note)
+        saved = self.save()
         rejected: dict[int, tuple[str, ...]] = {}
         finished = False
         try:
+            yield ConversationChanged(conv.view(), "; ".join(n for n in (note, saved) if n))
             for event in events:
                 if isinstance(event, RejectedDraft):
                     rejected[event.step] = event.texts
                 elif isinstance(event, StepDone):
                     _add_pieces(answer, event, rejected.pop(event.step, ()))
                     if time.monotonic() - self._saved_at >= SAVE_INTERVAL_S:
-                        self.save()
+                        with self.session.off_the_clock():  # the run's t/s is the model's, not the disk's
+                            saved = self.save()
+                        if saved:
+                            yield event
+                            yield ConversationChanged(conv.view(), saved)
+                            continue
                 elif isinstance(event, RunFinished):
                     answer.content = event.text
                     answer.produced = list(event.token_ids) + _end_token(event)
@@ -154,17 +175,30 @@ class Chat:
                     answer.state = DONE if event.finish_reason != "cancelled" else INTERRUPTED
                     answer.figures.update(_figures(event.stats))
                     finished = True
-                    self.save()
+                    if answer.state == INTERRUPTED and not event.token_ids:
+                        _drop_empty(conv, answer)  # stopped before its first token: nothing to keep
+                    saved = self.save()
+                    full = ("the context is full; the next message drops the oldest turns"
+                            if event.finish_reason == "context_full" else "")
                     # the conversation as it now stands comes first: whoever sees the run end sees it
-                    yield ConversationChanged(conv.view(), "the context is full; the next message drops the "
-                                              "oldest turns" if event.finish_reason == "context_full" else "")
+                    yield ConversationChanged(conv.view(), "; ".join(n for n in (full, saved) if n))
                 yield event
         finally:
+            events.close()  # an abandoned turn ends its run now, while the session's contexts are alive
             if not finished:  # a failure or an abandoned run: keep what was produced
                 answer.content = "".join(str(p[0]) for p in answer.pieces if p[1] != "rejected")
                 answer.produced = None  # only its text is known for sure
                 answer.state, answer.finish_reason = INTERRUPTED, "interrupted"
+                if not answer.content:
+                    _drop_empty(conv, answer)
                 self.save()
+
+
+def _drop_empty(conv: Conversation, answer: Message) -> None:
+    """Take an answer that produced nothing out of the conversation (its question stays, to be
+    answered by the next Regenerate): an empty "interrupted" message is no record of anything."""
+    if conv.messages and conv.messages[-1] is answer:
+        conv.truncate(len(conv.messages) - 1)
 
 
 def _add_pieces(answer: Message, event: StepDone, rejected: tuple[str, ...]) -> None:

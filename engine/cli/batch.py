@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from specdec_studio.engine.errors import SpecDecError
-from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, run_setup
+from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, read_text_file, run_setup
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
@@ -60,7 +60,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 def _read_batch_file(path: Path) -> list[dict]:
     records, seen = [], set()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(read_text_file(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:

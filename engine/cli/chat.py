@@ -9,30 +9,43 @@ Chats tab and ``/list`` show it; its id is printed on standard error at the star
 
 Commands: ``/regen`` answers the last message again, ``/clear`` starts a new conversation,
 ``/save [TITLE]`` names it (and saves it, even with ``--no-save``), ``/load ID`` opens a saved one,
-``/list`` shows the saved ones, ``/quit`` ends. Ctrl+C stops the answer being written; at the
-prompt it ends the chat.
+``/list`` shows the saved ones, ``/quit`` ends. Ctrl+C stops the answer being written; while the
+chat waits for input (typed or piped) it ends the chat. With ``--json`` every input line gets
+exactly one line on standard output: the turn, a command's result, or ``{"error": ...}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
 import time
 
-from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, run_setup, write_tokens
+from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, read_text_file, run_setup, write_tokens
 from specdec_studio.engine.config import DEFAULT_MODE
 from specdec_studio.engine.errors import SpecDecError
 
 COMMANDS = "/regen, /clear, /save [TITLE], /load ID, /list, /quit"
 
 
+# Flags every run-like subcommand shares that a chat cannot honour: refused in one sentence.
+REFUSED_FLAGS = (("trace", "--trace records one run; use `specdec run --trace FILE`"),
+                 ("kv_dump", "--kv-dump prints one run's cells; use `specdec run --kv-dump`"),
+                 ("baseline", "--baseline measures one prompt against plain; use `specdec run --baseline`"))
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
-    from specdec_studio.engine.chat.turns import Chat
     from specdec_studio.engine.chat.store import ConversationStore
+    from specdec_studio.engine.chat.turns import Chat
     from specdec_studio.engine.session import Session
 
+    for flag, why in REFUSED_FLAGS:
+        if getattr(args, flag):
+            raise SpecDecError(f"specdec chat does not take {why}")
+    # --chat is what a chat always does (the model's template); -f is the first message
+    first = [read_text_file(args.file)] if args.file else [args.prompt] if args.prompt else []
     config, model_path, draft_path = run_setup(args)
     store = ConversationStore()
     interactive = sys.stdin.isatty()
@@ -40,14 +53,19 @@ def cmd_chat(args: argparse.Namespace) -> int:
                                           n_threads=args.threads, n_threads_batch=args.threads_batch,
                                           n_gpu_layers=args.gpu_layers,
                                           draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
+        if stop.is_set():  # Ctrl+C while the model loaded: llama.cpp's load cannot stop part-way
+            raise KeyboardInterrupt
         saving = None if args.no_save else store  # where each turn is saved (None: nowhere)
         chat = Chat(session, store=saving)
-        if args.system:
-            chat.set_system(args.system)
         if args.load:
             chat = _open(session, store, args.load, saving)
+        if args.system:
+            chat.set_system(args.system)  # with --load: the loaded conversation's instructions change
+            if args.load:
+                note = chat.save()  # kept even if no turn follows
+                if note:
+                    print(f"[{note}]", file=sys.stderr)
         _say_where(chat, store)
-        first = [args.prompt] if args.prompt else []
         while True:
             if first:
                 line = first.pop()
@@ -61,30 +79,43 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 continue
             try:
                 if line.startswith("/"):
-                    chat, done = _command(line, chat, session, store, config, args)
+                    chat, done, result = _command(line, chat, session, store, config, args)
+                    if args.json and result is not None:
+                        _json_line(result)
                     if done:
                         break
                     continue
                 _answer(chat.send(config, line, fresh_cancel=False), chat, args)
             except SpecDecError as exc:
+                if args.json:
+                    _json_line({"error": str(exc)})
                 print(f"specdec: {exc}", file=sys.stderr)
     return 0
 
 
 def _read_line(interactive: bool) -> str | None:
-    """The next user line, or None at the end of input (or Ctrl+C at the prompt)."""
-    if not interactive:
-        line = sys.stdin.readline()
-        return line if line else None
-    # At the prompt Ctrl+C ends the chat; while an answer is written it only stops the answer.
+    """The next user line, or None at the end of input or on Ctrl+C (which, while waiting for
+    input, ends the chat, piped or typed; while an answer is written it only stops the answer).
+    The ``> `` prompt goes to standard error, so standard output holds only answers."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return input("> ")
+        if not interactive:
+            line = sys.stdin.readline()
+            return line if line else None
+        sys.stderr.write("> ")
+        sys.stderr.flush()
+        return input()
     except (EOFError, KeyboardInterrupt):
-        print(file=sys.stderr)
+        if interactive:
+            print(file=sys.stderr)
         return None
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _json_line(record: dict) -> None:
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
 
 
 def _say_where(chat, store) -> None:
@@ -107,66 +138,91 @@ def _open(session, store, conv_id: str, saving):
 
 
 def _command(line: str, chat, session, store, config, args):
+    """Run one /command: (the chat now, whether to end, its result as a JSON object or None).
+    An answering command (/regen) writes its own line."""
     name, _, rest = line.partition(" ")
     if name in ("/quit", "/exit"):
-        return chat, True
+        return chat, True, {"command": "quit"}
     if name == "/regen":
         _answer(chat.regenerate(config, fresh_cancel=False), chat, args)
-    elif name == "/clear":
+        return chat, False, None
+    if name == "/clear":
         chat.clear()
         print("[new conversation]", file=sys.stderr)
         _say_where(chat, store)
-    elif name == "/save":
+        return chat, False, {"command": "clear", "conversation": chat.conversation.id}
+    if name == "/save":
         if rest.strip():
             chat.conversation.title = rest.strip()
         chat.store = store
-        chat.save()
+        note = store.save(chat.conversation)
+        if note:
+            print(f"[{note}]", file=sys.stderr)
         print(f"[saved as {chat.conversation.id}: {chat.conversation.title!r}]", file=sys.stderr)
-    elif name == "/load":
+        return chat, False, {"command": "save", "conversation": chat.conversation.id, "title": chat.conversation.title}
+    if name == "/load":
         if not rest.strip():
             raise SpecDecError("/load needs a conversation id; /list shows them")
         chat = _open(session, store, rest.strip(), None if args.no_save else store)
         _say_where(chat, store)
-    elif name == "/list":
-        for s in store.list():
+        return chat, False, {"command": "load", "conversation": chat.conversation.id,
+                             "messages": len(chat.conversation.messages)}
+    if name == "/list":
+        found = store.list()
+        for s in found:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated))
             print(f"{s.id}  {when}  {s.n_messages:3d} messages  {s.title}", file=sys.stderr)
-    else:
-        raise SpecDecError(f"unknown command {name}; the commands are {COMMANDS}")
-    return chat, False
+        return chat, False, {"command": "list", "conversations": [
+            {"id": s.id, "title": s.title, "updated": s.updated, "messages": s.n_messages} for s in found]}
+    raise SpecDecError(f"unknown command {name}; the commands are {COMMANDS}")
 
 
 def _answer(events, chat, args) -> None:
     """One turn: its tokens as they come and a newline at its end (or, with ``--json``, one JSON
-    line for the turn) on standard output; its figures on standard error."""
+    line for the turn) on standard output; its figures on standard error. The run is closed
+    before this returns, however it ends, so nothing of it outlives the session."""
     from specdec_studio.engine.chat.turns import ConversationChanged
     from specdec_studio.engine.events import RunFinished, RunWarning, StepDone
 
     t0 = time.perf_counter()
     t_first = None
     final = None
-    for event in events:
-        if isinstance(event, StepDone):
-            if t_first is None:
-                t_first = time.perf_counter() - t0
-            if not args.json:
-                write_tokens(event, args.color)
-        elif isinstance(event, ConversationChanged) and event.note:
-            print(f"[{event.note}]", file=sys.stderr)
-        elif isinstance(event, RunWarning):
-            print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
-        elif isinstance(event, RunFinished):
-            final = event
+    wrote = False
+    with contextlib.closing(events):
+        try:
+            for event in events:
+                if isinstance(event, StepDone):
+                    if t_first is None:
+                        t_first = time.perf_counter() - t0
+                    if not args.json:
+                        write_tokens(event, args.color)
+                        wrote = True
+                elif isinstance(event, ConversationChanged) and event.note:
+                    print(f"[{event.note}]", file=sys.stderr)
+                elif isinstance(event, RunWarning):
+                    print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
+                elif isinstance(event, RunFinished):
+                    final = event
+        except SpecDecError:
+            if wrote:
+                sys.stdout.write("\n")  # a failed answer still ends its line
+                sys.stdout.flush()
+            raise
     if final is None:
+        if args.json:
+            _json_line({"error": "the answer ended without a result"})
+        elif wrote:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
         return
     if args.json:
-        sys.stdout.write(json.dumps({"conversation": chat.conversation.id,
-                                     "turn": sum(m.role == "assistant" for m in chat.conversation.messages),
-                                     "text": final.text, "token_ids": list(final.token_ids),
-                                     "finish_reason": final.finish_reason, "stats": final.stats}) + "\n")
+        _json_line({"conversation": chat.conversation.id,
+                    "turn": sum(m.role == "assistant" for m in chat.conversation.messages),
+                    "text": final.text, "token_ids": list(final.token_ids),
+                    "finish_reason": final.finish_reason, "stats": final.stats})
     else:
         sys.stdout.write("\n")  # an answer ends with a newline: a script can tell the turns apart
-    sys.stdout.flush()
+        sys.stdout.flush()
     s = final.stats
     line = (f"[{s['n_predict']} tokens · {s['tokens_per_second']:.1f} t/s · {s['tokens_per_step']:.2f} tokens/step"
             f" · prompt {s['n_prompt']} ({s['n_prompt_reused']} reused, {s['n_prompt_decoded']} decoded)"

@@ -8,6 +8,7 @@ import contextlib
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from specdec_studio.engine.errors import SpecDecError
 
@@ -25,6 +26,18 @@ def ctrl_c_stops():
         yield stop
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def read_text_file(path: str | Path) -> str:
+    """A prompt or batch file's text; a missing file or one that is not UTF-8 is one sentence."""
+    path = Path(path)
+    try:
+        return path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise SpecDecError(f"there is no file {path}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecDecError(f"{path.name} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                           f"{exc.start}); save it as UTF-8") from None
 
 
 def write_tokens(event, color: bool) -> None:

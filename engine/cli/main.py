@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import io
+import os
+import signal
 import sys
 
 from specdec_studio.engine.cli import batch, chat, distill, models, replay, run, tuning
@@ -20,13 +23,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one subcommand; bad input is one sentence on standard error and status 2."""
+    """Run one subcommand; bad input is one sentence on standard error and status 2, Ctrl+C one
+    line and status 130, a reader that closed the pipe (``| head``) a quiet SIGPIPE exit."""
+    # Piped text that is not UTF-8 is read with replacement characters, never a traceback mid-chat.
+    if isinstance(sys.stdin, io.TextIOWrapper):
+        sys.stdin.reconfigure(errors="replace")
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
     except SpecDecError as exc:
         print(f"specdec: {exc}", file=sys.stderr)
         return 2
+    except UnicodeDecodeError as exc:  # a prompt or batch file that is not text
+        print(f"specdec: a file given is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+              f"{exc.start}); save it as UTF-8", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        _exit_on_closed_pipe()
     except OSError as exc:
         print(f"specdec: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("specdec: interrupted", file=sys.stderr)
+        return 130
+
+
+def _exit_on_closed_pipe() -> None:
+    """End as a shell tool does when its reader goes away: by SIGPIPE, with nothing printed.
+
+    The run's generators and the session were closed as the error unwound (``with`` blocks and
+    ``finally``), so nothing native is left to tidy. Python's own flush of the dead stdout at exit
+    is pointed at /dev/null first, so it cannot print a second error."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
+    sys.exit(1)

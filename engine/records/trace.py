@@ -22,6 +22,7 @@ has come on a clock the caller drives (the window's timer, or the CLI's sleep), 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
@@ -169,7 +170,10 @@ def load(path: str | Path) -> Trace:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise TraceError(f"there is no trace file at {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path.name} is not a trace: it is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                         f"at offset {exc.start})") from None
+    except OSError as exc:
         raise TraceError(f"the trace {path.name} could not be read ({exc})") from None
     return parse(lines, path.name)
 
@@ -235,9 +239,13 @@ def _int(value: object) -> int:
 
 
 def _number(value: object) -> float:
+    """A finite number: a NaN or infinite time would stall a replay's clock for ever."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"expected a number, got {type(value).__name__}")
-    return float(value)
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number, got {value}")
+    return number
 
 
 def _string(value: object) -> str:
@@ -367,6 +375,8 @@ class Replay:
     advancing."""
 
     def __init__(self, trace: Trace, speed: float = 1.0) -> None:
+        if not (math.isfinite(speed) and speed > 0):
+            raise ValueError(f"a replay's speed must be a finite number above 0, not {speed}")
         self.trace = trace
         self.speed = speed
         self.clock = 0.0  # recorded seconds

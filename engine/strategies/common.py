@@ -92,6 +92,9 @@ class Runtime:
     # prompt tokens whose cells were kept from the previous run (prefix reuse): not decoded again
     n_reused: int = 0
     t_start: float | None = None  # when the first token was sampled: the generation clock
+    # time the consumer spent on work that is not decoding while the run waited (a chat's periodic
+    # save): taken off the generation clock, so a slow disk never shows as a slow model
+    t_off_clock_s: float = 0.0
     cost_curve: object | None = None  # the batch-cost profile's curve, for strategies that price steps
 
     def logits(self, i: int) -> np.ndarray:

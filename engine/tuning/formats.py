@@ -74,14 +74,8 @@ def format_of(model) -> str:
 
 
 def make_copy(src: Path, quant: str, *, n_threads: int = 0, log: Callable[[str], None] = print) -> Path:
-    """``src`` requantised to ``quant``, made once into the model cache."""
-    from specdec_studio.engine.models.quantize import requantize
-
-    dest = catalog.copy_path(src, quant)
-    if not dest.exists():
-        log(f"requantising {src.name} to {quant}…")
-        requantize(src, dest, quant, n_threads=n_threads)
-    return dest
+    """``src`` requantised to ``quant``, made once into the model cache (see catalog.make_copy)."""
+    return catalog.make_copy(src, quant, n_threads=n_threads, log=log)
 
 
 def measure_file(path: Path, fmt: str, *, n_threads: int, n_ctx: int, original_texts=None,

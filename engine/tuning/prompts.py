@@ -81,7 +81,11 @@ def parse_jsonl(text: str, where: str) -> list[Prompt]:
 def load_file(path: str | Path) -> list[Prompt]:
     """A JSONL prompt set, or a text file holding one prompt."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PromptError(f"{path.name} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                          f"{exc.start}); save it as UTF-8") from None
     if path.suffix == ".jsonl":
         return parse_jsonl(text, path.name)
     if not text.strip():

@@ -49,12 +49,15 @@ def test_profile_is_monotone_cached_and_reused(smollm_session, measured, monkeyp
                 assert t2 > t1, f"T({b2}) = {t2:.4f} s is not above T({b1}) = {t1:.4f} s"
     assert curve.relative(128) > 8 * curve.relative(2)
     assert all(last <= 1.25 * every for last, every in zip(curve.t_last_logit, curve.t_all_logits))
-    assert stored.exists()
-    # a measurement leaves the KV cache empty (a few sizes, in a cache of its own)
-    monkeypatch.setenv("SPECDEC_CACHE", str(stored.parent.parent.with_name("small-profile")))
+    # a measurement leaves the KV cache empty and is stored under its key (a few sizes, in a cache
+    # of its own that starts empty)
+    small_cache = stored.parent.parent.with_name("small-profile")
+    monkeypatch.setenv("SPECDEC_CACHE", str(small_cache))
     small = profile.load_or_measure(smollm_session, sizes=(1, 2, 4))
     assert small.curve.sizes == (1, 2, 4) and small.key != first.key
     assert smollm_session.memory.mirror.base.used == 0
+    assert [p.name for p in (small_cache / "profiles").glob("*.json")] == [small.key.filename()]
+    assert profile.cached(small.key) == small
 
     # a second call reads the cache and measures nothing
     def fail(*_a, **_k):
