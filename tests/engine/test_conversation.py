@@ -257,12 +257,22 @@ def test_kill_9_during_a_run_keeps_the_conversation_up_to_the_last_save(tmp_path
     assert answer.state == INTERRUPTED and answer.content.strip()
 
 
+def test_the_id_inside_a_file_is_never_a_path(tmp_path):
+    """A crafted id inside a file changes nothing: the file's name is the conversation."""
+    store = ConversationStore(tmp_path)
+    store.root.mkdir(parents=True)
+    (store.root / "named.json").write_text('{"id": "../../escape", "messages": []}')
+    conv = store.load("named")
+    assert conv.id == "named"
+    store.save(conv)
+    assert sorted(p.name for p in tmp_path.rglob("*.json")) == ["named.json"]
+
+
 @pytest.mark.parametrize("content", [
     "[1, 2, 3]",  # a list, not an object
     '{"id": "x", "updated": "yesterday", "messages": []}',  # a bad time
     '{"id": "x", "messages": [1, "two", null]}',  # messages that are not objects
     '{"id": "x", "messages": {"role": "user"}}',  # messages that are not a list
-    '{"id": "../../escape", "messages": []}',  # an id that could not be saved back
     '{"id": "x", "messages": [{"role": "user", "content": "hi", "pieces": [7]}]}',  # a piece that is no list
     '"just a string"',
 ])

@@ -61,7 +61,7 @@ def test_a_disk_that_fills_mid_answer_keeps_the_answer_off_the_clock(smollm_sess
 
     def slow_then_full(conv):
         saves.append(time.perf_counter())
-        time.sleep(0.3)  # a slow disk: its time is not the model's
+        time.sleep(0.5)  # a slow disk: its time is not the model's
         if len(saves) > 2:
             raise OSError(28, "No space left on device", str(store.root))
         return real_save(conv)
@@ -73,8 +73,8 @@ def test_a_disk_that_fills_mid_answer_keeps_the_answer_off_the_clock(smollm_sess
     notes = [e.note for e in seen if isinstance(e, ConversationChanged) and e.note]
     assert len(final.token_ids) == 8 and chat.conversation.messages[-1].content == final.text
     assert len(saves) >= 8 and len(notes) == 1 and "not being saved" in notes[0] and "No space" in notes[0]
-    # at least 6 slow saves ran between the steps; none of their 0.3 s is in the generation time
-    assert final.stats["t_generate_s"] < 0.3
+    # at least 6 slow saves ran between the steps; none of their 0.5 s is in the generation time
+    assert final.stats["t_generate_s"] < 0.5
 
 
 # ------------------------------------------------------------------ an abandoned answer
