@@ -37,7 +37,7 @@ class LayoutMixin:
         controls_scroll.setWidget(self.controls)
         controls_scroll.setWidgetResizable(True)
         controls_scroll.setMinimumWidth(250)
-        controls_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        controls_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAsNeeded)  # a narrow panel scrolls, never cuts
 
         self.stream = TokenStream()
         self.input = ChatInput()

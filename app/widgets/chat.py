@@ -41,6 +41,17 @@ class ChatInput(QtWidgets.QWidget):
         layout.addLayout(options)
         layout.addLayout(buttons)
         self.run.clicked.connect(self.submit.emit)
+        self.edit.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:
+        """Ctrl+Enter in the box runs, whether or not the window manager made the window active
+        (the window's own shortcut needs an active window; the box only needs the keyboard)."""
+        if (watched is self.edit and event.type() == QtCore.QEvent.KeyPress
+                and event.key() in (QtCore.Qt.Key_Return, QtCore.Qt.Key_Enter)
+                and event.modifiers() & QtCore.Qt.ControlModifier):
+            self.submit.emit()
+            return True
+        return super().eventFilter(watched, event)
 
     def text(self) -> str:
         return self.edit.toPlainText()

@@ -49,6 +49,7 @@ class ControlsPanel(QtWidgets.QWidget):
         for w in (self.W, self.N, self.G, self.seed_pool, self.ordered_kv):
             la.addWidget(w)
         self.batch_label = QtWidgets.QLabel()
+        self.batch_label.setWordWrap(True)  # a narrow panel wraps it, never cuts it
         la.addWidget(self.batch_label)
         layout.addWidget(self.lookahead_box)
 

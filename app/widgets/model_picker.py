@@ -39,10 +39,11 @@ class ModelBar(QtWidgets.QWidget):
         self.reload.setToolTip("Load the target again with these threads and context size")
         row = QtWidgets.QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
-        for label, w in (("Model", self.target), ("Draft", self.draft), ("Threads", self.threads),
-                         ("Context", self.ctx)):
+        # the model names take the room; the numbers keep their natural width
+        for label, w, stretch in (("Model", self.target, 3), ("Draft", self.draft, 2), ("Threads", self.threads, 0),
+                                  ("Context", self.ctx, 0)):
             row.addWidget(QtWidgets.QLabel(label))
-            row.addWidget(w)
+            row.addWidget(w, stretch)
         row.addWidget(self.gpu_label)
         row.addWidget(self.gpu_layers)
         row.addWidget(self.reload)
