@@ -40,8 +40,8 @@ class StatsPanel(QtWidgets.QWidget):
         self.accept_plot = pg.PlotWidget(title="accepted per step",
                                          axisItems={"bottom": WholeAxis("bottom"), "left": WholeAxis("left")})
         self.accept_plot.setLabel("bottom", "step")
-        self.accept_curve = self.accept_plot.plot([], [], pen=pg.mkPen((10, 165, 192), width=1.5),
-                                                  symbol="o", symbolSize=3)
+        # a line without symbols: a symbol per step is the plot's largest painting cost in a long run
+        self.accept_curve = self.accept_plot.plot([], [], pen=pg.mkPen((10, 165, 192), width=1.5))
         self.hist_plot = pg.PlotWidget(title="steps by tokens emitted",
                                        axisItems={"bottom": WholeAxis("bottom"), "left": WholeAxis("left")})
         self.hist_plot.setLabel("bottom", "tokens in a step")
@@ -61,6 +61,8 @@ class StatsPanel(QtWidgets.QWidget):
         for plot in (self.accept_plot, self.hist_plot, self.calibration_plot):
             plot.setMenuEnabled(False)
             plot.setMinimumHeight(110)
+        for plot in (self.accept_plot, self.hist_plot):
+            plot.disableAutoRange()  # refresh sets whole-unit ranges itself, only when they grow
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(grid)
@@ -93,6 +95,7 @@ class StatsPanel(QtWidgets.QWidget):
         self.hist_curve.setData([0, 1], [0])
         self.calibration_plot.setVisible(False)
         self.plots.show_content(False)
+        self._ranges = None  # the plots' axis ranges (see refresh)
         self._dirty = True
 
     def add_step(self, event, elapsed_s: float) -> None:
@@ -126,11 +129,15 @@ class StatsPanel(QtWidgets.QWidget):
         counts = np.bincount(np.asarray(self.tokens_per_step))
         edges = np.arange(counts.size + 1) - 0.5
         self.hist_curve.setData(edges, counts.astype(float))
-        # whole steps and whole tokens, from 0: a run of one step still has a meaningful range
-        self.accept_plot.setXRange(0, max(self.steps[-1], 1), padding=0.05)
-        self.accept_plot.setYRange(0, max(max(self.accepted), 1), padding=0.05)
-        self.hist_plot.setXRange(-0.5, counts.size - 0.5, padding=0.05)
-        self.hist_plot.setYRange(0, max(int(counts.max()), 1), padding=0.05)
+        # whole steps and whole tokens, from 0: a run of one step still has a meaningful range. The
+        # range is set only when it grows past the last one (by half): every change re-lays the axes
+        ranges = (max(self.steps[-1], 1), max(max(self.accepted), 1), counts.size, max(int(counts.max()), 1))
+        if self._ranges is None or any(new > old for new, old in zip(ranges, self._ranges)):
+            self._ranges = (int(ranges[0] * 1.5) + 1, ranges[1], ranges[2], int(ranges[3] * 1.5) + 1)
+            self.accept_plot.setXRange(0, self._ranges[0], padding=0.02)
+            self.accept_plot.setYRange(0, self._ranges[1], padding=0.05)
+            self.hist_plot.setXRange(-0.5, self._ranges[2] - 0.5, padding=0.02)
+            self.hist_plot.setYRange(0, self._ranges[3], padding=0.05)
 
     def finish(self, stats: dict, baseline_tps: float | None, predicted: float | None) -> None:
         self.values["tokens/s"].setText(f"{stats['tokens_per_second']:.1f}")

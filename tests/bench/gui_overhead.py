@@ -1,5 +1,8 @@
 """The app's own cost: the same lookahead run headless and inside the window (offscreen),
-alternated 3 times; prints ``gui/headless tokens-per-second ratio: X`` (target >= 0.95)."""
+alternated 3 times; prints ``gui/headless tokens-per-second ratio: X`` (target >= 0.95).
+
+``--chat`` runs a chat turn that asks for code instead (the window renders the finished answer as
+Markdown, the cost this measures too), each in a new conversation; ``-n`` sets the tokens."""
 
 from __future__ import annotations
 
@@ -16,22 +19,28 @@ from specdec_studio.engine.session import Session  # noqa: E402
 
 ROUNDS = 3
 N_TOKENS = 160
-VALUES = {"mode": "lookahead", "W": 4, "N": 3, "G": 4, "max_tokens": N_TOKENS, "temperature": 0.0}
+CHAT_MESSAGE = ("Write a Python module with three functions: a binary search, a merge sort and a function "
+                "that counts words in a text, each with a docstring, in one code block, then explain them.")
 
 
-def headless(session: Session) -> float:
-    config = RunConfig(mode="lookahead", max_tokens=N_TOKENS, lookahead=LookaheadParams(4, 3, 4))
+def headless(session: Session, n_tokens: int, chat: bool) -> float:
+    config = RunConfig(mode="lookahead", max_tokens=n_tokens, lookahead=LookaheadParams(4, 3, 4))
+    tokens = session.chat_tokens([("user", CHAT_MESSAGE)]) if chat else session.tokenize_prompt(CODE_PROMPT)
     final = None
-    for event in session.run(config, session.tokenize_prompt(CODE_PROMPT)):
+    for event in session.run(config, tokens):
         final = event
     return final.stats["tokens_per_second"]
 
 
-def in_app(app, window) -> float:
+def in_app(app, window, n_tokens: int, chat: bool) -> float:
     from specdec_studio.app.qt import QtCore
 
-    window.controls.set_values(VALUES)
-    window.input.set_text(CODE_PROMPT)
+    if chat:
+        window.new_conversation()  # each turn from the same start, as the headless run
+        app.processEvents()
+    window.controls.set_values({"mode": "lookahead", "W": 4, "N": 3, "G": 4, "max_tokens": n_tokens,
+                                "temperature": 0.0})
+    window.input.set_text(CHAT_MESSAGE if chat else CODE_PROMPT)
     window.start_run()
     loop = QtCore.QEventLoop()
     timer = QtCore.QTimer()
@@ -43,24 +52,33 @@ def in_app(app, window) -> float:
 
 
 def main() -> None:
+    import argparse
+
     from specdec_studio.app.main_window import MainWindow
     from specdec_studio.app.qt import QtCore, QtWidgets
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chat", action="store_true", help="a chat turn asking for code (rendered as Markdown)")
+    parser.add_argument("-n", "--tokens", type=int, default=N_TOKENS)
+    args = parser.parse_args()
 
     app = QtWidgets.QApplication([])
     settings = QtCore.QSettings(tempfile.mktemp(suffix=".ini"), QtCore.QSettings.IniFormat)
     settings.setValue("threads", THREADS)
+    settings.setValue("auto_profile", "false")  # nothing but the runs on the engine thread
     window = MainWindow(str(model_path("default")), settings=settings)
     window.show()
     while not window.model_loaded:
         app.processEvents()
-    window.input.chat_mode.setChecked(False)
+    window.input.chat_mode.setChecked(args.chat)
+    window.input.show_tokens.setChecked(False)  # finished answers rendered
     session = Session(model_path("default"), n_ctx=4096, n_threads=THREADS)
     ours, gui = [], []
-    headless(session)
-    in_app(app, window)
+    headless(session, args.tokens, args.chat)
+    in_app(app, window, args.tokens, args.chat)
     for r in range(ROUNDS):
-        ours.append(headless(session))
-        gui.append(in_app(app, window))
+        ours.append(headless(session, args.tokens, args.chat))
+        gui.append(in_app(app, window, args.tokens, args.chat))
         print(f"round {r + 1}: headless {ours[-1]:7.2f} t/s   in the app {gui[-1]:7.2f} t/s")
     print(f"gui/headless tokens-per-second ratio: {statistics.median(gui) / statistics.median(ours):.3f}")
     session.close()
