@@ -47,12 +47,7 @@ def rendered_owner(source: str, rendered: str, owner: np.ndarray) -> np.ndarray:
 
 def runs_of(owner: np.ndarray) -> list[Run]:
     """Maximal stretches of one owner (owners of -1 left out)."""
-    if owner.size == 0:
-        return []
-    edges = np.flatnonzero(np.diff(owner)) + 1
-    starts = np.concatenate([[0], edges])
-    ends = np.concatenate([edges, [owner.size]])
-    return [Run(int(s), int(e), int(owner[s])) for s, e in zip(starts, ends) if owner[s] >= 0]
+    return [Run(start, end, piece) for start, end, piece in _stretches(owner) if piece >= 0]
 
 
 def render_coloured(texts: list[str], attributes: list[str]) -> str:

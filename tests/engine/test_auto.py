@@ -64,9 +64,11 @@ def test_greedy_auto_equals_plain_on_every_category(verified, exactness_probe):
 def test_auto_drafts_on_repetitive_text_and_reports_each_decision(verified):
     final, seen = _final(verified.run(RunConfig(mode="auto", max_tokens=96), verified.tokenize_prompt(CODE_PROMPT)))
     report = final.stats["auto"]
-    # well above a plain step's 1 (the guard holds it back a little here: the flat curve prices a
-    # tree far cheaper than this CPU decodes it, and the run's own clock says so)
-    assert final.stats["tokens_per_step"] > 1.3
+    # Far above a plain step's 1. Measured on this test's own setting (8 runs, 2 threads): 2.46 to
+    # 2.74 tokens a step; the guard moves it run to run, since the flat curve prices a tree far
+    # cheaper than this CPU decodes it and the run's own clock says so. 1.8 is 25 % under the
+    # lowest run, and it takes most of the steps' extra tokens from accepted proposals to pass.
+    assert final.stats["tokens_per_step"] > 1.8
     assert report["sources"] and all(v["offered"] >= v["accepted"] for v in report["sources"].values())
     steps = [e for e in seen if isinstance(e, StepDone) and "auto" in e.extra]
     for e in steps:
