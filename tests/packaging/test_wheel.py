@@ -70,7 +70,7 @@ def test_wheel_holds_the_packages_the_resources_and_both_commands(built):
     assert {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")} == {"specdec_studio"}
     assert {"specdec_studio/" + path for path in SHIPPED_DATA} <= names
     assert {"specdec_studio/resources/icons/specdec-studio.svg", "specdec_studio/resources/icons/specdec-studio.png"} <= names
-    assert {"specdec_studio/app/main.py", "specdec_studio/engine/cli/main.py", "specdec_studio/engine/frozen.py",
+    assert {"specdec_studio/app/main.py", "specdec_studio/engine/cli/main.py", "specdec_studio/engine/models/frozen.py",
             "specdec_studio/engine/strategies/lookahead.py"} <= names
     assert "specdec = specdec_studio.engine.cli:main" in entry_points
     assert "specdec-studio = specdec_studio.app.main:main" in entry_points
@@ -103,7 +103,7 @@ def test_installed_wheel_finds_its_resources_outside_the_checkout(crowded_venv, 
     probe = (
         "import json\n"
         "from specdec_studio import app, engine\n"
-        "from specdec_studio.engine import demo_traces\n"
+        "from specdec_studio.engine.records import demo_traces\n"
         "from specdec_studio.engine.tuning import prompts\n"
         "from specdec_studio.app.main import app_icon_path\n"
         "print(json.dumps({'app': app.__file__, 'engine': engine.__file__,\n"
