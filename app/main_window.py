@@ -76,12 +76,10 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
 
     def _launch(self, turn: Turn, config, text: str, *, regenerate: bool = False,
                 edit_index: int | None = None) -> None:
-        if self.profiling:  # the user's message comes first: the profile is skipped, not waited for
+        skipped = self.profiling  # the user's message comes first: the profile is skipped, not waited for
+        if skipped:
             self.worker.stop()
             self.profiling = False
-            skipped = "the batch-cost profile was skipped for this run (Profile → Re-measure measures it)"
-        else:
-            skipped = ""
         self.live = turn
         if not turn.chat:
             self.completion = turn
@@ -89,7 +87,8 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.last_run_config = config
         self._begin_run()
         if skipped:
-            self.statusBar().showMessage("Running… " + skipped)
+            self.statusBar().showMessage("Running… the batch-cost profile was skipped for this run "
+                                         "(Profile → Re-measure measures it)")
         self._render_all()
         self.worker.start_run(config, text, chat=turn.chat, regenerate=regenerate, edit_index=edit_index)
 

@@ -35,3 +35,9 @@ class DecodeError(SpecDecError):
 
 class ModelFetchError(SpecDecError):
     """A model could not be downloaded or failed its checksum."""
+
+
+def not_utf8(name: str, exc: UnicodeDecodeError) -> str:
+    """The sentence for a file that is not UTF-8 text: its name, the first bad byte and where."""
+    return (f"{name} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+            "save it as UTF-8")

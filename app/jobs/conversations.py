@@ -56,7 +56,7 @@ def emit_list(state: WorkerState, query: str = "") -> None:
 
 def conversation(state: WorkerState, command: ConversationRequest) -> None:
     from specdec_studio.engine.chat.conversation import Conversation, new_like, set_system
-    from specdec_studio.engine.chat.store import DamagedConversation
+    from specdec_studio.engine.chat.store import DamagedConversation, not_saved
 
     store = store_of(state)
     action = command.action
@@ -71,7 +71,7 @@ def conversation(state: WorkerState, command: ConversationRequest) -> None:
         try:
             return store.save(conv) or ""
         except OSError as exc:
-            return f"the chat is not being saved ({exc.strerror or exc}); it stays in memory until you quit"
+            return not_saved(exc, store.root)
 
     if action == "start":
         last = store.last_opened()

@@ -75,7 +75,7 @@ def _rendered(m: MessageView):
     pieces = _pieces(m)
     if pieces is None or m.state == "streaming":
         return None
-    kept = [p for p in pieces if "line-through" not in p["style"]]  # a rejected draft is not the answer
+    kept = [p for p, piece in zip(pieces, m.pieces) if str(piece[1]) != "rejected"]  # a rejected draft is not the answer
     # every value escaped for an attribute (a title carries a piece's step and source, which a
     # crafted file may have made markup)
     attributes = [" ".join(f'{name}="{html.escape(str(p[name]), quote=True)}"' for name in ("style", "title") if p[name])

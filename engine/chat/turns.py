@@ -27,7 +27,7 @@ from specdec_studio.engine.chat.conversation import (
     reencoded,
     set_system,
 )
-from specdec_studio.engine.chat.store import ConversationStore
+from specdec_studio.engine.chat.store import ConversationStore, not_saved
 from specdec_studio.engine.errors import PromptError
 from specdec_studio.engine.events import Event, RejectedDraft, RunFinished, StepDone
 
@@ -121,8 +121,7 @@ class Chat:
         except OSError as exc:
             if self.save_error:
                 return ""
-            self.save_error = (f"the chat is not being saved ({exc.strerror or exc}: {exc.filename or self.store.root}); "
-                               "it stays in memory until you quit")
+            self.save_error = not_saved(exc, self.store.root)
             return self.save_error
         if self.save_error:
             self.save_error = ""

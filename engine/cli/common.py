@@ -10,7 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
-from specdec_studio.engine.errors import SpecDecError
+from specdec_studio.engine.errors import SpecDecError, not_utf8
 
 
 CYAN, GREEN, RESET = "\033[0;96m", "\033[0;92m", "\033[0m"
@@ -36,8 +36,7 @@ def read_text_file(path: str | Path) -> str:
     except FileNotFoundError:
         raise SpecDecError(f"there is no file {path}") from None
     except UnicodeDecodeError as exc:
-        raise SpecDecError(f"{path.name} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
-                           f"{exc.start}); save it as UTF-8") from None
+        raise SpecDecError(not_utf8(path.name, exc)) from None
 
 
 def write_tokens(event, color: bool) -> None:

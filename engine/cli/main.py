@@ -9,7 +9,7 @@ import signal
 import sys
 
 from specdec_studio.engine.cli import batch, chat, distill, models, replay, run, tuning
-from specdec_studio.engine.errors import SpecDecError
+from specdec_studio.engine.errors import SpecDecError, not_utf8
 
 SUBCOMMANDS = (run, models, tuning, batch, distill, replay, chat)
 
@@ -35,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specdec: {exc}", file=sys.stderr)
         return 2
     except UnicodeDecodeError as exc:  # a prompt or batch file that is not text
-        print(f"specdec: a file given is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
-              f"{exc.start}); save it as UTF-8", file=sys.stderr)
+        print(f"specdec: {not_utf8('a file given', exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         _exit_on_closed_pipe()

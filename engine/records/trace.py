@@ -33,7 +33,7 @@ import numpy as np
 
 from specdec_studio.engine import __version__
 from specdec_studio.engine.config import MAX_SEQUENCES, RunConfig
-from specdec_studio.engine.errors import ConfigError, SpecDecError
+from specdec_studio.engine.errors import ConfigError, SpecDecError, not_utf8
 from specdec_studio.engine.events import (BatchRow, Event, KvSnapshot, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
                            StepBatch, StepDone, TokenInfo)
 
@@ -171,8 +171,7 @@ def load(path: str | Path) -> Trace:
     except FileNotFoundError:
         raise TraceError(f"there is no trace file at {path}") from None
     except UnicodeDecodeError as exc:
-        raise TraceError(f"{path.name} is not a trace: it is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
-                         f"at offset {exc.start})") from None
+        raise TraceError(f"the trace {not_utf8(path.name, exc)}") from None
     except OSError as exc:
         raise TraceError(f"the trace {path.name} could not be read ({exc})") from None
     return parse(lines, path.name)

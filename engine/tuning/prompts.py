@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from specdec_studio.engine.errors import PromptError
+from specdec_studio.engine.errors import PromptError, not_utf8
 
 CATEGORIES: dict[str, str] = {
     "chat": "multi-turn chat",
@@ -84,8 +84,7 @@ def load_file(path: str | Path) -> list[Prompt]:
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise PromptError(f"{path.name} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
-                          f"{exc.start}); save it as UTF-8") from None
+        raise PromptError(not_utf8(path.name, exc)) from None
     if path.suffix == ".jsonl":
         return parse_jsonl(text, path.name)
     if not text.strip():
