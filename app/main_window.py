@@ -27,13 +27,17 @@ from specdec_studio.app.window_models import ModelsMixin
 from specdec_studio.app.window_state import WindowState
 from specdec_studio.app.window_tuning import TuningMixin
 from specdec_studio.app.window_jobs import JobsMixin
-from specdec_studio.engine.events import KvSnapshot, RunFinished, RunStarted, StepBatch, StepDone
+from specdec_studio.engine.events import KvSnapshot, RejectedDraft, RunFinished, RunStarted, StepBatch, StepDone
 
-PAINT_INTERVAL_MS = 33  # ~30 Hz: the window never repaints per token
-# The plots and the KV map cost far more to paint than text, and on a 2-core machine every
-# millisecond the GUI paints is taken from llama.cpp's threads: they refresh at ~8 Hz.
-FIGURES_INTERVAL_S = 0.125
+# On a 2-core machine every millisecond the GUI thread works is taken from llama.cpp's threads (and
+# one of them preempted stalls the other at the next barrier): the window drains the engine's events
+# at 20 Hz, text streams at that rate, and the plots and the KV map, far dearer to paint, at 4 Hz.
+# (tests/bench/gui_overhead.py: 0.92 of headless speed at 30 and 8 Hz, see docs/testing.md.)
+PAINT_INTERVAL_MS = 50
+FIGURES_INTERVAL_S = 0.25
 RECORDED = (StepDone, StepBatch, KvSnapshot, RunStarted, RunFinished)  # what the step inspector's record keeps
+# events that change nothing but the stream and the figures: no button changes state with them
+STEP_EVENTS = (StepDone, StepBatch, KvSnapshot, RejectedDraft)
 
 
 class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, DemoMixin, JobsMixin, QtWidgets.QMainWindow):
@@ -192,7 +196,9 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         """Events from the engine thread, or from a replayed trace: drawn the same way."""
         if self._handlers is None:
             self._handlers = self._event_handlers()
+        only_steps = True
         for event in events:
+            only_steps = only_steps and isinstance(event, STEP_EVENTS)
             if isinstance(event, RECORDED):
                 self.record.add(event)
             handler = self._handlers.get(type(event))
@@ -209,7 +215,8 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
             if self.right_tabs.currentWidget() is self.inspector_page:  # its pictures cost GUI time the engine needs
                 self.inspector.refresh()
         self.stream.scroll_to_end()
-        self._update_buttons()
+        if not only_steps:
+            self._update_buttons()
 
     # ------------------------------------------------------------------ one handler per event
     def _on_rejected(self, event) -> None:
