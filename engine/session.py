@@ -275,6 +275,7 @@ class Session:
             draft=self.draft if config.mode in ("speculative", "auto") else None,
             n_reused=n_reused,
             cost_curve=self.cost_curve() if config.mode == "auto" else None,
+            draft_token_cost=self.draft_token_cost() if config.mode == "auto" and self.draft is not None else 1.0,
         )
         started = RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
         events = run_events(rt, strategy, prompt, target, started)
@@ -300,6 +301,20 @@ class Session:
 
         known = profile.cached(profile.profile_key(self))
         return known.curve if known is not None else None
+
+    def draft_token_cost(self) -> float:
+        """What one decode of the draft model costs in decodes of the target, before a run has
+        timed any: the two batch-cost profiles' one-token times where both were measured, else
+        the ratio of the files' sizes (on a CPU, decoding one token reads every weight once)."""
+        from specdec_studio.engine.tuning import profile
+
+        if self.draft_model is None:
+            raise SpecDecError("no draft model is loaded")
+        target = profile.cached(profile.profile_key(self))
+        draft = profile.cached(profile.profile_key(self, draft=True))
+        if target is not None and draft is not None:
+            return draft.curve.t_plain_s / target.curve.t_plain_s
+        return self.draft_model.info.size_bytes / self.model.info.size_bytes
 
     def kv_snapshot(self, step: int, n_seq: int) -> KvSnapshot:
         """The target's KV cells now, as arrays the GUI may keep."""

@@ -191,5 +191,7 @@ def print_stats(config, stats: dict, finish_reason: str) -> None:
         print(f"speed-up  = predicted {predicted:.2f}x" if predicted is not None else "speed-up  = predicted –",
               f"· measured {measured:.2f}x (plain {stats['plain_tokens_per_second']:.1f} t/s)"
               if measured is not None else "· measured – (pass --baseline)", file=err)
+    if stats.get("break_even"):
+        print(f"break-even: {stats['break_even']}", file=err)
     if "kv_checks" in stats:
         print(f"kv mirror = equal to llama.cpp's dump before all {stats['kv_checks']} decodes", file=err)

@@ -113,6 +113,8 @@ def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Na
         else:
             out["predicted_speedup"] = cost_model.predict_from_stats(stats, curve, mode=config.mode,
                                                                      draft_curve=draft_curve)
+            if draft_curve is not None:
+                out["break_even"] = cost_model.draft_break_even_words(curve, draft_curve, config.speculative.k)
     if args.baseline and not session.cancel_flag.is_set():
         plain = RunConfig(mode="plain", max_tokens=config.max_tokens, sampling=config.sampling)
         base = last_event(session.run(plain, tokens, fresh_cancel=False))

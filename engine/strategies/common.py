@@ -96,6 +96,9 @@ class Runtime:
     # save): taken off the generation clock, so a slow disk never shows as a slow model
     t_off_clock_s: float = 0.0
     cost_curve: object | None = None  # the batch-cost profile's curve, for strategies that price steps
+    # one decode of the draft model in decodes of the target (the session's estimate; Auto prices
+    # the draft with it until the run has timed its own)
+    draft_token_cost: float = 1.0
 
     def logits(self, i: int) -> np.ndarray:
         return logits_row(self.ctx, i, self.vocab.n_tokens)

@@ -48,6 +48,7 @@ class DraftModelDrafter:
         self.sampler = Sampler(dataclasses.replace(params, seed=None if params.seed is None else params.seed + 1))
         self.p_min = p_min
         self.n_vocab_target = n_vocab_target
+        self.last_decode_times: list[float] = []  # the last proposal's single-token draft decodes (s)
 
     @property
     def cached(self) -> list[int]:
@@ -94,13 +95,18 @@ class DraftModelDrafter:
         sized[:m] = q[:m]
         return sized / sized.sum()
 
-    def propose(self, context: Sequence[int], k: int) -> Draft:
+    def propose(self, context: Sequence[int], k: int, stop=None) -> Draft:
+        """Up to ``k`` tokens after ``context``; fewer where the draft's probability of its token
+        is below ``p_min``, or where ``stop(i, reach)`` says token i, reached with chance
+        ``reach`` (the product of the draft's probabilities so far), is not worth its cost."""
         t0 = time.perf_counter()
         d = self.draft
         row = self._sync(context)
         tokens: list[int] = []
         dists: list[np.ndarray] = []
         probs: list[float] = []
+        self.last_decode_times = []
+        reach = 1.0
         # A draft may have a few more tokens than the target (the vocabulary check allows padding):
         # it proposes only ids the target has.
         n_shared = min(d.n_vocab, self.n_vocab_target)
@@ -108,9 +114,12 @@ class DraftModelDrafter:
             logits = logits_row(d.ctx, row, d.n_vocab)[:n_shared]
             if self.sampler.greedy:
                 token = int(np.argmax(logits))
-                if self.p_min > 0.0 or self.keep_probs:
+                if self.p_min > 0.0 or self.keep_probs or stop is not None:
                     top = 1.0 / float(np.exp(logits.astype(np.float64) - logits[token]).sum())
                     if top < self.p_min:
+                        break
+                    reach *= top
+                    if stop is not None and stop(i, reach):
                         break
                     probs.append(top)
             else:
@@ -118,6 +127,9 @@ class DraftModelDrafter:
                 if q.max() < self.p_min:
                     break
                 token = self.sampler.draw(q)
+                reach *= float(q[token])
+                if stop is not None and stop(i, reach):
+                    break
                 dists.append(self._target_sized(q))
                 probs.append(float(q[token]))
             tokens.append(token)
@@ -127,7 +139,7 @@ class DraftModelDrafter:
                 break
             d.batch.clear()
             row = d.batch.add(token, len(self.cached), (self.seq,), True)
-            d.memory.decode(d.batch)
+            self.last_decode_times.append(d.memory.decode(d.batch))
             self.cached.append(token)
         self.last_probs = probs
         return Draft(tokens, dists if not self.sampler.greedy else None, time.perf_counter() - t0)

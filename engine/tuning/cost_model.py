@@ -139,6 +139,34 @@ def predict_draft_verify(curve: CostCurve, alpha: float, k: int, *, draft_curve:
     return speedup(expected_tokens_per_step(alpha, k), cost)
 
 
+def draft_break_even(curve: CostCurve, draft_curve: CostCurve, k: int) -> float | None:
+    """The per-token acceptance above which drafting ``k`` tokens with this draft model beats
+    plain decoding; None where no acceptance could (a draft always right still costs more)."""
+    if k <= 0 or predict_draft_verify(curve, 1.0, k, draft_curve=draft_curve) <= 1.0:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(40):  # the predicted speed-up grows with the acceptance
+        mid = (lo + hi) / 2
+        if predict_draft_verify(curve, mid, k, draft_curve=draft_curve) > 1.0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def draft_break_even_words(curve: CostCurve, draft_curve: CostCurve, k: int) -> str:
+    """The break-even of a draft model in one sentence, from the two measured profiles."""
+    verify = curve.relative(k + 1, k + 1)
+    per_token = draft_curve.t_plain_s / curve.t_plain_s
+    head = (f"a {k + 1}-token verification costs {verify:.1f} tokens here and the draft "
+            f"{per_token:.2f} a token")
+    alpha = draft_break_even(curve, draft_curve, k)
+    if alpha is None:
+        best = predict_draft_verify(curve, 1.0, k, draft_curve=draft_curve)
+        return head + f": drafting {k} cannot pay here, even with every draft accepted ({best:.2f}x at best)"
+    return head + f": drafting {k} pays above {100 * alpha:.0f} % acceptance"
+
+
 def break_even_tokens_per_step(curve: CostCurve, step_shape: tuple[int, int]) -> float:
     """Tokens a step of this shape must emit on average to match plain decoding."""
     return curve.relative(*step_shape)

@@ -4,6 +4,7 @@ round) so a drift of the machine's speed hits every setting alike.
 
     .venv/bin/python tests/bench/auto.py [-n 128] [--rounds 3] [--prompts 1] [--only auto] [--no-siblings]
     SPECDEC_BENCH_MODEL=default-q4_0 .venv/bin/python tests/bench/auto.py --only auto   # on a copy
+    SPECDEC_BENCH_MODEL=coder .venv/bin/python tests/bench/auto.py --only auto --draft coder-draft
 
 Each round gives every setting a speed-up over plain: its tokens/s over plain's in the same round,
 over two runs (forward and back) of each of the category's first ``--prompts`` prompts. Prints,
@@ -11,8 +12,10 @@ per category, the median of the rounds' speed-ups and the worst round's, the geo
 categories of both, Auto's decisions and sources, and its calibration table (predicted against
 observed acceptance). ``--only auto`` runs plain and Auto alone (more
 rounds in the same time); ``--no-siblings`` adds Auto without the n-gram cache's sibling branches,
-to see what the tree's extra branches earn. Run it with nothing else on the machine; it measures
-the batch-cost profile first if none is cached (Auto prices its steps with it).
+to see what the tree's extra branches earn. ``--draft KEY`` loads a draft model for Auto (which
+prices it: engine/strategies/auto/draft_price.py) and adds "auto, no draft", the same session's
+Auto told not to use it. Run it with nothing else on the machine; it measures the batch-cost
+profiles first if none are cached (Auto prices its steps, and its draft, with them).
 """
 
 from __future__ import annotations
@@ -35,15 +38,17 @@ from specdec_studio.engine.tuning.sweep import prompt_tokens
 LOOKUP_KS = (2, 4, 8)
 
 
-def _run(session, config, tokens, alt_branches: int = auto_sources.ALT_BRANCHES) -> dict:
+def _run(session, config, tokens, alt_branches: int = auto_sources.ALT_BRANCHES, with_draft: bool = True) -> dict:
     final = None
     default, auto_sources.ALT_BRANCHES = auto_sources.ALT_BRANCHES, alt_branches
+    draft, session.draft = session.draft, (session.draft if with_draft else None)  # the run takes it from here
     try:
         for event in session.run(config, tokens):
             if isinstance(event, RunFinished):
                 final = event
     finally:
         auto_sources.ALT_BRANCHES = default
+        session.draft = draft
     return final.stats
 
 
@@ -55,6 +60,7 @@ def main() -> int:
     ap.add_argument("--only", choices=("auto",), help="run plain and Auto only")
     ap.add_argument("--prompts", type=int, default=1,
                     help="prompts per category (its first ones); a category's speed is their tokens over their time")
+    ap.add_argument("--draft", help="a draft model (catalog key or path) for Auto")
     ap.add_argument("--no-siblings", action="store_true",
                     help="also run Auto without the n-gram cache's sibling branches (one branch per source)")
     args = ap.parse_args()
@@ -67,11 +73,18 @@ def main() -> int:
         for k in LOOKUP_KS:
             settings[f"lookup k={k}"] = RunConfig(mode="lookup", max_tokens=args.n, speculative=SpeculativeParams(k=k))
     settings["auto"] = RunConfig(mode="auto", max_tokens=args.n)
+    if args.draft:
+        settings["auto, no draft"] = settings["auto"]
     if args.no_siblings:
         settings["auto 1/source"] = settings["auto"]
     names = list(settings)
-    with Session(model_path(), n_ctx=4096, n_threads=THREADS, n_gpu_layers=GPU_LAYERS) as session:
+    draft = str(model_path(args.draft)) if args.draft else None
+    with Session(model_path(), n_ctx=4096, n_threads=THREADS, n_gpu_layers=GPU_LAYERS, draft_path=draft) as session:
         profile.load_or_measure(session)
+        if draft:
+            profile.load_or_measure(session, draft=True)
+            print(f"draft {model_path(args.draft).name}: one decode costs {session.draft_token_cost():.2f} "
+                  "of the target's (the profiles')")
         # category -> setting -> one speed-up over plain per round
         rounds: dict[str, dict[str, list[float]]] = {}
         plain_speed: dict[str, list[float]] = {}
@@ -87,7 +100,7 @@ def main() -> int:
                     for order in (names, names[::-1]):
                         for name in order:
                             siblings = 0 if name == "auto 1/source" else auto_sources.ALT_BRANCHES
-                            stats = _run(session, settings[name], tokens, siblings)
+                            stats = _run(session, settings[name], tokens, siblings, name != "auto, no draft")
                             totals[name][0] += stats["n_predict"]
                             totals[name][1] += stats["t_generate_s"]
                             if name == "auto":

@@ -147,6 +147,13 @@ class StepCost:
             return prior
         return max(1.0, min(this) / min(one))
 
+    def measured_relative(self, n_tokens: int) -> float | None:
+        """This run's own T(B)/T(1) once it has timed TRUSTED decodes of both sizes, else None."""
+        one, this = self.seen.get(1, []), self.seen.get(n_tokens, [])
+        if n_tokens <= 1 or len(one) < self.TRUSTED or len(this) < self.TRUSTED:
+            return None
+        return max(1.0, min(this) / min(one))
+
     def plain_time(self) -> float | None:
         """The fastest recent one-token decode (seconds), None before the run has timed one."""
         times = self.seen.get(1)

@@ -51,7 +51,7 @@ class AutoPlanner:
         best, best_gain = [], 1.0
         if room > 0:
             self.sources.advance(context)
-            for proposal in self.sources.propose(context, room, use_draft=False):
+            for proposal in self.sources.propose(context, room):
                 nodes, gain = build_tree([proposal], self.calibrator, self.cost, room)
                 if gain > best_gain:
                     best, best_gain = nodes, gain

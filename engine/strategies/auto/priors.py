@@ -70,8 +70,6 @@ GUARD_DECAY = 0.9
 IDLE_STRETCH = 4
 PLAN_INTERVAL_MAX = 8
 WAKE_MATCH = 8
-DRAFT_MIN_RATE = 0.6
-DRAFT_PROBE_EVERY = 8
 
 
 def bucket(value: float, edges: Sequence[float]) -> int:

@@ -10,7 +10,8 @@ from specdec_studio.engine.events import Event, StepDone
 from specdec_studio.engine.strategies.auto.calibration import Calibrator, StepCost
 from specdec_studio.engine.strategies.auto.guard import Guard, Wary
 from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_lengths
-from specdec_studio.engine.strategies.auto.priors import DRAFT_MIN_RATE, DRAFT_PROBE_EVERY
+from specdec_studio.engine.strategies.auto.draft_price import DraftPrice
+from specdec_studio.engine.strategies.auto.priors import MIN_GAIN
 from specdec_studio.engine.strategies.auto.report import AutoReport
 from specdec_studio.engine.strategies.auto.sources import Sources
 from specdec_studio.engine.strategies.auto.tree import Node, build_tree, could_pay
@@ -22,12 +23,13 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     out, counters, memory, batch = rt.output, rt.counters, rt.memory, rt.batch
     calibrator = Calibrator()
     cost = StepCost(rt.cost_curve)
-    draft = None
+    draft = price = None
     if rt.draft is not None:
         from specdec_studio.engine.strategies.speculative import DraftModelDrafter
 
         draft = DraftModelDrafter(rt.draft, rt.sampler, 0.0, rt.vocab.n_tokens, rt.vocab.is_eog, rt.cancel,
                                   rt.n_reused, keep_probs=True)
+        price = DraftPrice(rt.draft_token_cost, params.k_max)
     sources = Sources(prompt, draft)
     n_seq = rt.config.n_sequences
     report = AutoReport()
@@ -36,7 +38,8 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     hindsight = Hindsight(calibrator)
 
     def prepare() -> None:
-        if draft is not None:
+        # A draft that could not pay even if always right is never asked: it need not read the prompt.
+        if draft is not None and price.can_ever_pay(cost, params.k_max, MIN_GAIN):
             draft.begin(prompt)
 
     start = yield from begin_run(rt, prompt, prepare=prepare)
@@ -52,15 +55,17 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                    rt.config.max_tokens - len(out.ids) - 1)
         t0 = time.perf_counter()
         nodes, gain = [], 1.0
+        drafted: list[int] = []  # the draft model's proposal this step, judged by what the target emits
+        n_known = len(context)
         sources.advance(context)  # the suffix matcher follows every token: a long repeat wakes the planner
         if room > 0 and guard.plans(step, sources.suffix.match_length):
-            # A draft model costs a decode per proposal: asked while it earns its keep, and every
-            # DRAFT_PROBE_EVERY steps to find out whether it has started to.
-            use_draft = draft is not None and (calibrator.source_rate("draft") >= DRAFT_MIN_RATE
-                                               or step % DRAFT_PROBE_EVERY == 1)
             if not wary.current(guard.trust):
                 wary = Wary(cost, guard.trust)
             min_gain = guard.min_gain()
+            # A draft model costs a decode per token it proposes: asked only for as many as can
+            # pay at its price and measured acceptance (auto.draft_price), and rarely re-tried.
+            draft_k = price.plan(step, cost, room, min_gain) if price is not None else 0
+            use_draft = draft_k > 0
             # Cheap tests first: the sources' first token, then four, then all they propose; most
             # steps of a chat stop after the first. A draft model proposes once, all its tokens
             # (each costs a decode of the draft).
@@ -68,9 +73,13 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             cuts = (room,) if use_draft else sorted({1, min(4, room), room})
             for cut in cuts:
                 if use_draft:  # the draft model decodes: a Stop or a full context ends it
-                    chains = rt.guarded(lambda: sources.chains(context, cut, True))
+                    stop = lambda depth, reach: reach < price.min_reach(cost, depth, min_gain)  # noqa: E731
+                    chains = rt.guarded(lambda: sources.chains(context, cut, draft_k, stop))
+                    if chains is not None:
+                        price.observe_decodes(draft.last_decode_times)
+                        drafted = next((p.tokens for p in chains if p.source == "draft"), [])
                 else:
-                    chains = sources.chains(context, cut, False)
+                    chains = sources.chains(context, cut)
                 if chains is None or not could_pay(chains, calibrator, wary, room, min_gain, None if cut == room else cut):
                     break
                 passed += 1
@@ -101,6 +110,7 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             hindsight.see(token)
             if draft is not None:
                 draft.settle(context)
+                judge_draft(price, drafted, context[n_known:])
             now = time.perf_counter()
             counters.record_step(1 if info else 0, 0, 0, t_decode)
             report.count(report.decisions, "plain")
@@ -188,6 +198,7 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         token = context[-1]
         if draft is not None:
             draft.settle(context)
+            judge_draft(price, drafted, context[n_known:])
 
         now = time.perf_counter()
         counters.record_step(len(emitted), len(nodes), n_accepted, t_decode)
@@ -204,3 +215,12 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         t_prev = now
         step += 1
     counters.extra["auto"] = report.as_dict(calibrator, guard.trust)
+
+
+def judge_draft(price: DraftPrice, drafted: Sequence[int], emitted: Sequence[int]) -> None:
+    """Each draft token up to its first miss against the tokens the target chose there, whether
+    or not the tree sent it (the draft's acceptance, as speculation would have seen it)."""
+    for proposed, chosen in zip(drafted, emitted):
+        price.observe_outcome(proposed == chosen)
+        if proposed != chosen:
+            break

@@ -32,17 +32,19 @@ class Sources:
     def advance(self, context: Sequence[int]) -> None:
         self.suffix.extend(context[len(self.suffix.tokens):])
 
-    def propose(self, context: Sequence[int], k: int, use_draft: bool) -> list[Proposal]:
+    def propose(self, context: Sequence[int], k: int, draft_k: int = 0) -> list[Proposal]:
         """Every source's proposal: :meth:`chains` and then their :meth:`siblings`."""
-        chains = self.chains(context, k, use_draft)
+        chains = self.chains(context, k, draft_k)
         return chains + self.siblings(context, k, chains)
 
-    def chains(self, context: Sequence[int], k: int, use_draft: bool) -> list[Proposal]:
-        """Each source's own continuation (the n-gram cache's first, if it has one)."""
+    def chains(self, context: Sequence[int], k: int, draft_k: int = 0, draft_stop=None) -> list[Proposal]:
+        """Each source's own continuation (the n-gram cache's first, if it has one), up to ``k``
+        tokens; the draft model's (each token a decode of the draft) up to ``draft_k``, and only
+        while ``draft_stop(depth, reach)`` is false."""
         self.ngrams.count(context)
         out = [self._ngram(context, k), self._suffix(k)]
-        if self.draft is not None and use_draft:
-            out.append(self._draft(context, k))
+        if self.draft is not None and draft_k > 0:
+            out.append(self._draft(context, draft_k, draft_stop))
         return [p for p in out if p.tokens]
 
     def siblings(self, context: Sequence[int], k: int, chains: list[Proposal]) -> list[Proposal]:
@@ -120,7 +122,7 @@ class Sources:
         signal = (bucket(length, (3, 5, 9, 17, 33)),)
         return Proposal("suffix", tokens, [signal] * len(tokens))
 
-    def _draft(self, context: Sequence[int], k: int) -> Proposal:
-        draft = self.draft.propose(context, k)
+    def _draft(self, context: Sequence[int], k: int, stop=None) -> Proposal:
+        draft = self.draft.propose(context, k, stop)
         probs = self.draft.last_probs
         return Proposal("draft", draft.tokens, [(bucket(p, (0.3, 0.6, 0.8, 0.95)),) for p in probs])

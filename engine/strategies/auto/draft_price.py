@@ -1,0 +1,128 @@
+"""What a draft model's proposals cost Auto, and whether running the draft can pay.
+
+A draft model is the one source that is not free: each token it proposes is a decode of the draft
+(``token_cost`` target plain steps each, ``c`` below), and the target then verifies them in a
+batch of k + 1 (``StepCost.relative(k + 1)``). With each proposal accepted with chance ``a`` when
+the one before it was, a step that sends k draft tokens emits (1 - a^(k+1)) / (1 - a) tokens for
+
+    T(k + 1) / T(1) + k · c          plain steps.
+
+Auto asks the draft only where the best k beats a plain step by the planner's margin at the
+acceptance the run has measured (the draft's prior until it has some). Where even a draft that is
+always right could not (a = 1: k + 1 tokens for that cost), the draft is never asked, and then not
+probed either: its price alone rules it out. Otherwise a draft that does not pay now is asked
+again after PROBE_FIRST steps, then twice as far each time it still does not pay (at most
+PROBE_MAX), with the k that would pay if it were right more often: re-trying is rare and short.
+
+The verification's T(k + 1)/T(1) is the run's own timing of that size once it has one, else the
+profile's. ``c`` starts as the session's estimate (the two models' batch-cost profiles where both were
+measured, else the ratio of their files' sizes: on a CPU a decode of one token reads every weight
+once) and becomes the run's own measurement once the draft has made TRUSTED single-token decodes:
+the fastest recent one against the target's typical plain step.
+
+Within a proposal the draft stops at the first token that does not pay for itself: token i
+(reached with chance r, the product of the draft's own probabilities so far) adds r tokens for
+c + T(i + 2)/T(1) - T(i + 1)/T(1) plain steps, and is worth drafting only while
+r ≥ min_gain · that cost (:meth:`DraftPrice.min_reach`, the p_min of llama.cpp's examples worked
+out from the costs instead of fixed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specdec_studio.engine.strategies.auto.calibration import StepCost
+from specdec_studio.engine.tuning.cost_model import expected_tokens_per_step
+
+PROBE_FIRST = 16
+PROBE_MAX = 256
+TRUSTED = 3  # single-token draft decodes timed before the run's own price replaces the estimate
+KEEP = 8
+# Before the run has verified any draft token: what a same-family draft is usually right about
+# (llama.cpp's examples and the pairs measured here accept 0.6-0.9 of greedy proposals).
+PRIOR_ACCEPT = 0.7
+PRIOR_WEIGHT = 4.0
+
+
+class DraftPrice:
+    """The draft model's price in target plain steps, its measured acceptance, and the k (if
+    any) for which asking it can pay."""
+
+    def __init__(self, token_cost: float, k_max: int) -> None:
+        self.estimate = token_cost  # the session's estimate of c, until the run measures its own
+        self.k_max = k_max
+        self.decode_times: list[float] = []  # the draft's recent single-token decodes (seconds)
+        self.accepted = 0
+        self.offered = 0
+        self.next_probe = 0  # the step from which a draft that does not pay now may be asked again
+        self.probe_gap = PROBE_FIRST
+
+    # ------------------------------------------------------------------ what the run learns
+    def observe_decodes(self, seconds: Sequence[float]) -> None:
+        self.decode_times.extend(seconds)
+        del self.decode_times[:-KEEP]
+
+    def observe_outcome(self, accepted: bool) -> None:
+        """One draft token verified: accepted, or the first rejected one of its proposal."""
+        self.offered += 1
+        self.accepted += accepted
+
+    def token_cost(self, cost: StepCost) -> float:
+        """c: one draft decode in target plain steps (the run's own, once timed)."""
+        plain = cost.typical_plain_time()
+        if len(self.decode_times) < TRUSTED or not plain:
+            return self.estimate
+        return min(self.decode_times) / plain
+
+    def accept_rate(self) -> float:
+        """The chance a draft token is accepted when the one before it was."""
+        return (self.accepted + PRIOR_ACCEPT * PRIOR_WEIGHT) / (self.offered + PRIOR_WEIGHT)
+
+    # ------------------------------------------------------------------ what the planner asks
+    def gain(self, cost: StepCost, k: int, accept: float) -> float:
+        """Tokens per plain step's time of a step sending k draft tokens."""
+        price = self.verify_cost(cost, k + 1) + cost.return_penalty() + k * self.token_cost(cost)
+        return expected_tokens_per_step(accept, k) / price
+
+    @staticmethod
+    def verify_cost(cost: StepCost, n_tokens: int) -> float:
+        """T(B)/T(1) of the target: the run's own timing where it has one (a profile measured
+        while the machine was busy must not keep a draft running), else the profile's."""
+        measured = cost.measured_relative(n_tokens)
+        return measured if measured is not None else cost.relative(n_tokens)
+
+    def best(self, cost: StepCost, room: int, accept: float) -> tuple[int, float]:
+        """The k ≤ min(room, k_max) with the highest gain at ``accept``, and that gain."""
+        best_k, best_gain = 0, 1.0
+        for k in range(1, min(room, self.k_max) + 1):
+            g = self.gain(cost, k, accept)
+            if g > best_gain:
+                best_k, best_gain = k, g
+        return best_k, best_gain
+
+    def can_ever_pay(self, cost: StepCost, room: int, min_gain: float) -> bool:
+        """Whether a draft that is always right would beat ``min_gain`` at this price."""
+        return self.best(cost, room, 1.0)[1] >= min_gain
+
+    def plan(self, step: int, cost: StepCost, room: int, min_gain: float) -> int:
+        """How many tokens to ask the draft for at this step (0: do not run it)."""
+        if room <= 0:
+            return 0
+        k, g = self.best(cost, room, self.accept_rate())
+        if k and g >= min_gain:
+            self.probe_gap = PROBE_FIRST
+            return k
+        if step < self.next_probe:
+            return 0
+        # Not paying at the acceptance measured so far: ask again now and then, for the k that
+        # pays soonest if the draft turns out better than that; never when no acceptance could.
+        k_ideal, g_ideal = self.best(cost, room, 1.0)
+        self.next_probe = step + self.probe_gap
+        self.probe_gap = min(PROBE_MAX, 2 * self.probe_gap)
+        return k_ideal if g_ideal >= min_gain else 0
+
+    def min_reach(self, cost: StepCost, depth: int, min_gain: float) -> float:
+        """The least chance of being reached for which the draft's token at ``depth`` (0-based)
+        pays for its own draft decode and verification row."""
+        extra = self.verify_cost(cost, depth + 2) - self.verify_cost(cost, depth + 1)
+        return min_gain * (self.token_cost(cost) + max(0.0, extra))
