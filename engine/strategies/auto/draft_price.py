@@ -8,11 +8,14 @@ the one before it was, a step that sends k draft tokens emits (1 - a^(k+1)) / (1
     T(k + 1) / T(1) + k · c          plain steps.
 
 Auto asks the draft only where the best k beats a plain step by the planner's margin at the
-acceptance the run has measured (the draft's prior until it has some). Where even a draft that is
-always right could not (a = 1: k + 1 tokens for that cost), the draft is never asked, and then not
-probed either: its price alone rules it out. Otherwise a draft that does not pay now is asked
-again after PROBE_FIRST steps, then twice as far each time it still does not pay (at most
-PROBE_MAX), with the k that would pay if it were right more often: re-trying is rare and short.
+acceptance the run has measured (the draft's prior until it has some). A draft that does not pay
+now is asked again after PROBE_FIRST steps, then twice as far each time it still does not pay (at
+most PROBE_MAX), with the k that would pay at a hopeful acceptance: HOPEFUL_ACCEPT, what a good
+same-family draft reaches, or the upper end of what this one has shown if that is higher. Where
+even that could not pay, the draft is not probed at all (nor does it read the prompt): its price
+alone rules it out. A bound of a = 1 would not do: with long drafts almost any price "pays" for a
+draft that is never wrong (Qwen2.5-Coder 1.5B here: 16 tokens for 13.8 steps at k = 15), and the
+probes it allowed cost 7 % of the run.
 
 The verification's T(k + 1)/T(1) is the run's own timing of that size once it has one, else the
 profile's. ``c`` starts as the session's estimate (the two models' batch-cost profiles where both were
@@ -29,6 +32,7 @@ out from the costs instead of fixed).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from specdec_studio.engine.strategies.auto.calibration import StepCost
@@ -42,6 +46,9 @@ KEEP = 8
 # (llama.cpp's examples and the pairs measured here accept 0.6-0.9 of greedy proposals).
 PRIOR_ACCEPT = 0.7
 PRIOR_WEIGHT = 4.0
+HOPEFUL_ACCEPT = 0.9  # the acceptance a probe hopes for (the best of that range)
+HOPEFUL_MAX = 0.99
+SHOWN = 8  # verified draft tokens before their rate may raise the hope
 
 
 class DraftPrice:
@@ -78,6 +85,14 @@ class DraftPrice:
         """The chance a draft token is accepted when the one before it was."""
         return (self.accepted + PRIOR_ACCEPT * PRIOR_WEIGHT) / (self.offered + PRIOR_WEIGHT)
 
+    def hopeful_accept(self) -> float:
+        """The acceptance a probe hopes for: HOPEFUL_ACCEPT, or the upper end (two standard
+        errors) of the rate measured over at least SHOWN outcomes where the draft has shown better."""
+        if self.offered < SHOWN:
+            return HOPEFUL_ACCEPT
+        a = self.accepted / self.offered
+        return max(HOPEFUL_ACCEPT, min(HOPEFUL_MAX, a + 2.0 * math.sqrt(a * (1.0 - a) / self.offered)))
+
     # ------------------------------------------------------------------ what the planner asks
     def gain(self, cost: StepCost, k: int, accept: float) -> float:
         """Tokens per plain step's time of a step sending k draft tokens."""
@@ -100,9 +115,9 @@ class DraftPrice:
                 best_k, best_gain = k, g
         return best_k, best_gain
 
-    def can_ever_pay(self, cost: StepCost, room: int, min_gain: float) -> bool:
-        """Whether a draft that is always right would beat ``min_gain`` at this price."""
-        return self.best(cost, room, 1.0)[1] >= min_gain
+    def may_pay(self, cost: StepCost, room: int, min_gain: float) -> bool:
+        """Whether the draft would beat ``min_gain`` at this price if it were as right as hoped."""
+        return self.best(cost, room, self.hopeful_accept())[1] >= min_gain
 
     def plan(self, step: int, cost: StepCost, room: int, min_gain: float) -> int:
         """How many tokens to ask the draft for at this step (0: do not run it)."""
@@ -115,11 +130,11 @@ class DraftPrice:
         if step < self.next_probe:
             return 0
         # Not paying at the acceptance measured so far: ask again now and then, for the k that
-        # pays soonest if the draft turns out better than that; never when no acceptance could.
-        k_ideal, g_ideal = self.best(cost, room, 1.0)
+        # would pay if the draft turned out as right as hoped; never where even that could not.
+        k_hoped, g_hoped = self.best(cost, room, self.hopeful_accept())
         self.next_probe = step + self.probe_gap
         self.probe_gap = min(PROBE_MAX, 2 * self.probe_gap)
-        return k_ideal if g_ideal >= min_gain else 0
+        return k_hoped if g_hoped >= min_gain else 0
 
     def min_reach(self, cost: StepCost, depth: int, min_gain: float) -> float:
         """The least chance of being reached for which the draft's token at ``depth`` (0-based)

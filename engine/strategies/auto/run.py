@@ -38,8 +38,8 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     hindsight = Hindsight(calibrator)
 
     def prepare() -> None:
-        # A draft that could not pay even if always right is never asked: it need not read the prompt.
-        if draft is not None and price.can_ever_pay(cost, params.k_max, MIN_GAIN):
+        # A draft that could not pay even as right as hoped is never asked: it need not read the prompt.
+        if draft is not None and price.may_pay(cost, params.k_max, MIN_GAIN):
             draft.begin(prompt)
 
     start = yield from begin_run(rt, prompt, prepare=prepare)
