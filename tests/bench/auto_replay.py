@@ -91,7 +91,7 @@ def replay_auto(prompt: list[int], output: list[int], curve) -> float:
     while i < len(output):
         sources.advance(context)
         room = min(K_MAX, len(output) - i - 1 - n_redecode)
-        proposals = sources.propose(context, room, use_draft=False) if room > 0 else []
+        proposals = sources.propose(context, room) if room > 0 else []
         proposals = proposals[:AUTO_SEQUENCES]
         nodes, _ = auto.build_tree(proposals, calibrator, cost, max(0, room))
         hindsight.keep(proposals, sent_lengths(proposals, nodes))
@@ -139,7 +139,7 @@ def first_token_agreement(prompt: list[int], output: list[int], counts: dict[str
     context = [*prompt, output[0]]
     for i in range(1, len(output)):
         sources.advance(context)
-        first = {p.source: p.tokens[0] for p in sources.propose(context, 1, use_draft=False)}
+        first = {p.source: p.tokens[0] for p in sources.propose(context, 1)}
         if first:
             agreed = len(first) == 2 and first["ngram"] == first["suffix"]
             key = "both, agreeing" if agreed else ("both, differing" if len(first) == 2 else "one only")
