@@ -77,8 +77,10 @@ class EngineWorker:
     def load_draft(self, path: str | None) -> None:
         self._submit(m.DraftRequest(path))
 
-    def fetch_and_load(self, key: str, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None) -> None:
-        self._submit(m.FetchRequest(key, n_ctx, n_threads))
+    def fetch_and_load(self, key: str, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
+                       *, as_draft: bool = False) -> None:
+        """Download a known model, then load it (as the draft with ``as_draft``); Stop ends it."""
+        self._submit(m.FetchRequest(key, n_ctx, n_threads, as_draft))
 
     def start_run(self, config, text: str, *, chat: bool, regenerate: bool = False,
                   edit_index: int | None = None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from specdec_studio.app.engine_worker import EngineWorker
-from specdec_studio.app.worker_messages import (BaselineDone, BatchKv, ConversationList, DistillDone, DraftLoaded,
+from specdec_studio.app.worker_messages import (BaselineDone, BatchKv, ConversationList, DistillDone, DownloadProgress, DraftLoaded,
                                                 ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress, LoadFailed,
                                                 LoadStarted, ModelLoaded, Paused,
                                                 ProfileProgress, ProfileReady, ProfileStarted, RaceProgress,
@@ -129,6 +129,9 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         if self.running or self.profiling:
             self.worker.stop()
             self.statusBar().showMessage("Stopping…")
+        elif self.downloading:  # ends between two parts of the download, keeping nothing
+            self.worker.stop()
+            self.statusBar().showMessage(f"Stopping the download of {self.downloading}…")
         elif self.loading:  # llama.cpp's load cannot be interrupted: what would follow it is skipped
             self.worker.stop()
             self.statusBar().showMessage("Stopping: the model finishes loading, its profile is skipped…")
@@ -186,7 +189,8 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
                                        FormatsProgress, FormatsCompared, FormatSpeedsMeasured,
                                        sweep.SweepStarted, sweep.SweepProgress, sweep.SweepCell, sweep.SweepFinished),
                                       self._on_tuning_event))
-        handlers.update(dict.fromkeys((LoadStarted, ModelLoaded, DraftLoaded, LoadFailed), self._on_model_event))
+        handlers.update(dict.fromkeys((LoadStarted, DownloadProgress, ModelLoaded, DraftLoaded, LoadFailed),
+                                      self._on_model_event))
         handlers.update(dict.fromkeys((parallel.BatchStarted, parallel.JobStarted, parallel.JobStep,
                                        parallel.JobFinished, BatchKv, parallel.BatchFinished), self._on_batch_event))
         handlers.update(dict.fromkeys((DistillProgress, DistillDone), self._on_distill_event))
@@ -316,6 +320,8 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.stats.refresh()
         self.stats.finish(event.stats, self.baselines.get(self.last_run_key),
                           self.predicted_speedup(event.stats, self.last_run_mode))
+        config = self.last_run_config if not self.replaying else None
+        self.stats.set_break_even(self.break_even_words(config.as_dict()) if config is not None else None)
         s = event.stats
         reuse = f" · prompt {s['n_prompt']} tokens, {s['n_prompt_reused']} reused" if s.get("n_prompt_reused") else ""
         self.statusBar().showMessage(
@@ -341,7 +347,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         valid = self.controls.error is None
         self.input.run.setEnabled(idle and valid)
         self.run_action.setEnabled(idle and valid)
-        self.input.stop.setEnabled(self.running or self.profiling or self.loading)
+        self.input.stop.setEnabled(self.running or self.profiling or self.loading or bool(self.downloading))
         has_message = self._last_user_index() is not None and self._chat_shown()
         self.input.regenerate.setEnabled(idle and has_message)
         self.input.edit_last.setEnabled(idle and has_message)

@@ -27,6 +27,7 @@ class LayoutMixin:
         self.model_bar = ModelBar()
         self.model_bar.load_requested.connect(self.load_model)
         self.model_bar.draft_requested.connect(self.choose_draft)
+        self.model_bar.download_requested.connect(self.download_model)
         self.model_bar.fetch_requested.connect(self.fetch_default)
         self.model_bar.demo_requested.connect(self.open_trace)
         self.model_bar.train_draft_requested.connect(self.train_draft)

