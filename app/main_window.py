@@ -32,7 +32,7 @@ from specdec_studio.engine.events import KvSnapshot, RejectedDraft, RunFinished,
 # On a 2-core machine every millisecond the GUI thread works is taken from llama.cpp's threads (and
 # one of them preempted stalls the other at the next barrier): the window drains the engine's events
 # at 20 Hz, text streams at that rate, and the plots and the KV map, far dearer to paint, at 4 Hz.
-# (tests/bench/gui_overhead.py: 0.92 of headless speed at 30 and 8 Hz, see docs/testing.md.)
+# (tests/bench/gui_overhead.py --chat -n 512: 0.92 of headless speed at 30 and 8 Hz, 0.98 at 20 and 4.)
 PAINT_INTERVAL_MS = 50
 FIGURES_INTERVAL_S = 0.25
 RECORDED = (StepDone, StepBatch, KvSnapshot, RunStarted, RunFinished)  # what the step inspector's record keeps
