@@ -140,12 +140,15 @@ def test_stochastic_auto_matches_plain_sampling(flat, n_seeds):
         assert p_value > 0.001, (position, p_value)
 
 
-def test_auto_with_a_draft_model_stays_lossless(smollm_path, smollm_drafts, exactness_probe, monkeypatch):
+@pytest.mark.parametrize("read_prompt", ["at the start", "when first asked"])
+def test_auto_with_a_draft_model_stays_lossless(smollm_path, smollm_drafts, exactness_probe, monkeypatch, read_prompt):
     from specdec_studio.engine.strategies.auto.draft_price import DraftPrice
 
     deviation = exactness_probe(Path(smollm_path))["max_abs_diff"]
     # priced as on a machine where the draft is cheap (a GPU), so that Auto drafts with it here too
     monkeypatch.setattr(DraftPrice, "token_cost", lambda self, cost: 0.05)
+    if read_prompt == "when first asked":  # judged out at the start: the draft reads the prompt mid-run
+        monkeypatch.setattr(DraftPrice, "may_pay", lambda self, cost, room, min_gain: False)
     with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS, verify_kv=True,
                  draft_path=smollm_drafts["default-q3_k_m"]) as session:
         tokens = session.tokenize_prompt(CODE_PROMPT)

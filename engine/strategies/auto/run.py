@@ -37,10 +37,15 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     wary = Wary(cost, guard.trust)
     hindsight = Hindsight(calibrator)
 
+    draft_read_prompt = False
+
     def prepare() -> None:
-        # A draft that could not pay even as right as hoped is never asked: it need not read the prompt.
+        # A draft that could not pay even as right as hoped is not asked: it reads the prompt only
+        # when it first is (its cache's record is checked then, as at any run's start).
+        nonlocal draft_read_prompt
         if draft is not None and price.may_pay(cost, params.k_max, MIN_GAIN):
             draft.begin(prompt)
+            draft_read_prompt = True
 
     start = yield from begin_run(rt, prompt, prepare=prepare)
     if start is None:
@@ -66,6 +71,10 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             # pay at its price and measured acceptance (auto.draft_price), and rarely re-tried.
             draft_k = price.plan(step, cost, room, min_gain) if price is not None else 0
             use_draft = draft_k > 0
+            if use_draft and not draft_read_prompt:
+                if rt.guarded(lambda: draft.begin(prompt) or True) is None:  # stopped, or the cache is full
+                    break
+                draft_read_prompt = True
             # Cheap tests first: the sources' first token, then four, then all they propose; most
             # steps of a chat stop after the first. A draft model proposes once, all its tokens
             # (each costs a decode of the draft).
