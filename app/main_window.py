@@ -321,7 +321,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.stats.finish(event.stats, self.baselines.get(self.last_run_key),
                           self.predicted_speedup(event.stats, self.last_run_mode))
         config = self.last_run_config if not self.replaying else None
-        self.stats.set_break_even(self.break_even_words(config.as_dict()) if config is not None else None)
+        self.stats.set_break_even(self.break_even_words(config) if config is not None else None)
         s = event.stats
         reuse = f" · prompt {s['n_prompt']} tokens, {s['n_prompt_reused']} reused" if s.get("n_prompt_reused") else ""
         self.statusBar().showMessage(

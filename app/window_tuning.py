@@ -148,15 +148,15 @@ class TuningMixin:
             return None
         return cost_model.predict_from_stats(stats, curve, mode=mode, draft_curve=draft_curve)
 
-    def break_even_words(self, config: dict) -> str | None:
+    def break_even_words(self, config) -> str | None:
         """For a speculative run with both profiles measured: the draft's break-even in words."""
         from specdec_studio.engine.tuning import cost_model
         from specdec_studio.engine.tuning.profile import curve_of
 
         curve, draft_curve = curve_of(self.profiles["target"]), curve_of(self.profiles["draft"])
-        if config.get("mode") != "speculative" or curve is None or draft_curve is None:
+        if config.mode != "speculative" or curve is None or draft_curve is None:
             return None
-        return cost_model.draft_break_even_words(curve, draft_curve, int(config.get("k", 0)))
+        return cost_model.draft_break_even_words(curve, draft_curve, config.speculative.k)
 
     def measure_baseline(self) -> None:
         if self.running or self.last_run_key is None or not self.model_loaded:

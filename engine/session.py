@@ -260,6 +260,8 @@ class Session:
             target.forget()
             n_reused = 0
         output = Output(self.vocab, config.max_tokens)
+        auto = config.mode == "auto"
+        curve = self.cost_curve() if auto else None  # read once: Auto prices its steps and its draft with it
         rt = Runtime(
             ctx=target.ctx,
             memory=target.memory,
@@ -274,8 +276,8 @@ class Session:
             output=output,
             draft=self.draft if config.mode in ("speculative", "auto") else None,
             n_reused=n_reused,
-            cost_curve=self.cost_curve() if config.mode == "auto" else None,
-            draft_token_cost=self.draft_token_cost() if config.mode == "auto" and self.draft is not None else 1.0,
+            cost_curve=curve,
+            draft_token_cost=self._draft_token_cost(curve) if auto and self.draft is not None else 1.0,
         )
         started = RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
         events = run_events(rt, strategy, prompt, target, started)
@@ -306,14 +308,16 @@ class Session:
         """What one decode of the draft model costs in decodes of the target, before a run has
         timed any: the two batch-cost profiles' one-token times where both were measured, else
         the ratio of the files' sizes (on a CPU, decoding one token reads every weight once)."""
-        from specdec_studio.engine.tuning import profile
-
         if self.draft_model is None:
             raise SpecDecError("no draft model is loaded")
-        target = profile.cached(profile.profile_key(self))
+        return self._draft_token_cost(self.cost_curve())
+
+    def _draft_token_cost(self, target_curve) -> float:
+        from specdec_studio.engine.tuning import profile
+
         draft = profile.cached(profile.profile_key(self, draft=True))
-        if target is not None and draft is not None:
-            return draft.curve.t_plain_s / target.curve.t_plain_s
+        if target_curve is not None and draft is not None:
+            return draft.curve.t_plain_s / target_curve.t_plain_s
         return self.draft_model.info.size_bytes / self.model.info.size_bytes
 
     def kv_snapshot(self, step: int, n_seq: int) -> KvSnapshot:

@@ -141,11 +141,8 @@ class StepCost:
                 b = len(self._table)
                 self._table.append(self.curve.relative(b, b) if b else 0.0)
             return self._table[n_tokens]
-        prior = 1.0 + COST_SLOPE * (n_tokens - 1)
-        one, this = self.seen.get(1, []), self.seen.get(n_tokens, [])
-        if n_tokens <= 1 or len(one) < self.TRUSTED or len(this) < self.TRUSTED:
-            return prior
-        return max(1.0, min(this) / min(one))
+        measured = self.measured_relative(n_tokens)
+        return measured if measured is not None else 1.0 + COST_SLOPE * (n_tokens - 1)
 
     def measured_relative(self, n_tokens: int) -> float | None:
         """This run's own T(B)/T(1) once it has timed TRUSTED decodes of both sizes, else None."""

@@ -96,7 +96,10 @@ class DraftPrice:
     # ------------------------------------------------------------------ what the planner asks
     def gain(self, cost: StepCost, k: int, accept: float) -> float:
         """Tokens per plain step's time of a step sending k draft tokens."""
-        price = self.verify_cost(cost, k + 1) + cost.return_penalty() + k * self.token_cost(cost)
+        return self._gain(cost, k, accept, self.token_cost(cost), cost.return_penalty())
+
+    def _gain(self, cost: StepCost, k: int, accept: float, token_cost: float, penalty: float) -> float:
+        price = self.verify_cost(cost, k + 1) + penalty + k * token_cost
         return expected_tokens_per_step(accept, k) / price
 
     @staticmethod
@@ -109,8 +112,9 @@ class DraftPrice:
     def best(self, cost: StepCost, room: int, accept: float) -> tuple[int, float]:
         """The k ≤ min(room, k_max) with the highest gain at ``accept``, and that gain."""
         best_k, best_gain = 0, 1.0
+        token_cost, penalty = self.token_cost(cost), cost.return_penalty()
         for k in range(1, min(room, self.k_max) + 1):
-            g = self.gain(cost, k, accept)
+            g = self._gain(cost, k, accept, token_cost, penalty)
             if g > best_gain:
                 best_k, best_gain = k, g
         return best_k, best_gain
