@@ -158,6 +158,20 @@ class TuningMixin:
             return None
         return cost_model.draft_break_even_words(curve, draft_curve, config.speculative.k)
 
+    def draft_break_even_summary(self, k: int) -> str | None:
+        """The loaded draft's break-even at ``k`` in words and for every usual k, from the two
+        profiles; None without a draft or either profile."""
+        from specdec_studio.engine.tuning import cost_model
+        from specdec_studio.engine.tuning.profile import curve_of
+
+        curve, draft_curve = curve_of(self.profiles["target"]), curve_of(self.profiles["draft"])
+        if curve is None or draft_curve is None:
+            return None
+        words = cost_model.draft_break_even_words(curve, draft_curve, k)
+        table = cost_model.draft_break_even_table_words(curve, draft_curve)
+        return (f"With {self.profiles['draft']['model_name']}: {words}. "
+                f"Acceptance each draft length needs to pay here: {table}.")
+
     def measure_baseline(self) -> None:
         if self.running or self.last_run_key is None or not self.model_loaded:
             return
@@ -186,6 +200,7 @@ class TuningMixin:
                                          f"{100 * event.fraction:.0f}%")
         elif isinstance(event, ProfileReady):
             self.profiles = {"target": event.target, "draft": event.draft}
+            self.tune.set_draft_break_even(self.draft_break_even_summary(int(self.controls.values()["k"])))
             self.profile_plot.set_profiles(event.target, event.draft)
             if event.target is not None:
                 c = event.target

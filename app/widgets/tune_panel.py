@@ -130,6 +130,12 @@ class TunePanel(QtWidgets.QWidget):
         self.hover.setMinimumHeight(4 * self.hover.fontMetrics().lineSpacing())
         self.hover.setAlignment(QtCore.Qt.AlignTop | QtCore.Qt.AlignLeft)
         self.best_label = QtWidgets.QLabel("")
+        # the loaded draft model's break-even, from the two measured profiles (draft-model sweeps)
+        self.draft_break_even = QtWidgets.QLabel("")
+        self.draft_break_even.setWordWrap(True)
+        self.draft_break_even.setToolTip("From the batch-cost profiles of the target and the draft: what a "
+                                         "verification and a draft token cost here, and the acceptance each "
+                                         "draft length k needs to beat plain decoding")
         self.apply_best = QtWidgets.QPushButton("Apply best")
         self.apply_best.setToolTip("Put the fastest lossless setting of this sweep into the run controls")
         view_row = QtWidgets.QHBoxLayout()
@@ -144,6 +150,7 @@ class TunePanel(QtWidgets.QWidget):
         layout.addLayout(controls)
         layout.addWidget(self.eta)
         layout.addWidget(self.error)
+        layout.addWidget(self.draft_break_even)
         layout.addLayout(view_row)
         layout.addWidget(self.plots, 1)
         layout.addWidget(self.hover)
@@ -291,7 +298,14 @@ class TunePanel(QtWidgets.QWidget):
         self.n_choice.setVisible(lookahead)
         self.n_label.setVisible(lookahead)
         self.plots.setCurrentWidget(self.heatmap if lookahead else self.curve)
+        self.draft_break_even.setVisible(self.current_mode() == "speculative" and bool(self.draft_break_even.text()))
         self._redraw()
+
+    def set_draft_break_even(self, words: str | None) -> None:
+        """The loaded draft's break-even in words, shown with draft-model sweeps; None hides it
+        (no draft, or a profile not measured)."""
+        self.draft_break_even.setText(words or "")
+        self.draft_break_even.setVisible(self.current_mode() == "speculative" and bool(words))
 
     def _redraw(self, *_args) -> None:
         from specdec_studio.engine.tuning import sweep

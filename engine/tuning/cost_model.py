@@ -167,6 +167,16 @@ def draft_break_even_words(curve: CostCurve, draft_curve: CostCurve, k: int) -> 
     return head + f": drafting {k} pays above {100 * alpha:.0f} % acceptance"
 
 
+def draft_break_even_table_words(curve: CostCurve, draft_curve: CostCurve, ks: Sequence[int] = (1, 2, 3, 4, 5, 8)) -> str:
+    """The acceptance each draft length needs to pay with this draft model, in one line
+    ("k = 1: 71 %, k = 2: 88 %, …, k = 8: never")."""
+    parts = []
+    for k in ks:
+        alpha = draft_break_even(curve, draft_curve, k)
+        parts.append(f"k = {k}: " + ("never" if alpha is None else f"{100 * alpha:.0f} %"))
+    return ", ".join(parts)
+
+
 def break_even_tokens_per_step(curve: CostCurve, step_shape: tuple[int, int]) -> float:
     """Tokens a step of this shape must emit on average to match plain decoding."""
     return curve.relative(*step_shape)

@@ -133,6 +133,30 @@ def test_speedup_is_predicted_until_a_baseline_is_measured(window, qtbot):
     assert window.stats.values["predicted"].text() == predicted
 
 
+def test_the_draft_model_sweep_names_the_loaded_drafts_break_even(window, qtbot):
+    tune = window.tune
+    tune.mode.setCurrentIndex(tune.mode.findData("speculative"))
+    assert tune.draft_break_even.isHidden()  # no draft loaded: nothing to price
+    # the default model drafting for itself: its profile (the module's) prices both sides
+    window.choose_draft(str(catalog.resolve("default")))
+    qtbot.waitUntil(lambda: window.profiles["draft"] is not None, timeout=TIMEOUT_MS)
+    window.drain_events()
+    words = tune.draft_break_even.text()
+    assert not tune.draft_break_even.isHidden()
+    assert words.startswith(f"With {catalog.resolve('default').name}: a ") and "-token verification costs" in words
+    # a draft that costs what the target does cannot pay at any k, on any machine
+    assert "cannot pay here" in words
+    assert words.endswith("Acceptance each draft length needs to pay here: " + ", ".join(
+        f"k = {k}: never" for k in (1, 2, 3, 4, 5, 8)) + ".")
+    tune.mode.setCurrentIndex(tune.mode.findData("lookahead"))
+    assert tune.draft_break_even.isHidden()
+    window.choose_draft(None)
+    qtbot.waitUntil(lambda: window.profiles["draft"] is None, timeout=TIMEOUT_MS)
+    window.drain_events()
+    tune.mode.setCurrentIndex(tune.mode.findData("speculative"))
+    assert tune.draft_break_even.isHidden() and tune.draft_break_even.text() == ""
+
+
 def test_profile_tab_plots_the_curve_and_remeasures(window, qtbot):
     curves = window.profile_plot.plotItem.listDataItems()
     assert len(curves) >= 3  # reference line, all-logits and last-row curves

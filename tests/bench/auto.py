@@ -2,12 +2,17 @@
 set, interleaved in one process (plain, lookup k=2/4/8, auto, then again in reverse order: one
 round) so a drift of the machine's speed hits every setting alike.
 
-    .venv/bin/python tests/bench/auto.py [-n 128] [--rounds 3] [--prompts 1] [--only auto] [--no-siblings]
+    .venv/bin/python tests/bench/auto.py [-n 128] [--rounds 3] [--min-seconds 8] [--prompts 1] [--only auto]
+                                         [--no-siblings] [--aa]
     SPECDEC_BENCH_MODEL=default-q4_0 .venv/bin/python tests/bench/auto.py --only auto   # on a copy
     SPECDEC_BENCH_MODEL=coder .venv/bin/python tests/bench/auto.py --only auto --draft coder-draft
 
 Each round gives every setting a speed-up over plain: its tokens/s over plain's in the same round,
-over two runs (forward and back) of each of the category's first ``--prompts`` prompts. Prints,
+over two runs (forward and back) of each of the category's first ``--prompts`` prompts. A category
+gets ``--rounds`` rounds, and more until plain has generated for ``--min-seconds`` there: one run
+of a short answer (30 tokens of SmolLM2 take 0.35 s) varies by ±5 % here, so short answers need
+more runs than long ones for the same resolution. ``--aa`` adds "plain again", plain measured as
+a setting of its own: its spread around 1.00 is what a ratio's noise is in that run. Prints,
 per category, the median of the rounds' speed-ups and the worst round's, the geometric mean over
 categories of both, Auto's decisions and sources, and its calibration table (predicted against
 observed acceptance). ``--only auto`` runs plain and Auto alone (more
@@ -27,7 +32,7 @@ import sys
 from _common import GPU_LAYERS, THREADS, model_path
 
 from specdec_studio.engine.config import RunConfig, SpeculativeParams
-from specdec_studio.engine.events import RunFinished
+from specdec_studio.engine.events import RunFinished, StepDone
 from specdec_studio.engine.session import Session
 from specdec_studio.engine.strategies.auto import sources as auto_sources  # where the sibling branches are made
 from specdec_studio.engine.tuning import profile
@@ -36,26 +41,36 @@ from specdec_studio.engine.tuning.prompts import shipped
 from specdec_studio.engine.tuning.sweep import prompt_tokens
 
 LOOKUP_KS = (2, 4, 8)
+MAX_ROUNDS = 30
 
 
-def _run(session, config, tokens, alt_branches: int = auto_sources.ALT_BRANCHES, with_draft: bool = True) -> dict:
+def _run(session, config, tokens, alt_branches: int = auto_sources.ALT_BRANCHES,
+         with_draft: bool = True) -> tuple[dict, float]:
+    """The run's stats, and the median time of its one-token decodes (its own plain step)."""
     final = None
+    one_token: list[float] = []
     default, auto_sources.ALT_BRANCHES = auto_sources.ALT_BRANCHES, alt_branches
     draft, session.draft = session.draft, (session.draft if with_draft else None)  # the run takes it from here
     try:
         for event in session.run(config, tokens):
             if isinstance(event, RunFinished):
                 final = event
+            elif isinstance(event, StepDone) and event.n_drafted == 0 and len(event.tokens) == 1:
+                one_token.append(event.t_decode_s)
     finally:
         auto_sources.ALT_BRANCHES = default
         session.draft = draft
-    return final.stats
+    return final.stats, statistics.median(one_token)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=128, help="tokens per run")
-    ap.add_argument("--rounds", type=int, default=3, help="forward-and-back rounds per category")
+    ap.add_argument("--rounds", type=int, default=3, help="forward-and-back rounds per category, at least")
+    ap.add_argument("--min-seconds", type=float, default=8.0,
+                    help="more rounds (up to %d) until plain has generated for this long in the category" % 30)
+    ap.add_argument("--aa", action="store_true",
+                    help="also run plain a second time as a setting of its own: the noise floor of a ratio")
     ap.add_argument("--category", action="append", help="only these categories (repeatable)")
     ap.add_argument("--only", choices=("auto",), help="run plain and Auto only")
     ap.add_argument("--prompts", type=int, default=1,
@@ -77,6 +92,8 @@ def main() -> int:
         settings["auto, no draft"] = settings["auto"]
     if args.no_siblings:
         settings["auto 1/source"] = settings["auto"]
+    if args.aa:
+        settings["plain again"] = settings["plain"]
     names = list(settings)
     draft = str(model_path(args.draft)) if args.draft else None
     with Session(model_path(), n_ctx=4096, n_threads=THREADS, n_gpu_layers=GPU_LAYERS, draft_path=draft) as session:
@@ -87,31 +104,45 @@ def main() -> int:
                   "of the target's (the profiles')")
         # category -> setting -> one speed-up over plain per round
         rounds: dict[str, dict[str, list[float]]] = {}
+        corrected: dict[str, dict[str, list[float]]] = {}  # the same, in each run's own plain steps
         plain_speed: dict[str, list[float]] = {}
+        plain_time: dict[str, list[float]] = {}  # category -> plain's seconds per round
         auto_stats: dict[str, dict] = {}
         for category, chosen in prompts.items():
             token_lists = [prompt_tokens(session, prompt, chat=True) for prompt in chosen]
             rounds[category] = {name: [] for name in names}
+            corrected[category] = {name: [] for name in names}
             plain_speed[category] = []
-            for _ in range(args.rounds):
+            plain_time[category] = []
+            # at least --rounds rounds, and more until plain has run --min-seconds in all: a short
+            # answer's run is as noisy as a long one's, so it needs more of them
+            n_rounds = 0
+            while n_rounds < args.rounds or (sum(t for t in plain_time[category]) < args.min_seconds
+                                             and n_rounds < MAX_ROUNDS):
+                n_rounds += 1
                 # setting -> [tokens, seconds] over the round's runs of every prompt of the category
                 totals: dict[str, list[float]] = {name: [0.0, 0.0] for name in names}
+                in_steps: dict[str, float] = {name: 0.0 for name in names}  # time in own plain steps
                 for tokens in token_lists:
                     for order in (names, names[::-1]):
                         for name in order:
                             siblings = 0 if name == "auto 1/source" else auto_sources.ALT_BRANCHES
-                            stats = _run(session, settings[name], tokens, siblings, name != "auto, no draft")
+                            stats, t_step = _run(session, settings[name], tokens, siblings, name != "auto, no draft")
                             totals[name][0] += stats["n_predict"]
                             totals[name][1] += stats["t_generate_s"]
+                            in_steps[name] += stats["t_generate_s"] / t_step
                             if name == "auto":
                                 auto_stats[category] = stats
                 speeds = {name: n / seconds for name, (n, seconds) in totals.items()}
+                plain_time[category].append(totals["plain"][1])
                 plain_speed[category].append(speeds["plain"])
                 for name in names:
                     rounds[category][name].append(speeds[name] / speeds["plain"])
+                    corrected[category][name].append(
+                        totals[name][0] / in_steps[name] / (totals["plain"][0] / in_steps["plain"]))
         print(f"{model_path().name}, {THREADS} threads, {args.n} tokens, chat template, {args.prompts} prompt(s) per "
-              f"category, {args.rounds} rounds of 2 runs each; speed-up over plain, median of the rounds / worst round:")
-        print(f"{'category':<16}" + "".join(f"{n:>16}" for n in names[1:]) + "   plain t/s")
+              f"category, {args.rounds}+ rounds of 2 runs each (more until plain ran {args.min_seconds:g} s); speed-up over plain, median of the rounds / worst round:")
+        print(f"{'category':<16}" + "".join(f"{n:>16}" for n in names[1:]) + "   plain t/s  rounds")
         medians: dict[str, list[float]] = {n: [] for n in names}
         worsts: dict[str, list[float]] = {n: [] for n in names}
         for category, by_name in rounds.items():
@@ -121,9 +152,18 @@ def main() -> int:
                 medians[n].append(median)
                 worsts[n].append(worst)
                 row.append(f"{median:9.3f} /{worst:5.2f}")
-            print(f"{category:<16}" + "".join(row) + f"   {statistics.median(plain_speed[category]):9.1f}")
+            print(f"{category:<16}" + "".join(row) + f"   {statistics.median(plain_speed[category]):9.1f}"
+                  f"  {len(plain_speed[category]):6d}")
         print(f"{'geometric mean':<16}"
               + "".join(f"{geometric_mean(medians[n]):9.3f} /{geometric_mean(worsts[n]):5.2f}" for n in names[1:]))
+        print("\ndrift-corrected: each run's time counted in its own median one-token decode, so a change of "
+              "the machine's speed between runs cancels (it would also hide a setting that slowed its own "
+              "plain steps: compare with the table above); median of the rounds:")
+        print(f"{'category':<16}" + "".join(f"{n:>16}" for n in names[1:]))
+        for category, by_name in corrected.items():
+            print(f"{category:<16}" + "".join(f"{statistics.median(by_name[n]):16.3f}" for n in names[1:]))
+        print(f"{'geometric mean':<16}" + "".join(
+            f"{geometric_mean([statistics.median(c[n]) for c in corrected.values()]):16.3f}" for n in names[1:]))
         lookups = [n for n in names if n.startswith("lookup")]
         if lookups:
             best_fixed = max(lookups, key=lambda n: geometric_mean(medians[n]))

@@ -2,8 +2,9 @@
 here if missing): greedy speculation and Auto with the draft equal plain decoding (or part only
 where plain's top-2 margin is below the probe's measured deviation), and Auto never runs a draft
 whose price rules it out. Run with ``-m pair`` (a few minutes on 2 cores); ``make test`` leaves it
-out. Temperature > 0 keeps the target's distribution: the χ² checks of test_speculative.py and
-test_auto.py (SmolLM2 with its drafts: the pair decodes too slowly here for hundreds of seeds)."""
+out. With temperature > 0 speculation with the pair keeps the target's distribution: a χ² test of
+its first tokens against plain sampling over many seeds (SmolLM2 with its drafts has the same check
+in test_speculative.py, with more seeds)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import pytest
 
 from specdec_studio.engine.config import RunConfig, SpeculativeParams
 from specdec_studio.engine.models import catalog
+from specdec_studio.engine.sampling import SamplingParams
 from specdec_studio.engine.session import Session, last_event
 from specdec_studio.engine.tuning import profile
 from tests.conftest import N_THREADS
 from tests.engine.lossless import assert_lossless
+from tests.engine.test_speculative import _two_sample_p_value
 
 pytestmark = pytest.mark.pair
 
@@ -66,3 +69,32 @@ def test_auto_with_the_pair_equals_plain_and_runs_the_draft_only_where_it_can_pa
         assert offered == 0  # this machine: priced out, never asked (not even probed)
     else:  # a machine where verifying is cheap enough: the draft is asked and mostly right
         assert offered > 0
+
+
+# 4 tokens a run; about 0.8 s a seed for both runs on 2 cores
+STOCHASTIC_SEEDS = 160
+STOCHASTIC_PROMPT = "Name a programming language and say in one sentence what it is good at."
+
+
+def test_stochastic_speculation_with_the_pair_keeps_the_target_distribution(pair):
+    """At temperature 0.8 the draft is a different model (0.5B against 1.5B): its proposals are
+    often rejected and replaced by a draw from the residual, so a rule that kept a drafted token
+    without the target's check, or reused a draw, shows in the counts of the first tokens."""
+    session, _, _ = pair
+    prompt = session.chat_tokens([("user", STOCHASTIC_PROMPT)])
+    runs: dict[str, list[list[int]]] = {"plain": [], "speculative": []}
+    n_drafted = n_accepted = 0
+    for seed in range(STOCHASTIC_SEEDS):
+        sampling = SamplingParams(seed=seed, temperature=0.8)
+        for mode in runs:
+            config = RunConfig(mode=mode, max_tokens=4, sampling=sampling, speculative=SpeculativeParams(k=3))
+            # every run starts from the prompt's cells (of both models) the first run decoded
+            final = last_event(session.run(config, prompt, reuse_prefix=True))
+            runs[mode].append(list(final.token_ids) + [-1] * (4 - len(final.token_ids)))
+            if mode == "speculative":
+                n_drafted += final.stats["n_drafted"]
+                n_accepted += final.stats["n_accept"]
+    assert n_drafted > STOCHASTIC_SEEDS and 0 < n_accepted < n_drafted  # drafts decided tokens, both ways
+    for position in range(4):
+        p_value = _two_sample_p_value([r[position] for r in runs["plain"]], [r[position] for r in runs["speculative"]])
+        assert p_value > 0.001, (position, p_value)
