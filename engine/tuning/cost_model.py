@@ -154,6 +154,13 @@ def draft_break_even(curve: CostCurve, draft_curve: CostCurve, k: int) -> float 
     return hi
 
 
+def acceptance_words(alpha: float) -> str:
+    """A break-even acceptance as a percentage that never reads 100 % (which no rate is above)."""
+    if alpha < 0.995:
+        return f"{100 * alpha:.0f} %"
+    return f"{math.floor(1000 * alpha) / 10:.1f} %" if alpha < 0.999 else "99.9 %"
+
+
 def draft_break_even_words(curve: CostCurve, draft_curve: CostCurve, k: int) -> str:
     """The break-even of a draft model in one sentence, from the two measured profiles."""
     verify = curve.relative(k + 1, k + 1)
@@ -164,7 +171,7 @@ def draft_break_even_words(curve: CostCurve, draft_curve: CostCurve, k: int) -> 
     if alpha is None:
         best = predict_draft_verify(curve, 1.0, k, draft_curve=draft_curve)
         return head + f": drafting {k} cannot pay here, even with every draft accepted ({best:.2f}x at best)"
-    return head + f": drafting {k} pays above {100 * alpha:.0f} % acceptance"
+    return head + f": drafting {k} pays above {acceptance_words(alpha)} acceptance"
 
 
 def draft_break_even_table_words(curve: CostCurve, draft_curve: CostCurve, ks: Sequence[int] = (1, 2, 3, 4, 5, 8)) -> str:
@@ -173,7 +180,7 @@ def draft_break_even_table_words(curve: CostCurve, draft_curve: CostCurve, ks: S
     parts = []
     for k in ks:
         alpha = draft_break_even(curve, draft_curve, k)
-        parts.append(f"k = {k}: " + ("never" if alpha is None else f"{100 * alpha:.0f} %"))
+        parts.append(f"k = {k}: " + ("never" if alpha is None else acceptance_words(alpha)))
     return ", ".join(parts)
 
 
