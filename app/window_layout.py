@@ -127,6 +127,7 @@ class LayoutMixin:
         self.tune.sweep_requested.connect(self.start_sweep)
         self.tune.stop_requested.connect(self.stop_run)
         self.tune.setting_chosen.connect(self.apply_setting)
+        self.controls.changed.connect(self.update_draft_break_even)  # its sentence is at the controls' k
         self.profile_plot = ProfilePlot()
         self.profile_label = QtWidgets.QLabel("No batch-cost profile yet: it is measured once per model, "
                                               "context size and thread count.")

@@ -172,6 +172,10 @@ class TuningMixin:
         return (f"With {self.profiles['draft']['model_name']}: {words}. "
                 f"Acceptance each draft length needs to pay here: {table}.")
 
+    def update_draft_break_even(self) -> None:
+        """The Tune tab's break-even line for the loaded pair at the run controls' k."""
+        self.tune.set_draft_break_even(self.draft_break_even_summary(int(self.controls.values()["k"])))
+
     def measure_baseline(self) -> None:
         if self.running or self.last_run_key is None or not self.model_loaded:
             return
@@ -200,7 +204,7 @@ class TuningMixin:
                                          f"{100 * event.fraction:.0f}%")
         elif isinstance(event, ProfileReady):
             self.profiles = {"target": event.target, "draft": event.draft}
-            self.tune.set_draft_break_even(self.draft_break_even_summary(int(self.controls.values()["k"])))
+            self.update_draft_break_even()
             self.profile_plot.set_profiles(event.target, event.draft)
             if event.target is not None:
                 c = event.target
