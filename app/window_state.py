@@ -33,6 +33,7 @@ class WindowState:
         self.compared_formats: tuple[str, ...] = ()  # the copies the last format comparison measured
         self.checking_exactness = False
         self.profiles: dict[str, dict | None] = {"target": None, "draft": None}
+        self._break_even_shown_for: tuple | None = None  # (k, target profile, draft profile) of the Tune line
         self._pending_rejected: dict[int, tuple] = {}
         self._latest_snapshot = None
         self._figures_painted_at = 0.0

@@ -173,8 +173,15 @@ class TuningMixin:
                 f"Acceptance each draft length needs to pay here: {table}.")
 
     def update_draft_break_even(self) -> None:
-        """The Tune tab's break-even line for the loaded pair at the run controls' k."""
-        self.tune.set_draft_break_even(self.draft_break_even_summary(int(self.controls.values()["k"])))
+        """The Tune tab's break-even line for the loaded pair at the run controls' k: worked out
+        again only when k or a profile changed (every control's change calls this, a slider drag
+        many times a second)."""
+        k, target, draft = int(self.controls.values()["k"]), self.profiles["target"], self.profiles["draft"]
+        shown = self._break_even_shown_for
+        if shown is not None and shown[0] == k and shown[1] is target and shown[2] is draft:
+            return
+        self._break_even_shown_for = (k, target, draft)
+        self.tune.set_draft_break_even(self.draft_break_even_summary(k))
 
     def measure_baseline(self) -> None:
         if self.running or self.last_run_key is None or not self.model_loaded:

@@ -26,6 +26,7 @@ profiles first if none are cached (Auto prices its steps, and its draft, with th
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 
@@ -55,12 +56,12 @@ def _run(session, config, tokens, alt_branches: int = auto_sources.ALT_BRANCHES,
         for event in session.run(config, tokens):
             if isinstance(event, RunFinished):
                 final = event
-            elif isinstance(event, StepDone) and event.n_drafted == 0 and len(event.tokens) == 1:
-                one_token.append(event.t_decode_s)
+            elif isinstance(event, StepDone) and event.step > 0 and event.n_drafted == 0 and len(event.tokens) == 1:
+                one_token.append(event.t_decode_s)  # (step 0's token came from the prompt's decode)
     finally:
         auto_sources.ALT_BRANCHES = default
         session.draft = draft
-    return final.stats, statistics.median(one_token)
+    return final.stats, statistics.median(one_token) if one_token else math.nan  # nan: every step drafted
 
 
 def main() -> int:
@@ -68,7 +69,7 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=128, help="tokens per run")
     ap.add_argument("--rounds", type=int, default=3, help="forward-and-back rounds per category, at least")
     ap.add_argument("--min-seconds", type=float, default=8.0,
-                    help="more rounds (up to %d) until plain has generated for this long in the category" % 30)
+                    help=f"more rounds (up to {MAX_ROUNDS}) until plain has generated for this long in the category")
     ap.add_argument("--aa", action="store_true",
                     help="also run plain a second time as a setting of its own: the noise floor of a ratio")
     ap.add_argument("--category", action="append", help="only these categories (repeatable)")
@@ -106,19 +107,16 @@ def main() -> int:
         rounds: dict[str, dict[str, list[float]]] = {}
         corrected: dict[str, dict[str, list[float]]] = {}  # the same, in each run's own plain steps
         plain_speed: dict[str, list[float]] = {}
-        plain_time: dict[str, list[float]] = {}  # category -> plain's seconds per round
         auto_stats: dict[str, dict] = {}
         for category, chosen in prompts.items():
             token_lists = [prompt_tokens(session, prompt, chat=True) for prompt in chosen]
             rounds[category] = {name: [] for name in names}
             corrected[category] = {name: [] for name in names}
             plain_speed[category] = []
-            plain_time[category] = []
             # at least --rounds rounds, and more until plain has run --min-seconds in all: a short
             # answer's run is as noisy as a long one's, so it needs more of them
-            n_rounds = 0
-            while n_rounds < args.rounds or (sum(t for t in plain_time[category]) < args.min_seconds
-                                             and n_rounds < MAX_ROUNDS):
+            n_rounds, plain_seconds = 0, 0.0
+            while n_rounds < args.rounds or (plain_seconds < args.min_seconds and n_rounds < MAX_ROUNDS):
                 n_rounds += 1
                 # setting -> [tokens, seconds] over the round's runs of every prompt of the category
                 totals: dict[str, list[float]] = {name: [0.0, 0.0] for name in names}
@@ -134,7 +132,7 @@ def main() -> int:
                             if name == "auto":
                                 auto_stats[category] = stats
                 speeds = {name: n / seconds for name, (n, seconds) in totals.items()}
-                plain_time[category].append(totals["plain"][1])
+                plain_seconds += totals["plain"][1]
                 plain_speed[category].append(speeds["plain"])
                 for name in names:
                     rounds[category][name].append(speeds[name] / speeds["plain"])
