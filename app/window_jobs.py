@@ -89,12 +89,14 @@ class JobsMixin:
         self.start_training(dialog.spec())
 
     def start_training(self, spec: dict) -> None:
+        from specdec_studio.engine.drafts.distill import STEPS_PER_WINDOW
+
         self.running = self.training = True
         self.training_bar.setRange(0, spec["steps"])
         self.training_bar.setValue(0)
         self.training_bar.setFormat("the target writes the training text…")
         self.training_bar.show()
-        self.statusBar().showMessage("Training a draft (Stop ends it after the current epoch; "
+        self.statusBar().showMessage(f"Training a draft (Stop ends it within {STEPS_PER_WINDOW} steps; "
                                      "what was trained is kept)")
         self._update_buttons()
         self.worker.train_draft(spec)

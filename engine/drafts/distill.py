@@ -41,6 +41,7 @@ LLAMA_FTYPE_ALL_F32 = 0
 OPTIMIZER_ADAMW = 0
 TRAIN_CTX = 256  # tokens a datapoint (llama.cpp pads a context to a multiple of 256 anyway)
 TRAIN_BATCH = 64  # tokens an optimizer step
+STEPS_PER_WINDOW = TRAIN_CTX // TRAIN_BATCH  # the most steps a Stop waits for
 DEFAULT_LR = 1e-5  # full-weight training of a small model: 1e-4 overfitted a few thousand tokens
 # Copies of the zero adapter loaded on the model: each adds 6 graph nodes per block tensor. One was
 # enough for SmolLM2's 30 blocks; a model cut to 16 blocks needed more (its fixed part — the
@@ -213,12 +214,23 @@ def _bind():
     }
 
 
+def _one_window_dataset(api: dict, n_ctx: int) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
+    """A ggml_opt dataset of one ``n_ctx``-token window, and its tokens and labels as numpy views
+    to fill before each llama_opt_epoch. Free it with ``api["dataset_free"]``."""
+    dataset = api["dataset_init"](GGML_TYPE_I32, GGML_TYPE_I32, n_ctx, n_ctx, 1, 1)
+    if not dataset:
+        raise SpecDecError("llama.cpp could not make a training dataset")
+    views = tuple(np.ctypeslib.as_array(ctypes.cast(api["get_data"](api[part](dataset)), ctypes.POINTER(ctypes.c_int32)),
+                                        shape=(n_ctx,)) for part in ("dataset_data", "dataset_labels"))
+    return dataset, views
+
+
 def train(start_f32: Path, corpus: Sequence[int], n_steps: int, out_f32: Path, *, lr: float = DEFAULT_LR,
           n_threads: int = 2, cancel=None,
           progress: Callable[[DistillProgress], None] | None = None) -> DistillResult:
     """Train the F32 model ``start_f32`` for ``n_steps`` optimizer steps on ``corpus`` and write
-    it to ``out_f32``. ``cancel`` (a threading.Event) ends training after the current epoch;
-    what was trained so far is written all the same."""
+    it to ``out_f32``. ``cancel`` (a threading.Event) ends training after the current window
+    (STEPS_PER_WINDOW steps); what was trained so far is written all the same."""
     native.ensure_backend()
     api = _bind()
     adapter_path = graph_budget_adapter(start_f32, out_f32.with_name(out_f32.stem + ".graph-budget.gguf"))
@@ -228,7 +240,7 @@ def train(start_f32: Path, corpus: Sequence[int], n_steps: int, out_f32: Path, *
     if not model:
         raise ModelFileError(f"{start_f32.name} could not be loaded for training")
     adapters: list = []
-    ctx = dataset = result_train = result_eval = None
+    ctx = window_set = held_set = result_train = result_eval = None
     result = DistillResult(path=out_f32, f32_path=out_f32, steps=0, n_corpus_tokens=len(corpus))
     try:
         for _ in range(GRAPH_BUDGET_ADAPTERS):
@@ -252,15 +264,19 @@ def train(start_f32: Path, corpus: Sequence[int], n_steps: int, out_f32: Path, *
         api["opt_init"](ctx, model, _LlamaOptParams(0, ctypes.cast(trainable, ctypes.c_void_p).value, None,
                                                     api["constant_params"], ctypes.addressof(optimizer),
                                                     OPTIMIZER_ADAMW))
-        dataset = api["dataset_init"](GGML_TYPE_I32, GGML_TYPE_I32, n_ctx, n_ctx, n_data, 1)
-        data = np.ctypeslib.as_array(ctypes.cast(api["get_data"](api["dataset_data"](dataset)),
-                                                 ctypes.POINTER(ctypes.c_int32)), shape=(n_data, n_ctx))
-        labels = np.ctypeslib.as_array(ctypes.cast(api["get_data"](api["dataset_labels"](dataset)),
-                                                   ctypes.POINTER(ctypes.c_int32)), shape=(n_data, n_ctx))
+        # Two one-window datasets: llama_opt_epoch runs in C to its end, so the training windows are
+        # given one at a time (a Stop is then seen after one window's steps, not a whole epoch's),
+        # and the held-out last window is evaluated on its own after each epoch.
+        window_set, window_data = _one_window_dataset(api, n_ctx)
+        held_set, held_data = _one_window_dataset(api, n_ctx)
         tokens = np.asarray(corpus, dtype=np.int32)
-        for i in range(n_data):
-            data[i] = tokens[i * stride: i * stride + n_ctx]
-            labels[i] = tokens[i * stride + 1: i * stride + n_ctx + 1]
+
+        def put_window(into: tuple[np.ndarray, np.ndarray], i: int) -> None:
+            data, labels = into
+            data[:] = tokens[i * stride: i * stride + n_ctx]
+            labels[:] = tokens[i * stride + 1: i * stride + n_ctx + 1]
+
+        put_window(held_data, n_data - 1)
         result_train, result_eval = api["result_init"](), api["result_init"]()
         steps_per_datapoint = n_ctx // TRAIN_BATCH
         n_train = n_data - 1  # the last window is held out
@@ -279,12 +295,22 @@ def train(start_f32: Path, corpus: Sequence[int], n_steps: int, out_f32: Path, *
                 progress(DistillProgress("train", result.steps, n_steps, float(loss.value), eta))
 
         callback = _EPOCH_CALLBACK(on_batch)
-        while result.steps < n_steps and not (cancel is not None and cancel.is_set()):
-            # an epoch over just enough windows for the steps left (a Stop is seen between epochs)
+
+        def stopped() -> bool:
+            return cancel is not None and cancel.is_set()
+
+        while result.steps < n_steps and not stopped():
+            # an epoch over just enough windows for the steps left; one stopped part-way is not evaluated
             windows = min(n_train, math.ceil((n_steps - result.steps) / steps_per_datapoint))
-            api["opt_epoch"](ctx, dataset, result_train, result_eval, windows, callback, None)
-            api["result_loss"](result_eval, ctypes.byref(loss), ctypes.byref(unc))
-            result.eval_losses.append(float(loss.value))
+            for i in range(windows):
+                if stopped():
+                    break
+                put_window(window_data, i)
+                api["opt_epoch"](ctx, window_set, result_train, result_eval, 1, callback, None)
+            else:
+                api["opt_epoch"](ctx, held_set, result_train, result_eval, 0, None, None)
+                api["result_loss"](result_eval, ctypes.byref(loss), ctypes.byref(unc))
+                result.eval_losses.append(float(loss.value))
             api["result_reset"](result_train)
             api["result_reset"](result_eval)
         result.stopped = result.steps < n_steps
@@ -296,7 +322,7 @@ def train(start_f32: Path, corpus: Sequence[int], n_steps: int, out_f32: Path, *
         return result
     finally:
         for free, handle in ((api["result_free"], result_train), (api["result_free"], result_eval),
-                             (api["dataset_free"], dataset)):
+                             (api["dataset_free"], window_set), (api["dataset_free"], held_set)):
             if handle:
                 free(handle)
         if ctx:

@@ -160,7 +160,13 @@ def test_the_draft_model_sweep_names_the_loaded_drafts_break_even(window, qtbot)
     assert tune.draft_break_even.isHidden() and tune.draft_break_even.text() == ""
 
 
-def test_profile_tab_plots_the_curve_and_remeasures(window, qtbot):
+def test_profile_tab_plots_the_curve_and_remeasures(window, qtbot, monkeypatch):
+    from specdec_studio.engine.tuning import profile
+
+    # fewer timed rounds than a real profile (5 and 3): the window's part is under test here, the
+    # measurement's in tests/engine/test_tuning.py, and half the rounds halve its 25 s
+    monkeypatch.setattr(profile, "ROUNDS_SMALL", 2)
+    monkeypatch.setattr(profile, "ROUNDS_LARGE", 1)
     curves = window.profile_plot.plotItem.listDataItems()
     assert len(curves) >= 3  # reference line, all-logits and last-row curves
     before = window.profiles["target"]["measured_at"]

@@ -3,6 +3,8 @@ text lower the loss and write a GGUF that loads as a draft and drafts losslessly
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from specdec_studio.engine.models import catalog
@@ -62,8 +64,14 @@ def test_the_trained_draft_loads_and_drafts_losslessly(smollm_path, trained):
         assert after > before
 
 
-def test_a_cheaper_start_keeps_the_first_layers(trained):
-    fewer = distill.keep_first_layers(trained["start"], trained["out"] / "start-10.gguf", 10)
+@pytest.fixture(scope="module")
+def cut_start(trained):
+    """The start model cut to its first 10 blocks: a third of the training step's cost."""
+    return distill.keep_first_layers(trained["start"], trained["out"] / "start-10.gguf", 10)
+
+
+def test_a_cheaper_start_keeps_the_first_layers(trained, cut_start):
+    fewer = cut_start
     with Session(fewer, n_ctx=256, n_threads=N_THREADS) as session:
         assert session.model.info.n_layer == 10
         assert session.model.info.n_vocab > 0
@@ -71,6 +79,24 @@ def test_a_cheaper_start_keeps_the_first_layers(trained):
         assert len(out.token_ids) == 4
     with pytest.raises(Exception, match="between 1 and"):
         distill.keep_first_layers(trained["start"], trained["out"] / "bad.gguf", 99)
+
+
+def test_stop_ends_training_after_the_current_window(trained, cut_start):
+    """llama_opt_epoch runs to its end in C: the windows are given one at a time, so a Stop waits
+    for the window's STEPS_PER_WINDOW steps, not for the epoch's (minutes on a large corpus)."""
+    corpus = list(trained["corpus"]) * 3  # several training windows an epoch
+    stop = threading.Event()
+
+    def stop_at_the_first_step(progress):
+        if progress.phase == "train":
+            stop.set()
+
+    result = distill.train(cut_start, corpus, 100, trained["out"] / "stopped.gguf", n_threads=N_THREADS,
+                           cancel=stop, progress=stop_at_the_first_step)
+    assert result.n_corpus_tokens > 3 * distill.TRAIN_CTX  # an epoch would have been 3 windows or more
+    assert result.stopped and result.steps == distill.STEPS_PER_WINDOW
+    assert result.eval_losses == []  # the epoch stopped part-way is not evaluated
+    assert (trained["out"] / "stopped.gguf").exists()  # what was trained is written
 
 
 def test_too_little_text_is_refused_in_one_sentence(trained):

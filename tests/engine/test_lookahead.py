@@ -24,6 +24,8 @@ WIDE_WINDOW = (7, 4, 0)
 # settings above already hold it to the near-tie rule)
 DEFAULT_WINDOW, DEFAULT_WINDOW_TOKENS = (15, 5, 15), 40
 PROMPTS = {"code": CODE_PROMPT, "prose": PROSE_PROMPT}
+# the wide and the default window on the code prompt in the regular run, on the prose too with -m slow
+WIDE_PROMPTS = ["code", pytest.param("prose", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +69,13 @@ def test_greedy_lookahead_is_lossless(model, prompt_name, wng):
     _check_lossless(model, prompt_name, wng)
 
 
-@pytest.mark.parametrize("prompt_name", list(PROMPTS))
+@pytest.mark.parametrize("prompt_name", WIDE_PROMPTS)
 @pytest.mark.parametrize("model", MODELS[:1], indirect=True, scope="module")  # see WIDE_WINDOW
 def test_a_wide_window_is_lossless(model, prompt_name):
     _check_lossless(model, prompt_name, WIDE_WINDOW)
 
 
-@pytest.mark.parametrize("prompt_name", list(PROMPTS))
+@pytest.mark.parametrize("prompt_name", WIDE_PROMPTS)
 @pytest.mark.parametrize("model", MODELS[:1], indirect=True, scope="module")  # see DEFAULT_WINDOW
 def test_llama_cpp_default_window_is_lossless(model, prompt_name):
     key, session, probe, plain = model

@@ -44,8 +44,22 @@ def smollm(smollm_path, smollm_drafts, exactness_probe):
         yield session, probe, tokens, plain, smollm_drafts
 
 
-@pytest.mark.parametrize("params", K_SETTINGS, ids=K_IDS)
-@pytest.mark.parametrize("draft", ["self", "default-q3_k_m", "default-q2_k", "lookup", "lookup-latest"])
+DRAFTS = ["self", "default-q3_k_m", "default-q2_k", "lookup", "lookup-latest"]
+# The regular run checks every draft with two or three of the settings and every setting with two
+# or three of the drafts (13 of the 25 pairs); -m slow runs the other 12.
+REGULAR_PAIRS = {
+    ("self", "k1"), ("self", "k8"), ("self", "adaptive-tutorial"),
+    ("default-q3_k_m", "k4"), ("default-q3_k_m", "adaptive-heuristic"),
+    ("default-q2_k", "k1"), ("default-q2_k", "k8"), ("default-q2_k", "adaptive-tutorial"),
+    ("lookup", "k4"), ("lookup", "k8"), ("lookup", "adaptive-heuristic"),
+    ("lookup-latest", "k1"), ("lookup-latest", "adaptive-tutorial"),
+}
+DRAFT_SETTINGS = [pytest.param(draft, params, id=f"{draft}-{k_id}",
+                               marks=() if (draft, k_id) in REGULAR_PAIRS else pytest.mark.slow)
+                  for draft in DRAFTS for params, k_id in zip(K_SETTINGS, K_IDS)]
+
+
+@pytest.mark.parametrize("draft, params", DRAFT_SETTINGS)
 def test_greedy_speculation_is_lossless_on_smollm(smollm, smollm_path, draft, params):
     session, probe, tokens, plain, drafts = smollm
     if draft.startswith("lookup"):
@@ -65,7 +79,9 @@ def test_greedy_speculation_is_lossless_on_smollm(smollm, smollm_path, draft, pa
         assert 0 < s["n_accept"] < s["n_drafted"]
 
 
-@pytest.mark.parametrize("mode", ["speculative", "lookup"])
+# prompt lookup on Gemma under -m slow: the regular run checks lookup on SmolLM2 (above) and
+# Gemma's batches of several rows with the draft model
+@pytest.mark.parametrize("mode", ["speculative", pytest.param("lookup", marks=pytest.mark.slow)])
 def test_greedy_speculation_is_lossless_on_gemma(gemma_path, mode, exactness_probe):
     probe = exactness_probe(gemma_path)
     with Session(gemma_path, n_ctx=2048, n_threads=N_THREADS,
