@@ -11,7 +11,9 @@ def test_training_shows_progress_stops_and_loads_the_draft(window, qtbot, smollm
     # the draft menu offers training
     assert window.model_bar.draft.findData(TRAIN_DRAFT) >= 0
     out = tmp_path / "trained.gguf"
-    window.start_training({"draft": str(smollm_drafts["default-q2_k"]), "keep_layers": None, "prompts": "shipped",
+    # the draft cut to its first 10 blocks: a third of the training's cost, and the dialog's
+    # "Keep layers" path (the cut start is measured as the "before")
+    window.start_training({"draft": str(smollm_drafts["default-q2_k"]), "keep_layers": 10, "prompts": "shipped",
                            "count": 5, "n_tokens": 48, "steps": 400, "output": str(out)})
     assert window.running and not window.training_bar.isHidden()
     qtbot.waitUntil(lambda: window.training_bar.value() >= 2, timeout=TIMEOUT_MS)
@@ -24,4 +26,5 @@ def test_training_shows_progress_stops_and_loads_the_draft(window, qtbot, smollm
     message = window.statusBar().currentMessage()
     assert "Draft trained (stopped early)" in message and "greedy agreement" in message
     assert out.exists() and window.model_bar.draft.currentData() == str(out)
+    assert (tmp_path / "trained.start-10-layers.gguf").exists()
     assert window.input.run.isEnabled()

@@ -47,10 +47,10 @@ def test_greedy_auto_equals_plain_on_every_category(verified, exactness_probe):
     verified.ensure_sequences(RunConfig(mode="auto").n_sequences)  # so that a run keeps the last one's cells
     for category, prompt in sorted(prompts.items()):
         tokens = prompt_tokens(verified, prompt, chat=True)
-        plain, _ = _final(verified.run(RunConfig(max_tokens=48), tokens))
+        plain, _ = _final(verified.run(RunConfig(max_tokens=32), tokens))
         before = verified.memory.verifier.n_checked
         # Auto continues from the prompt's cells plain left, as a chat's next turn does
-        auto, seen = _final(verified.run(RunConfig(mode="auto", max_tokens=48), tokens, reuse_prefix=True))
+        auto, seen = _final(verified.run(RunConfig(mode="auto", max_tokens=32), tokens, reuse_prefix=True))
         assert auto.stats["n_prompt_reused"] == len(tokens) - 1
         checked += verified.memory.verifier.n_checked - before
         assert_lossless(verified, tokens, plain.token_ids, auto.token_ids, deviation, f"auto on {category}")

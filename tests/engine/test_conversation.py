@@ -36,7 +36,10 @@ def fresh_session(smollm_path):
         yield session
 
 
-@pytest.mark.parametrize("mode", ["plain", "lookup"])
+# lookup's ten turns under -m slow: the regular run checks drafting modes from a warm chat cache
+# (test_lookahead_and_a_draft_model_start_from_the_warm_cache) and Auto's answers after a reused
+# prompt against plain's (tests/engine/test_auto.py)
+@pytest.mark.parametrize("mode", ["plain", pytest.param("lookup", marks=pytest.mark.slow)])
 def test_ten_turns_decode_only_new_tokens_and_equal_fresh_decodes(smollm_session, fresh_session, exactness_probe,
                                                                    mode):
     session = smollm_session
