@@ -30,7 +30,7 @@ REGULAR_SHARE = {"default": 4, "gemma": 16}  # the regular run checks CASES / RE
 # passing files loaded in llama.cpp in the regular run (all of them with -m slow): each load starts
 # llama.cpp on a mutated file, so a spread covers the kinds of mutation at a fraction of the cost
 # (a load of Gemma's 262,144-entry vocabulary takes ~0.7 s)
-LOADED = {"default": 12, "gemma": 8}
+LOADED = {"default": 12, "gemma": 4}
 
 
 class Mutated:
