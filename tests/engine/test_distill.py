@@ -71,8 +71,7 @@ def cut_start(trained):
 
 
 def test_a_cheaper_start_keeps_the_first_layers(trained, cut_start):
-    fewer = cut_start
-    with Session(fewer, n_ctx=256, n_threads=N_THREADS) as session:
+    with Session(cut_start, n_ctx=256, n_threads=N_THREADS) as session:
         assert session.model.info.n_layer == 10
         assert session.model.info.n_vocab > 0
         out = session.complete(RunConfig(max_tokens=4), "The capital of France is")
