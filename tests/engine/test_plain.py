@@ -9,7 +9,7 @@ from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.events import RunFinished, RunStarted, StepDone
 from specdec_studio.engine.sampling import SamplingParams
 from specdec_studio.engine.session import Session
-from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT, _model
+from tests.conftest import CODE_PROMPT, N_THREADS, PROSE_PROMPT
 
 N_TOKENS = 128
 
@@ -31,14 +31,14 @@ def llama_cpp_python_greedy(path, prompt_tokens: list[int], n: int) -> list[int]
 
 
 # Gemma on the prose prompt under -m slow (its 262,144-row output layer makes each run 7 s here)
-@pytest.mark.parametrize("key, prompt", [
-    pytest.param("default", PROSE_PROMPT, id="default-prose"),
-    pytest.param("default", CODE_PROMPT, id="default-code"),
-    pytest.param("gemma", PROSE_PROMPT, id="gemma-prose", marks=pytest.mark.slow),
-    pytest.param("gemma", CODE_PROMPT, id="gemma-code"),
+@pytest.mark.parametrize("model_fixture, prompt", [
+    pytest.param("smollm_path", PROSE_PROMPT, id="default-prose"),
+    pytest.param("smollm_path", CODE_PROMPT, id="default-code"),
+    pytest.param("gemma_path", PROSE_PROMPT, id="gemma-prose", marks=pytest.mark.slow),
+    pytest.param("gemma_path", CODE_PROMPT, id="gemma-code"),
 ])
-def test_plain_greedy_equals_llama_cpp_python(key, prompt):
-    path = _model(key)
+def test_plain_greedy_equals_llama_cpp_python(request, model_fixture, prompt):
+    path = request.getfixturevalue(model_fixture)
     with Session(path, n_ctx=1024, n_threads=N_THREADS) as session:
         tokens = session.tokenize_prompt(prompt)
         result = session.complete(RunConfig(max_tokens=N_TOKENS), prompt)
