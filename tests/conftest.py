@@ -60,7 +60,6 @@ def gemma_path() -> Path:
     return _model("gemma")
 
 
-
 @pytest.fixture(scope="module")
 def smollm_session(smollm_path):
     from specdec_studio.engine.session import Session
