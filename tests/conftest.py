@@ -60,6 +60,11 @@ def gemma_path() -> Path:
     return _model("gemma")
 
 
+@pytest.fixture(scope="session", params=["default", "gemma"])
+def any_model_path(request) -> Path:
+    return _model(request.param)
+
+
 @pytest.fixture(scope="module")
 def smollm_session(smollm_path):
     from specdec_studio.engine.session import Session
