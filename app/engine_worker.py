@@ -42,6 +42,7 @@ class EngineWorker:
         # the engine thread's (the GUI thread touches only its Stop tokens and step gate); reports go
         # through _emit, looked up at each call
         self._state = WorkerState(emit=lambda event: self._emit(event))
+        self._next_job = 0  # the id of the last job queued (GUI thread only)
 
     @property
     def gate(self) -> StepGate:
@@ -50,49 +51,52 @@ class EngineWorker:
 
     # ------------------------------------------------------------------ called from the GUI thread
     def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None, n_gpu_layers: int = 0,
-                   *, profile: bool = True) -> None:
+                   *, profile: bool = True) -> int:
         """Load a model; with ``profile``, measure its batch-cost profile next if none is cached."""
-        self._submit(m.LoadRequest(path, n_ctx, n_threads, n_gpu_layers, profile))
+        return self._submit(m.LoadRequest(path, n_ctx, n_threads, n_gpu_layers, profile))
 
-    def measure_profile(self, remeasure: bool = True) -> None:
-        self._submit(m.ProfileRequest(remeasure))
+    def measure_profile(self, remeasure: bool = True) -> int:
+        return self._submit(m.ProfileRequest(remeasure))
 
-    def start_sweep(self, spec) -> None:
-        self._submit(m.SweepRequest(spec))
+    def start_sweep(self, spec) -> int:
+        return self._submit(m.SweepRequest(spec))
 
-    def probe_exactness(self) -> None:
-        self._submit(m.ProbeRequest())
+    def probe_exactness(self) -> int:
+        return self._submit(m.ProbeRequest())
 
-    def compare_formats(self, formats: tuple[str, ...]) -> None:
-        self._submit(m.FormatsRequest(formats))
+    def compare_formats(self, formats: tuple[str, ...]) -> int:
+        return self._submit(m.FormatsRequest(formats))
 
-    def measure_format_speeds(self, formats: tuple[str, ...]) -> None:
-        self._submit(m.FormatSpeedRequest(formats))
+    def measure_format_speeds(self, formats: tuple[str, ...]) -> int:
+        return self._submit(m.FormatSpeedRequest(formats))
 
-    def _submit(self, job: object) -> None:
+    def _submit(self, job: object) -> int:
         """Queue a job the user asked for, with its own Stop flag: an earlier Stop does not apply
-        to it, and a later one does (whether it is running or still waiting)."""
-        self._commands.put((job, self._state.tokens.issue()))
+        to it, and a later one does (whether it is running or still waiting). Returns the job's
+        id: the engine thread's JobTaken and JobEnded reports name it."""
+        self._next_job += 1
+        self._commands.put((job, self._state.tokens.issue(), self._next_job))
+        return self._next_job
 
-    def load_draft(self, path: str | None) -> None:
-        self._submit(m.DraftRequest(path))
+    def load_draft(self, path: str | None) -> int:
+        return self._submit(m.DraftRequest(path))
 
     def fetch_and_load(self, key: str, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
-                       *, as_draft: bool = False) -> None:
+                       *, as_draft: bool = False, n_gpu_layers: int = 0) -> int:
         """Download a known model, then load it (as the draft with ``as_draft``); Stop ends it."""
-        self._submit(m.FetchRequest(key, n_ctx, n_threads, as_draft))
+        return self._submit(m.FetchRequest(key, n_ctx, n_threads, as_draft, n_gpu_layers))
 
     def start_run(self, config, text: str, *, chat: bool, regenerate: bool = False,
-                  edit_index: int | None = None) -> None:
-        self._submit(m.RunRequest(config, text, chat, regenerate, edit_index))
+                  edit_index: int | None = None) -> int:
+        return self._submit(m.RunRequest(config, text, chat, regenerate, edit_index))
 
-    def run_baseline(self, config, key: tuple) -> None:
-        self._submit(m.BaselineRequest(config, key))
+    def run_baseline(self, config, key: tuple) -> int:
+        return self._submit(m.BaselineRequest(config, key))
 
-    def conversation(self, action: str, conv_id: str = "", text: str = "") -> None:
+    def conversation(self, action: str, conv_id: str = "", text: str = "") -> int:
         """Act on conversations: "start" (open the last one), "new", "open", "rename", "delete",
         "list" (search with ``text``) or "system" (set the system message to ``text``)."""
-        self._submit(m.ConversationRequest(action, conv_id, text))
+        return self._submit(m.ConversationRequest(action, conv_id, text))
 
     def stop(self) -> None:
         """Stop the job running now and any the window queued before this call."""
@@ -110,17 +114,17 @@ class EngineWorker:
         """Let a paused run decode one more step."""
         self._state.gate.step()
 
-    def run_batch(self, config, source: str, count: int, parallel: int, *, chat: bool) -> None:
+    def run_batch(self, config, source: str, count: int, parallel: int, *, chat: bool) -> int:
         """Decode ``count`` prompts from ``source``, ``parallel`` at a time in one context."""
-        self._submit(m.BatchRequest(config, source, count, parallel, chat))
+        return self._submit(m.BatchRequest(config, source, count, parallel, chat))
 
-    def train_draft(self, spec: dict) -> None:
+    def train_draft(self, spec: dict) -> int:
         """Distil a draft for the loaded target (engine/drafts/distill.py), then load it as the draft."""
-        self._submit(m.DistillRequest(spec))
+        return self._submit(m.DistillRequest(spec))
 
-    def race(self, config, text: str, *, chat: bool) -> None:
+    def race(self, config, text: str, *, chat: bool) -> int:
         """Plain, then ``config``, on the same prompt, one after the other (never both at once)."""
-        self._submit(m.RaceRequest(config, text, chat))
+        return self._submit(m.RaceRequest(config, text, chat))
 
     def start(self) -> None:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
@@ -148,27 +152,30 @@ class EngineWorker:
 
     def run(self) -> None:  # the thread's body
         from specdec_studio.engine.errors import SpecDecError
-        from specdec_studio.engine.events import RunFailed
 
         state = self._state
         while True:
             item = self._commands.get()
             if item is _QUIT:
                 break
-            command, token = item
+            command, token, job = item
             state.begin_job(token)
+            state.emit(m.JobTaken(job, type(command).__name__))
+            outcome, message = "done", ""
             try:
                 JOBS[type(command)](state, command)
             except Exception as exc:  # noqa: BLE001 - the window must survive anything
                 message = str(exc) if isinstance(exc, SpecDecError) else f"internal error: {exc!r}"
+                outcome = "stopped" if token.is_set() else "failed"
                 if not isinstance(exc, SpecDecError):
                     traceback.print_exc()
-                if isinstance(command, (m.LoadRequest, m.FetchRequest)):
-                    state.emit(m.LoadFailed(message, previous_model_kept=state.session is not None))
-                elif isinstance(command, m.DraftRequest):
-                    state.emit(m.LoadFailed(message, previous_model_kept=True, what="draft"))
-                else:
-                    state.emit(RunFailed(message))
+                as_draft = isinstance(command, m.DraftRequest) or getattr(command, "as_draft", False)
+                if isinstance(command, (m.LoadRequest, m.FetchRequest, m.DraftRequest)):
+                    state.emit(m.LoadFailed(message, previous_model_kept=state.session is not None,
+                                            what="draft" if as_draft else "model"))
             finally:
                 state.tokens.retire(token)
+            if outcome == "done" and token.is_set():
+                outcome = "stopped"
+            state.emit(m.JobEnded(job, type(command).__name__, outcome, message))
         state.close_session()

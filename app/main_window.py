@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import time
 
+from specdec_studio.app.activity import Activity, Facts, Trigger, allowed_controls, refusal
 from specdec_studio.app.engine_worker import EngineWorker
 from specdec_studio.app.worker_messages import (BaselineDone, BatchKv, ConversationList, DistillDone, DownloadProgress, DraftLoaded,
-                                                ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress, LoadFailed,
-                                                LoadStarted, ModelLoaded, Paused,
+                                                ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress, JobEnded,
+                                                JobTaken, LoadFailed, LoadStarted, ModelLoaded, Paused,
                                                 ProfileProgress, ProfileReady, ProfileStarted, RaceProgress,
                                                 RaceReady, RunRequested, SavedSweeps, TraceReady)
 from specdec_studio.app.replay import TracePlayer
@@ -38,6 +39,8 @@ FIGURES_INTERVAL_S = 0.25
 RECORDED = (StepDone, StepBatch, KvSnapshot, RunStarted, RunFinished)  # what the step inspector's record keeps
 # events that change nothing but the stream and the figures: no button changes state with them
 STEP_EVENTS = (StepDone, StepBatch, KvSnapshot, RejectedDraft)
+# the requests whose failure the model bar reports itself (LoadFailed comes first)
+LOAD_REQUESTS = ("LoadRequest", "FetchRequest", "DraftRequest")
 
 
 class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, DemoMixin, JobsMixin, QtWidgets.QMainWindow):
@@ -64,6 +67,62 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
             wanted = model or self.settings.value("last_model", "default")
             self.load_model(wanted)
 
+    # ------------------------------------------------------------------ the activity
+    def start_job(self, trigger: Trigger, submit, *, kind: str = "") -> bool:
+        """Start a job if the activity table allows ``trigger`` now: ``submit`` queues it on the
+        engine worker and returns its id (None for a replay, which needs no engine). A request the
+        table refuses changes nothing and says why in one sentence."""
+        machine = self.machine
+        if not machine.allows(trigger, model_loaded=self.model_loaded):
+            self.statusBar().showMessage(refusal(machine.activity, trigger, self.model_loaded))
+            return False
+        skipped_profile = machine.activity is Activity.PROFILING
+        if skipped_profile:  # the user's request comes first: the profile is stopped, not waited for
+            self.worker.stop()
+        if machine.activity is Activity.REPLAYING and trigger is not Trigger.REPLAY:
+            self.close_replay()
+        machine.apply(trigger, job=submit(), kind=kind)
+        if skipped_profile:
+            self.statusBar().showMessage("The batch-cost profile was skipped for this "
+                                         + ("run" if trigger is Trigger.RUN else "request")
+                                         + " (Profile → Re-measure measures it)")
+        self._update_buttons()
+        return True
+
+    def _engine_trigger(self, trigger: Trigger) -> None:
+        """A step of the job in hand that the engine thread reports (downloaded, measuring, held):
+        taken only if the reports come from the job the activity belongs to."""
+        if self.machine.owns(self.stream_job):
+            self.machine.apply(trigger)
+
+    def _on_job_taken(self, event: JobTaken) -> None:
+        self.stream_job = event.job
+
+    def _on_job_ended(self, event: JobEnded) -> None:
+        """The end of a job: the activity ends if it was the job it belongs to. A failure is said
+        once: by the model bar for a load, else here; a stopped job that was already left behind
+        (a profile skipped by Run) says nothing."""
+        current = self.machine.owns(event.job)
+        kind = self.machine.kind
+        if current:
+            self.machine.apply(Trigger.ENDED)
+            if kind == "run" and self._chat_shown():
+                self._render_all()  # the conversation as the engine kept it
+        if event.outcome == "stopped" and not current:
+            return
+        if event.message and event.request not in LOAD_REQUESTS:
+            if current:
+                self._on_job_failed(kind, event.message)
+            else:
+                self.statusBar().showMessage(event.message[0].upper() + event.message[1:])
+
+    def _on_job_failed(self, kind: str, message: str) -> None:
+        if kind == "train":
+            self.training_bar.hide()
+        if kind == "sweep":
+            self.tune.on_failed()
+        self._on_failed(message)
+
     # ------------------------------------------------------------------ runs
     def run_key(self, text: str, config) -> tuple:
         return (self.model_path, text, bool(self.input.chat_mode.isChecked()), config.max_tokens,
@@ -80,27 +139,21 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
 
     def _launch(self, turn: Turn, config, text: str, *, regenerate: bool = False,
                 edit_index: int | None = None) -> None:
-        skipped = self.profiling  # the user's message comes first: the profile is skipped, not waited for
-        if skipped:
-            self.worker.stop()
-            self.profiling = False
+        if not self.start_job(Trigger.RUN, lambda: self.worker.start_run(
+                config, text, chat=turn.chat, regenerate=regenerate, edit_index=edit_index), kind="run"):
+            return
         self.live = turn
         if not turn.chat:
             self.completion = turn
         self.last_run_key = self.run_key(turn.user, config)
         self.last_run_config = config
         self._begin_run()
-        if skipped:
-            self.statusBar().showMessage("Running… the batch-cost profile was skipped for this run "
-                                         "(Profile → Re-measure measures it)")
         self._render_all()
-        self.worker.start_run(config, text, chat=turn.chat, regenerate=regenerate, edit_index=edit_index)
 
     def start_run(self, reuse_last_prompt: bool = False) -> None:
-        if self.running or not self.model_loaded or self.player.active:
+        if not self.machine.allows(Trigger.RUN, model_loaded=self.model_loaded):
+            self.statusBar().showMessage(refusal(self.activity, Trigger.RUN, self.model_loaded))
             return
-        if self.replaying:
-            self.close_replay()
         text = self.input.text()
         if not text.strip() and reuse_last_prompt and self.live is not None:
             text = self.live.user  # presentation: space runs the last prompt again
@@ -118,23 +171,34 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
 
     def _begin_run(self) -> None:
         self.controls.mark_applied()  # the config just built from these values is the run's
-        self.running = True
         self._pending_rejected.clear()
         self.stats.reset()
         self._run_started_at = time.perf_counter()
-        self.statusBar().showMessage("Running…")
-        self._update_buttons()
+        if not self.statusBar().currentMessage().startswith("The batch-cost profile was skipped"):
+            self.statusBar().showMessage("Running…")
 
     def stop_run(self) -> None:
-        if self.running or self.profiling:
-            self.worker.stop()
-            self.statusBar().showMessage("Stopping…")
-        elif self.downloading:  # ends between two parts of the download, keeping nothing
-            self.worker.stop()
-            self.statusBar().showMessage(f"Stopping the download of {self.downloading}…")
-        elif self.loading:  # llama.cpp's load cannot be interrupted: what would follow it is skipped
-            self.worker.stop()
+        activity = self.activity
+        if not self.machine.allows(Trigger.STOP) or self.machine.stopping:
+            self.statusBar().showMessage("Nothing to stop." if not self.machine.stopping else "Stopping already…")
+            return
+        if activity is Activity.REPLAYING:
+            self.player.stop()
+            self.machine.apply(Trigger.STOP)
+            self.statusBar().showMessage("Replay stopped: Restart plays it again")
+            self._update_buttons()
+            return
+        self.worker.stop()
+        if activity is Activity.PAUSED or self.paused:  # a held run must see the Stop
+            self.worker.resume()
+        self.machine.apply(Trigger.STOP)
+        if activity is Activity.DOWNLOADING:  # ends within a second, keeping nothing
+            self.statusBar().showMessage(f"Stopping the download of {self.download_key}…")
+        elif activity is Activity.LOADING:  # llama.cpp's load cannot be interrupted: what follows it is skipped
             self.statusBar().showMessage("Stopping: the model finishes loading, its profile is skipped…")
+        else:
+            self.statusBar().showMessage("Stopping…")
+        self._update_buttons()
 
     # ------------------------------------------------------------------ tuning
 
@@ -158,7 +222,8 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.conversation_note.setVisible(self._chat_shown())  # a note about the chat, not a completion
         if self._chat_shown():
             if self.conversation is not None:
-                render_conversation(self.stream, self.conversation, self.live if self.running else None)
+                live = self.live if self.running and self.live is not None and self.live.finish is None else None
+                render_conversation(self.stream, self.conversation, live)
         elif self.completion is not None:
             render_completion(self.stream, self.completion)
         self.stream.scroll_to_end()
@@ -184,6 +249,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
             RaceReady: self._on_race_ready, RunFinished: self._on_finished, RunWarning: self._on_warning,
             ConversationChanged: self._on_conversation, ConversationList: self._on_conversation_list,
             RunFailed: self._on_run_failed, BaselineDone: self._on_baseline,
+            JobTaken: self._on_job_taken, JobEnded: self._on_job_ended,
         }
         handlers.update(dict.fromkeys((ProfileStarted, ProfileProgress, ProfileReady, SavedSweeps, ExactnessReady,
                                        FormatsProgress, FormatsCompared, FormatSpeedsMeasured,
@@ -236,6 +302,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.last_trace = event.trace
 
     def _on_paused(self, event: Paused) -> None:
+        self._engine_trigger(Trigger.HELD)
         self.inspector.paused_run = True
         self.inspector.refresh()
         self.statusBar().showMessage(f"Paused after step {event.step}: Step decodes one more, Resume runs on")
@@ -244,7 +311,6 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.race.on_progress(event.which, event.n_tokens)
 
     def _on_race_ready(self, event: RaceReady) -> None:
-        self.running = False
         self.race.start(event.plain, event.strategy)
         self.statusBar().showMessage("Race measured: replaying both runs on a common clock")
 
@@ -260,14 +326,11 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
                 f" in the data folder: {', '.join(event.damaged[:3])}" + ("…" if len(event.damaged) > 3 else ""))
 
     def _on_run_failed(self, event) -> None:
-        self.training = False
-        self.training_bar.hide()
-        self.tune.on_failed()
-        self.sweeping = self.profiling = self.checking_exactness = self.comparing_formats = False
+        """A run that ended in failure inside a race or a replayed trace (a job's own failure
+        comes with its JobEnded)."""
         self._on_failed(event.message)
 
     def _on_baseline(self, event: BaselineDone) -> None:
-        self.running = False
         self.baselines[event.key] = event.tokens_per_second
         if self.last_finished is not None and event.key == self.last_run_key:
             self.stats.set_speedup(self.last_finished.stats["tokens_per_second"], event.tokens_per_second)
@@ -307,7 +370,6 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.stats.add_step(event, elapsed)
 
     def _on_finished(self, event) -> None:
-        self.running = False
         self.inspector.paused_run = False
         self.last_finished = event
         turn = self.live
@@ -330,7 +392,6 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
             self.input.focus()  # the next message is typed straight away
 
     def _on_failed(self, message: str) -> None:
-        self.running = False
         self.error_label.setText(message)
         self.statusBar().showMessage("Run failed — " + message)
         turn = self.live
@@ -342,29 +403,40 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
                 self.completion = None
         self._render_all()
 
+    def _facts(self) -> Facts:
+        return Facts(model_loaded=self.model_loaded, controls_valid=self.controls.error is None,
+                     chat_has_message=self._last_user_index() is not None and self._chat_shown(),
+                     conversation_has_messages=self.conversation is not None and bool(self.conversation.messages),
+                     has_finished_run=self.last_finished is not None, has_copies=self.copy_choice.count() > 0,
+                     has_chat_template=self.has_chat_template, presenting=self.presenting)
+
     def _update_buttons(self) -> None:
-        idle = self.model_loaded and not self.running and not self.player.active
-        valid = self.controls.error is None
-        self.input.run.setEnabled(idle and valid)
-        self.run_action.setEnabled(idle and valid)
-        self.input.stop.setEnabled(self.running or self.profiling or self.loading or bool(self.downloading))
-        has_message = self._last_user_index() is not None and self._chat_shown()
-        self.input.regenerate.setEnabled(idle and has_message)
-        self.input.edit_last.setEnabled(idle and has_message)
-        self.input.clear.setEnabled(not self.running and self.conversation is not None
-                                    and bool(self.conversation.messages))
-        self.sidebar.set_busy(self.running)
-        self.stats.baseline_button.setEnabled(idle and self.last_finished is not None)
-        # a model picked while a profile is measured would queue behind it: the bar waits, and Stop skips it
-        self.model_bar.setEnabled(not self.running and not self.profiling)
-        self.tune.set_model_ready(idle)
-        self.remeasure_button.setEnabled(idle and not self.profiling)
-        self.exactness_button.setEnabled(idle)
-        self.formats_button.setEnabled(idle)
-        self.format_speed_button.setEnabled(idle)
-        self.load_copy_button.setEnabled(idle and self.copy_choice.count() > 0)
-        self.race.start_button.setEnabled(idle)
-        self.batch_view.run_button.setEnabled(idle)
+        """Every control's enabled state, from the activity table (app/activity.py) alone."""
+        allowed = allowed_controls(self.activity, self._facts(), stopping=self.machine.stopping)
+        for widget in (self.input.run, self.run_action):
+            widget.setEnabled(allowed["run"])
+        for widget in (self.input.stop, self.stop_action):
+            widget.setEnabled(allowed["stop"])
+        self.input.regenerate.setEnabled(allowed["regenerate"])
+        self.input.edit_last.setEnabled(allowed["edit_last"])
+        self.input.clear.setEnabled(allowed["clear"])
+        self.input.chat_mode.setEnabled(allowed["chat_mode"])
+        self.sidebar.set_busy(not allowed["conversations"])
+        self.stats.baseline_button.setEnabled(allowed["baseline"])
+        self.model_bar.setEnabled(allowed["model_bar"])
+        self.controls.setEnabled(allowed["sliders"])
+        self.tune.set_allowed(run=allowed["tune_run"], stop=allowed["tune_stop"], mode=allowed["tune_mode"])
+        self.remeasure_button.setEnabled(allowed["remeasure"])
+        self.exactness_button.setEnabled(allowed["exactness"])
+        self.formats_button.setEnabled(allowed["formats"])
+        self.format_speed_button.setEnabled(allowed["format_speeds"])
+        self.load_copy_button.setEnabled(allowed["load_copy"])
+        self.race.start_button.setEnabled(allowed["race"])
+        self.batch_view.run_button.setEnabled(allowed["batch"])
+        self.demo_menu.setEnabled(allowed["replay"] and bool(self.demo_menu.actions()))
+        self.open_trace_action.setEnabled(allowed["replay"])
+        for action in self.mode_actions:
+            action.setEnabled(allowed["mode_keys"])
 
     # ------------------------------------------------------------------ clipboard
     def copy_text(self) -> None:

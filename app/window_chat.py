@@ -4,6 +4,7 @@ the conversation the engine sends. A mixin of :class:`app.main_window.MainWindow
 from __future__ import annotations
 
 from pathlib import Path
+from specdec_studio.app.activity import DOING, allowed_controls
 from specdec_studio.app.qt import QtWidgets
 from specdec_studio.app.transcript import Turn
 
@@ -46,7 +47,9 @@ class ChatMixin:
         self.input.focus()
 
     def _conversation_action(self, action: str, conv_id: str = "") -> None:
-        if self.running:
+        if not allowed_controls(self.activity, self._facts())["conversations"]:  # it would wait behind the job
+            self.statusBar().showMessage(f"Cannot change conversations while {DOING[self.activity]}: "
+                                         "wait for it to end or press Stop.")
             return
         self.editing_index = None
         self.worker.conversation(action, conv_id)

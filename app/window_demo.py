@@ -4,9 +4,11 @@ and worker, and keeps the window's own module to layout and the engine's events.
 
 from __future__ import annotations
 
+import html
 import time
 from pathlib import Path
 
+from specdec_studio.app.activity import Activity, Trigger
 from specdec_studio.app.qt import QtGui, QtWidgets
 from specdec_studio.app.theme import apply_theme
 from specdec_studio.app.transcript import Turn
@@ -25,6 +27,8 @@ class DemoMixin:
         else:
             self.worker.resume()
             self.inspector.paused_run = False
+            if self.activity is Activity.PAUSED:
+                self.machine.apply(Trigger.RESUME)
         self.inspector.set_paused(paused)
         if paused:
             self.right_tabs.setCurrentWidget(self.inspector_page)
@@ -32,20 +36,22 @@ class DemoMixin:
 
     def toggle_pause(self) -> None:
         """Space: run if idle, else pause or resume."""
-        if not self.running and not self.player.active:
+        if self.activity not in (Activity.RUNNING, Activity.PAUSED, Activity.REPLAYING):
             self.start_run(reuse_last_prompt=True)
             return
         self.set_paused(not self.paused)
 
     def _step_engine(self) -> None:
         """One more decode of the paused run (or one more step of the replay)."""
-        if self.replaying and self.player.active:
+        if self.activity is Activity.REPLAYING:
             self.set_paused(True)
             self.player.step()
-        elif self.running:
+        elif self.activity in (Activity.RUNNING, Activity.PAUSED):
             if not self.paused:
                 self.set_paused(True)
             self.worker.step_once()
+            if self.activity is Activity.PAUSED:
+                self.machine.apply(Trigger.RESUME)  # one step, then held again
 
     def step_forward(self) -> None:
         self.right_tabs.setCurrentWidget(self.inspector_page)
@@ -57,7 +63,7 @@ class DemoMixin:
 
     def reset_demo(self) -> None:
         """R: stop what runs, and clear the stream, the figures and the inspector."""
-        if self.running:
+        if self.machine.busy:
             self.stop_run()
         if self.replaying:
             self.close_replay()
@@ -85,7 +91,6 @@ class DemoMixin:
         shipped = demo_traces.shipped()
         for path in shipped:
             self.demo_menu.addAction(demo_traces.label(path), lambda p=str(path): self.open_trace(p))
-        self.demo_menu.setEnabled(bool(shipped))
 
     def open_trace_dialog(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a recorded run", "", "Traces (*.jsonl)")
@@ -96,8 +101,7 @@ class DemoMixin:
         """Load a trace and play it into the window; a bad file changes nothing on screen."""
         from specdec_studio.engine.records.trace import TraceError, load
 
-        if self.running:
-            self.statusBar().showMessage("Wait for the run to end before replaying a trace")
+        if not self._ready_for(Trigger.REPLAY):
             return False
         try:
             trace = load(path)
@@ -109,8 +113,11 @@ class DemoMixin:
         return True
 
     def play_trace(self, trace) -> None:
+        if not self._ready_for(Trigger.REPLAY):
+            return
         started = trace.events[0][1]
         self.player.stop()
+        self.start_job(Trigger.REPLAY, lambda: None)
         self.replaying = True
         self.last_trace = trace
         self.centre_tabs.setCurrentIndex(0)
@@ -120,20 +127,26 @@ class DemoMixin:
         self.stats.reset()
         self._render_all()
         model = trace.header.get("model", {})
-        self.replay_label.setText(f"<b>Replaying a recorded {trace.config.get('mode', '?')} run</b> of "
-                                  f"{model.get('name', 'a model')} ({trace.header.get('created', '')[:10]}) — "
-                                  "no model needed")
+        # the trace's words are data: escaped, never read as rich text
+        mode, name = str(trace.config.get("mode", "?")), str(model.get("name", "a model"))
+        created = str(trace.header.get("created", ""))[:10]
+        self.replay_label.setText(f"<b>Replaying a recorded {html.escape(mode)} run</b> of {html.escape(name)} "
+                                  f"({html.escape(created)}) — no model needed")
         self.replay_bar.setVisible(True)
         self._run_started_at = time.perf_counter()
         self.player.play([trace], self.replay_speed.currentData(), paused=self.paused)
         self._update_buttons()
 
     def _replay_finished(self) -> None:
+        if self.activity is Activity.REPLAYING:
+            self.machine.apply(Trigger.ENDED)
         self.statusBar().showMessage("Replay finished: Restart plays it again")
         self._update_buttons()
 
     def close_replay(self) -> None:
         self.player.stop()
+        if self.activity is Activity.REPLAYING:
+            self.machine.apply(Trigger.STOP)
         self.replaying = False
         self.replay_bar.setVisible(False)
         self._render_all()
@@ -199,8 +212,7 @@ class DemoMixin:
             action.setShortcut(QtGui.QKeySequence(key) if on else QtGui.QKeySequence())
             if action not in self.actions():
                 self.addAction(action)
-        for action in self.mode_actions:
-            action.setEnabled(on)
+        self._update_buttons()  # the number keys choose the mode in presentation mode only
         if on:
             self._geometry_before = self.saveGeometry()
             self._splitter_before = self.splitter.saveState()

@@ -5,20 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specdec_studio.app.activity import Trigger, refusal
 from specdec_studio.app.worker_messages import BatchKv, DistillDone
 from specdec_studio.app.qt import QtWidgets
 
 
 class JobsMixin:
-    def _ready_for_a_job(self) -> bool:
-        """A model is loaded and nothing runs; else the status bar says which is missing."""
-        if self.running or not self.model_loaded:
-            self.statusBar().showMessage("Load a model first" if not self.model_loaded else "Wait for the run to end")
-            return False
-        return True
+    def _ready_for(self, trigger: Trigger) -> bool:
+        """Whether the activity table allows ``trigger`` now; else the status bar says why (asked
+        before a dialog opens or the prompt is read; start_job asks again)."""
+        if self.machine.allows(trigger, model_loaded=self.model_loaded):
+            return True
+        self.statusBar().showMessage(refusal(self.activity, trigger, self.model_loaded))
+        return False
 
     def start_race(self) -> None:
-        if not self._ready_for_a_job():
+        if not self._ready_for(Trigger.RUN):
             return
         text = self.input.text().strip() or (self.live.user if self.live is not None else "")
         if not text:
@@ -30,14 +32,13 @@ class JobsMixin:
         if config.mode == "plain":
             self.error_label.setText("Choose a mode other than plain to race against plain decoding.")
             return
-        self.running = True
-        self.centre_tabs.setCurrentIndex(1)  # Race
-        self.race.on_progress("plain", 0)
-        self._update_buttons()
-        self.worker.race(config, text, chat=self._chat_shown_setting())
+        chat = self._chat_shown_setting()
+        if self.start_job(Trigger.RUN, lambda: self.worker.race(config, text, chat=chat), kind="race"):
+            self.centre_tabs.setCurrentIndex(1)  # Race
+            self.race.on_progress("plain", 0)
 
     def start_batch(self, source: str, count: int, parallel: int) -> None:
-        if not self._ready_for_a_job():
+        if not self._ready_for(Trigger.RUN):
             return
         config = self._valid_config()
         if config is None:
@@ -46,11 +47,11 @@ class JobsMixin:
             self.error_label.setText("Batch decoding gives each prompt one sequence, and lookahead needs W + G + 1: "
                                      "choose plain, speculative, prompt lookup or Auto.")
             return
-        self.running = True
-        self.error_label.setText("")
-        self.statusBar().showMessage(f"Batch: {count} prompts, {parallel} at a time…")
-        self._update_buttons()
-        self.worker.run_batch(config, source, count, parallel, chat=self._chat_shown_setting())
+        chat = self._chat_shown_setting()
+        if self.start_job(Trigger.RUN, lambda: self.worker.run_batch(config, source, count, parallel, chat=chat),
+                          kind="batch"):
+            self.error_label.setText("")
+            self.statusBar().showMessage(f"Batch: {count} prompts, {parallel} at a time…")
 
     def _on_batch_event(self, event) -> bool:
         from specdec_studio.engine import parallel
@@ -67,7 +68,6 @@ class JobsMixin:
         elif isinstance(event, BatchKv):
             view.kv_map.set_snapshot(event.snapshot)
         elif isinstance(event, parallel.BatchFinished):
-            self.running = False
             view.on_finished(event)
             self.statusBar().showMessage("Batch finished: " + view.summary.text())
         else:
@@ -81,7 +81,7 @@ class JobsMixin:
 
         # the draft menu shows the draft in use again (its "Train…" entry is an action, not a choice)
         self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(self.draft_path or ""), 0))
-        if not self._ready_for_a_job():
+        if not self._ready_for(Trigger.TRAIN):
             return
         dialog = DistillDialog(self.model_bar.draft_candidates(), self.model_path, catalog.cache_dir(), self)
         if dialog.exec() != QtWidgets.QDialog.Accepted:
@@ -91,15 +91,14 @@ class JobsMixin:
     def start_training(self, spec: dict) -> None:
         from specdec_studio.engine.drafts.distill import STEPS_PER_WINDOW
 
-        self.running = self.training = True
+        if not self.start_job(Trigger.TRAIN, lambda: self.worker.train_draft(spec)):
+            return
         self.training_bar.setRange(0, spec["steps"])
         self.training_bar.setValue(0)
         self.training_bar.setFormat("the target writes the training text…")
         self.training_bar.show()
         self.statusBar().showMessage(f"Training a draft (Stop ends it within {STEPS_PER_WINDOW} steps; "
                                      "what was trained is kept)")
-        self._update_buttons()
-        self.worker.train_draft(spec)
 
     def _on_distill_event(self, event) -> bool:
         from specdec_studio.engine.drafts.distill import DistillProgress
@@ -112,7 +111,6 @@ class JobsMixin:
             elif event.phase == "done":
                 self.training_bar.setFormat("measuring the draft before and after…")
         elif isinstance(event, DistillDone):
-            self.running = self.training = False
             self.training_bar.hide()
             loss = f"loss {event.loss_first:.3f} → {event.loss_last:.3f}" if event.loss_first is not None else ""
             if event.agreement_before is None or event.agreement_after is None:

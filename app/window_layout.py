@@ -236,7 +236,7 @@ class LayoutMixin:
         file_menu.addAction("Export conversation as HTML…", lambda: self.export_conversation("html"))
         file_menu.addAction("System message…", self.edit_system_message)
         file_menu.addSeparator()
-        file_menu.addAction("Open trace…", self.open_trace_dialog, QtGui.QKeySequence("Ctrl+O"))
+        self.open_trace_action = file_menu.addAction("Open trace…", self.open_trace_dialog, QtGui.QKeySequence("Ctrl+O"))
         self.demo_menu = file_menu.addMenu("Demo traces")
         self._fill_demo_menu()
         file_menu.addAction("Save run trace…", self.save_trace_dialog, QtGui.QKeySequence("Ctrl+S"))
@@ -281,7 +281,6 @@ class LayoutMixin:
         for i, mode in enumerate(MODES[:5]):
             action = QtGui.QAction(f"Mode: {mode}", self, triggered=lambda _c=False, m=mode: self.choose_mode(m))
             action.setShortcut(QtGui.QKeySequence(str(i + 1)))
-            action.setEnabled(False)
             self.addAction(action)
             self.mode_actions.append(action)
         theme_menu = view_menu.addMenu("Theme")

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 from pathlib import Path
+
+from specdec_studio.app.activity import Activity, Trigger
 from specdec_studio.app.worker_messages import DownloadProgress, DraftLoaded, LoadFailed, LoadStarted, ModelLoaded
 
 MAX_RECENT = 8  # recent models the model bar lists
@@ -15,12 +17,13 @@ class ModelsMixin:
         return [recent] if isinstance(recent, str) else list(recent or [])
 
     def load_model(self, path: str) -> None:
-        self.model_loaded = False
-        self.loading = True
-        self._update_buttons()
-        self.worker.load_model(path, n_ctx=self.model_bar.ctx.value(), n_threads=self.model_bar.threads.value(),
-                               n_gpu_layers=self.model_bar.gpu_layers.value(),
-                               profile=self.settings.value("auto_profile", "true") in (True, "true"))
+        bar = self.model_bar
+        profile = self.settings.value("auto_profile", "true") in (True, "true")
+        if self.start_job(Trigger.LOAD, lambda: self.worker.load_model(
+                path, n_ctx=bar.ctx.value(), n_threads=bar.threads.value(), n_gpu_layers=bar.gpu_layers.value(),
+                profile=profile), kind="model"):
+            self.model_loaded = False
+            self._update_buttons()
 
     def fetch_default(self) -> None:
         self.download_model("default")
@@ -28,14 +31,17 @@ class ModelsMixin:
     def download_model(self, key: str, as_draft: bool = False) -> None:
         """Download a known model from its packages, then load it (as the draft with ``as_draft``);
         Stop ends the download between two parts and keeps nothing."""
-        self.loading = self.loading or not as_draft  # a draft on its way leaves the target usable
-        self.downloading = key
-        self._update_buttons()
-        self.worker.fetch_and_load(key, n_ctx=self.model_bar.ctx.value(), n_threads=self.model_bar.threads.value(),
-                                   as_draft=as_draft)
+        bar = self.model_bar
+        if self.start_job(Trigger.DOWNLOAD, lambda: self.worker.fetch_and_load(
+                key, n_ctx=bar.ctx.value(), n_threads=bar.threads.value(), n_gpu_layers=bar.gpu_layers.value(),
+                as_draft=as_draft), kind="draft" if as_draft else "model"):
+            self.download_key = key
+            self._update_buttons()
 
     def choose_draft(self, path: str | None) -> None:
-        self.worker.load_draft(path)
+        if not self.start_job(Trigger.LOAD, lambda: self.worker.load_draft(path), kind="draft"):
+            # the Draft menu shows the draft still loaded, not the entry refused
+            self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(self.draft_path or ""), 0))
 
     def _on_model_event(self, event) -> None:
         from specdec_studio.engine.models import catalog
@@ -46,12 +52,12 @@ class ModelsMixin:
                 f"Downloading {event.key}: {event.done_bytes / mb:,.0f} of {event.total_bytes / mb:,.0f} MB "
                 f"({100 * event.done_bytes / max(1, event.total_bytes):.0f} %) · Stop cancels it")
         elif isinstance(event, LoadStarted):
+            if self.activity is Activity.DOWNLOADING and event.what != "download":
+                self._engine_trigger(Trigger.DOWNLOADED)
             self.statusBar().showMessage({"download": "Downloading", "draft": "Loading draft"}.get(event.what, "Loading")
                                          + f" {Path(event.path).name}…")
         elif isinstance(event, ModelLoaded):
             self.model_loaded = True
-            self.loading = False
-            self.downloading = None
             self.model_path = event.path
             self.draft_path = None
             self.has_chat_template = event.has_chat_template
@@ -67,7 +73,6 @@ class ModelsMixin:
             self.model_bar.set_gpu_available(event.gpu_offload)
             info = event.info
             self.setWindowTitle(f"SpecDec Studio — {Path(event.path).name}")
-            self.input.chat_mode.setEnabled(event.has_chat_template)
             if not event.has_chat_template:
                 self.input.chat_mode.setChecked(False)
             notice = "" if event.has_chat_template else " — no chat template: completion mode"
@@ -81,9 +86,6 @@ class ModelsMixin:
             self.input.focus()  # loaded: the user types next
         elif isinstance(event, DraftLoaded):
             self.draft_path = event.path
-            if self.downloading:  # a downloaded draft, now loaded
-                self.downloading = None
-                self._update_buttons()
             if event.path and self.model_bar.draft.findData(event.path) < 0:  # a draft made here (trained)
                 self.model_bar.draft.insertItem(1, Path(event.path).name, event.path)
             self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(event.path or ""), 0))
@@ -92,9 +94,6 @@ class ModelsMixin:
             self.statusBar().showMessage(summary or (f"Draft: {Path(event.path).name}" if event.path
                                                      else "No draft model"))
         elif isinstance(event, LoadFailed):
-            self.loading = self.loading and event.what == "draft"
-            self.downloading = None
-            self._update_buttons()
             self.error_label.setText(event.message)
             if event.what in ("draft", "download"):  # the Draft menu shows the draft still loaded
                 self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(self.draft_path or ""), 0))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 
+from specdec_studio.app.activity import Trigger
 from specdec_studio.app.qt import Qt
 from specdec_studio.app.worker_messages import (ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress,
                                                 ProfileProgress, ProfileReady, ProfileStarted, SavedSweeps)
@@ -13,16 +14,12 @@ from specdec_studio.app.worker_messages import (ExactnessReady, FormatsCompared,
 
 class TuningMixin:
     def start_sweep(self, spec) -> None:
-        if self.running or not self.model_loaded:
-            return
         if spec.mode == "speculative" and not self.draft_path:
             self.tune.error.setText("A draft-model sweep needs a draft model: choose one in the model bar.")
             return
-        self.running = self.sweeping = True
-        self.tune.on_requested()
-        self.statusBar().showMessage("Sweeping… (Stop ends it after the current run)")
-        self._update_buttons()
-        self.worker.start_sweep(spec)
+        if self.start_job(Trigger.SWEEP, lambda: self.worker.start_sweep(spec)):
+            self.tune.on_requested()
+            self.statusBar().showMessage("Sweeping… (Stop ends it after the current run)")
 
     def apply_setting(self, mode: str, setting: dict) -> None:
         """Put a sweep's setting into the run controls; they mark what changed as pending."""
@@ -37,49 +34,34 @@ class TuningMixin:
                                      + " — applies to the next run")
 
     def remeasure_profile(self) -> None:
-        if self.running or self.profiling or not self.model_loaded:
-            return
-        self.profiling = True
-        self._update_buttons()
-        self.worker.measure_profile(remeasure=True)
+        self.start_job(Trigger.REMEASURE, lambda: self.worker.measure_profile(remeasure=True))
 
     def check_exactness(self) -> None:
-        if self.running or not self.model_loaded:
-            return
-        self.running = self.checking_exactness = True
-        self._update_buttons()
-        self.statusBar().showMessage("Checking whether batching changes this model's logits…")
-        self.worker.probe_exactness()
+        if self.start_job(Trigger.PROBE, self.worker.probe_exactness):
+            self.statusBar().showMessage("Checking whether batching changes this model's logits…")
 
     def compare_formats(self, formats: tuple[str, ...] | None = None) -> None:
         """Measure the loaded model against copies in ``formats`` (the button: every format offered)."""
         from specdec_studio.engine.tuning.formats import FORMATS
 
-        if self.running or not self.model_loaded:
-            return
-        self.running = self.comparing_formats = True
-        self._update_buttons()
-        self.statusBar().showMessage("Comparing weight formats (Stop ends it)…")
-        self.worker.compare_formats(tuple(formats or FORMATS))
+        if self.start_job(Trigger.COMPARE, lambda: self.worker.compare_formats(tuple(formats or FORMATS)),
+                          kind="formats"):
+            self.statusBar().showMessage("Comparing weight formats (Stop ends it)…")
 
     def measure_format_speeds(self, formats: tuple[str, ...] | None = None) -> None:
         """The best mode on the original file and on each copy (the compared copies, else
         SPEED_FORMATS), against plain on the same file and on the original."""
-        if self.running or not self.model_loaded:
-            return
         if formats is None:
             from specdec_studio.engine.tuning.formats import SPEED_FORMATS
 
             formats = self.compared_formats or SPEED_FORMATS
-        self.running = self.comparing_formats = True
-        self._update_buttons()
-        self.statusBar().showMessage("Measuring each mode on each weight format (Stop ends it)…")
-        self.worker.measure_format_speeds(tuple(formats))
+        if self.start_job(Trigger.COMPARE, lambda: self.worker.measure_format_speeds(tuple(formats)),
+                          kind="format_speeds"):
+            self.statusBar().showMessage("Measuring each mode on each weight format (Stop ends it)…")
 
     def _show_format_speeds(self, event: FormatSpeedsMeasured) -> None:
         from pathlib import Path
 
-        self.running = self.comparing_formats = False
         if not event.stopped:
             original = event.files[0]
             rows = []
@@ -106,13 +88,12 @@ class TuningMixin:
 
     def load_chosen_copy(self) -> None:
         path = self.copy_choice.currentData()
-        if path and not self.running:
+        if path:
             self.load_model(path)
 
     def _show_formats(self, event: FormatsCompared) -> None:
         from pathlib import Path
 
-        self.running = self.comparing_formats = False
         self.copy_choice.clear()
         if not event.stopped:
             original = event.figures[0]
@@ -184,26 +165,26 @@ class TuningMixin:
         self.tune.set_draft_break_even(self.draft_break_even_summary(k))
 
     def measure_baseline(self) -> None:
-        if self.running or self.last_run_key is None or not self.model_loaded:
+        if self.last_run_key is None:
+            self.statusBar().showMessage("No finished run to measure the plain baseline of yet.")
             return
         from specdec_studio.engine.config import RunConfig
 
         # the baseline of the last run: its token budget and sampling, whatever the controls say now,
         # so that it is stored under the key of the run it measures
         config = self.last_run_config
-        self.running = True
-        self._update_buttons()
-        self.statusBar().showMessage("Measuring the plain baseline…")
-        self.worker.run_baseline(RunConfig(mode="plain", max_tokens=config.max_tokens, sampling=config.sampling),
-                                 self.last_run_key)
+        plain = RunConfig(mode="plain", max_tokens=config.max_tokens, sampling=config.sampling)
+        key = self.last_run_key
+        if self.start_job(Trigger.RUN, lambda: self.worker.run_baseline(plain, key), kind="baseline"):
+            self.statusBar().showMessage("Measuring the plain baseline…")
 
     def _on_tuning_event(self, event) -> bool:
         """Profile and sweep events; False if ``event`` is neither."""
         from specdec_studio.engine.tuning import sweep
 
         if isinstance(event, ProfileStarted):
-            self.profiling = self.profiling or event.measuring
             if event.measuring:
+                self._engine_trigger(Trigger.MEASURING)  # a load goes on to measure its profile
                 self.statusBar().showMessage(f"Measuring the {event.what}'s batch-cost profile (once for this "
                                              "model, context and thread count; Stop skips it)…")
         elif isinstance(event, ProfileProgress):
@@ -220,8 +201,8 @@ class TuningMixin:
                     + ", ".join(f"{r:.1f} (B={b})" for b, r in zip(c["sizes"], c["relative_all_logits"])
                                 if b in (2, 4, 8, 16, 32, 128))
                     + f". Measured in {c['t_measure_s']:.0f} s; a step wins when it emits more tokens than it costs.")
-            self.profiling = False
-            self.statusBar().showMessage(event.message or "Batch-cost profile ready")
+            if event.message or self.profiling:  # a profile read from the cache leaves the status line be
+                self.statusBar().showMessage(event.message or "Batch-cost profile ready")
             if self.last_finished is not None and self.live is not None and self.live.stats is not None:
                 self.stats.finish(self.last_finished.stats, self.baselines.get(self.last_run_key),
                                   self.predicted_speedup(self.last_finished.stats, self.last_run_mode))
@@ -241,7 +222,6 @@ class TuningMixin:
                 + f"; past {event.result['long_context']['n_cells']} cells: "
                 + ", ".join(f"B={b}: {v:.3f}" for b, v in event.result["long_context"]["max_abs_diff_by_batch"].items()))
             if self.checking_exactness:
-                self.running = self.checking_exactness = False
                 self.statusBar().showMessage("Exactness checked")
         elif isinstance(event, sweep.SweepStarted):
             self.tune.on_started(event)
@@ -251,7 +231,6 @@ class TuningMixin:
             self.tune.on_cell(event)
         elif isinstance(event, sweep.SweepFinished):
             self.tune.on_finished(event)
-            self.running = self.sweeping = False
             best = sweep.best_cell(event.result["cells"])
             self.statusBar().showMessage(
                 ("Sweep stopped" if event.cancelled else "Sweep done")

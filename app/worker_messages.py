@@ -144,6 +144,7 @@ class FetchRequest:
     n_ctx: int
     n_threads: int | None
     as_draft: bool = False  # load it as the draft once downloaded (else as the target)
+    n_gpu_layers: int = 0  # a downloaded target loads with the model bar's GPU layers, as an opened one does
 
 
 @dataclass(frozen=True)
@@ -275,3 +276,22 @@ class RaceReady:
 
     plain: object  # engine.records.trace.Trace
     strategy: object  # engine.records.trace.Trace
+
+
+@dataclass(frozen=True)
+class JobTaken:
+    """The engine thread took up job ``job`` (the id its request got): the reports that follow,
+    up to its JobEnded, are that job's."""
+
+    job: int
+    request: str  # the request's type name ("RunRequest", …)
+
+
+@dataclass(frozen=True)
+class JobEnded:
+    """Job ``job`` ended: "done", "stopped" (its Stop flag was set) or "failed" (``message`` says why)."""
+
+    job: int
+    request: str
+    outcome: str
+    message: str = ""

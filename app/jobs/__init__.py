@@ -29,7 +29,7 @@ def _fetch(state: WorkerState, command: m.FetchRequest) -> None:
     if command.as_draft:
         models.load_draft(state, str(path))
     else:
-        models.load_model(state, str(path), command.n_ctx, command.n_threads, 0)
+        models.load_model(state, str(path), command.n_ctx, command.n_threads, command.n_gpu_layers)
 
 
 JOBS = {

@@ -31,8 +31,9 @@ class TunePanel(QtWidgets.QWidget):
         from specdec_studio.engine.tuning import prompts, sweep
 
         self.results: dict[str, dict] = {}  # mode -> latest result (partial while running)
-        self.sweeping = False
-        self.model_ready = False
+        self.sweeping = False  # a sweep's progress is shown (the window's activity says what works)
+        # what the window's activity allows (app/activity.py decides; set_allowed applies it)
+        self.allowed = {"run": False, "stop": False, "mode": True}
 
         form = QtWidgets.QGridLayout()
         self.mode = QtWidgets.QComboBox()
@@ -200,7 +201,7 @@ class TunePanel(QtWidgets.QWidget):
     def request_sweep(self) -> None:
         from specdec_studio.engine.errors import SpecDecError
 
-        if self.sweeping or not self.model_ready:
+        if not self.allowed["run"]:
             return
         try:
             spec = self.spec()
@@ -265,10 +266,6 @@ class TunePanel(QtWidgets.QWidget):
         self.results = {r["spec"]["mode"]: r for r in results}
         self._redraw()
 
-    def set_model_ready(self, ready: bool) -> None:
-        self.model_ready = ready
-        self._update_enabled()
-
     # ------------------------------------------------------------------ choosing
     def best(self) -> dict | None:
         from specdec_studio.engine.tuning import sweep
@@ -313,7 +310,7 @@ class TunePanel(QtWidgets.QWidget):
         mode = self.current_mode()
         result = self.results.get(mode)
         best = self.best()
-        self.apply_best.setEnabled(best is not None and not self.sweeping)
+        self.apply_best.setEnabled(best is not None and self.allowed["mode"])
         if best is not None:
             predicted = f", predicted {best['predicted']:.2f}×" if best.get("predicted") is not None else ""
             self.best_label.setText(f"best: {sweep.setting_label(best['setting'])} — "
@@ -345,11 +342,16 @@ class TunePanel(QtWidgets.QWidget):
         for plot in (self.heatmap, self.curve):
             plot.setBackground(colour)
 
+    def set_allowed(self, *, run: bool, stop: bool, mode: bool) -> None:
+        """What the window's activity allows: Run sweep, Stop, the mode choice and Apply best."""
+        self.allowed = {"run": run, "stop": stop, "mode": mode}
+        self._update_enabled()
+
     def _update_enabled(self) -> None:
-        self.run_button.setEnabled(self.model_ready and not self.sweeping)
-        self.stop_button.setEnabled(self.sweeping)
-        self.mode.setEnabled(not self.sweeping)
-        self.apply_best.setEnabled(self.best() is not None and not self.sweeping)
+        self.run_button.setEnabled(self.allowed["run"])
+        self.stop_button.setEnabled(self.allowed["stop"])
+        self.mode.setEnabled(self.allowed["mode"])
+        self.apply_best.setEnabled(self.best() is not None and self.allowed["mode"])
 
 
 def _duration(seconds: float) -> str:

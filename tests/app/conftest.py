@@ -32,8 +32,9 @@ def open_window(qtbot, tmp_path, smollm_drafts, monkeypatch):
         win = MainWindow("default", settings=settings)
         qtbot.addWidget(win)
         opened.append(win)
-        qtbot.waitUntil(lambda: win.model_loaded and (not wait_for_profile or win.profiles["target"] is not None),
-                        timeout=TIMEOUT_MS)
+        # loaded, and the load's job over (what it reads after the model: profile, sweeps, exactness)
+        qtbot.waitUntil(lambda: win.model_loaded and not win.machine.busy
+                        and (not wait_for_profile or win.profiles["target"] is not None), timeout=TIMEOUT_MS)
         return win
 
     yield open_

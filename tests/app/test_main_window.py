@@ -76,7 +76,7 @@ def test_lookahead_colours_accepted_tokens_and_draws_every_sequence(window, qtbo
 
 def test_speculative_and_lookup_colour_drafts(window, qtbot, smollm_drafts):
     window.choose_draft(str(smollm_drafts["default-q3_k_m"]))
-    qtbot.waitUntil(lambda: window.draft_path is not None, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.draft_path is not None and not window.machine.busy, timeout=TIMEOUT_MS)
     window.input.chat_mode.setChecked(False)
     window.input.show_rejected.setChecked(True)
     run(window, qtbot, CODE_PROMPT, mode="speculative", k=4, max_tokens=60)
@@ -191,7 +191,7 @@ def test_stop_during_a_model_load_skips_its_profile_and_keeps_the_app_usable(win
     """Nothing is cached, so the load would measure a batch-cost profile. Stop pressed during the
     load skips it, and the draft the window restores right after the load (a job of its own) does
     not measure it either: the Stop is not lost between jobs."""
-    from specdec_studio.app.worker_messages import DraftLoaded, ProfileReady, ProfileStarted
+    from specdec_studio.app.worker_messages import DraftLoaded, JobEnded, JobTaken, ProfileReady, ProfileStarted
     from specdec_studio.engine.tuning.profile import profile_dir
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
@@ -201,8 +201,10 @@ def test_stop_during_a_model_load_skips_its_profile_and_keeps_the_app_usable(win
     window.load_model("default")
     assert window.loading and window.input.stop.isEnabled()
     window.stop_run()
-    qtbot.waitUntil(lambda: any(isinstance(e, DraftLoaded) for e in emitted)
-                    and isinstance(emitted[-1], ProfileReady), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: any(isinstance(e, DraftLoaded) for e in emitted) and not window.machine.busy,
+                    timeout=TIMEOUT_MS)
+    reports = [e for e in emitted if not isinstance(e, (JobTaken, JobEnded))]
+    assert isinstance(reports[-1], ProfileReady)
     assert window.model_loaded and not window.loading
     stopped = [e for e in emitted if isinstance(e, ProfileReady) and e.message]
     assert stopped and all("stopped" in e.message for e in stopped)
@@ -272,7 +274,7 @@ def test_two_turn_chat_keeps_turns_and_regenerate_replaces_only_the_last(window,
     assert window.stream.toPlainText().count("You: ") == 2
     # what the window shows is the engine's record, after a reload of the model too
     window.load_model("default")
-    qtbot.waitUntil(lambda: window.model_loaded, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.model_loaded and not window.machine.busy, timeout=TIMEOUT_MS)
     window.regenerate()
     qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
     window.drain_events()
@@ -298,7 +300,7 @@ def test_the_conversation_is_saved_and_reopens_on_start(window, qtbot, tmp_path)
     assert again.conversation.id == conv_id
     again.new_conversation()
     qtbot.waitUntil(lambda: not again.conversation.messages, timeout=TIMEOUT_MS)
-    qtbot.waitUntil(lambda: again.model_loaded, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: again.model_loaded and not again.machine.busy, timeout=TIMEOUT_MS)
     again.close()
 
 
@@ -308,7 +310,7 @@ def test_settings_persist(qtbot, tmp_path, smollm_drafts):
     settings.setValue("auto_profile", "false")
     win = MainWindow("default", settings=settings)
     qtbot.addWidget(win)
-    qtbot.waitUntil(lambda: win.model_loaded, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: win.model_loaded and not win.machine.busy, timeout=TIMEOUT_MS)
     win.controls.set_values({"mode": "lookahead", "W": 7, "N": 4, "G": 2})
     win.set_theme("dark")
     win.close()
@@ -330,7 +332,7 @@ def test_the_last_draft_model_is_restored(qtbot, tmp_path, smollm_drafts):
     settings.setValue("auto_profile", "false")
     win = MainWindow("default", settings=settings)
     qtbot.addWidget(win)
-    qtbot.waitUntil(lambda: win.draft_path is not None, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: win.draft_path is not None and not win.machine.busy, timeout=TIMEOUT_MS)
     assert win.draft_path == str(smollm_drafts["default-q3_k_m"])
     assert win.controls.error is None  # a restored speculative mode can run at once
     win.close()
@@ -396,7 +398,7 @@ def test_the_profile_tab_compares_weight_formats_and_loads_the_chosen_copy(windo
     assert copy.endswith(".draft-Q8_0.gguf")
     assert window.model_path != copy  # nothing changes until the user picks the copy
     window.load_copy_button.click()
-    qtbot.waitUntil(lambda: window.model_loaded and window.model_path == copy, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.model_loaded and window.model_path == copy and not window.machine.busy, timeout=TIMEOUT_MS)
     run(window, qtbot, "Hello", mode="auto", max_tokens=8)
     assert window.last_finished.token_ids
     # with the copy loaded, each mode on each file is measured against plain on the original, not the copy

@@ -22,7 +22,7 @@ def test_training_shows_progress_stops_and_loads_the_draft(window, qtbot, smollm
     qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
     window.drain_events()
     assert window.training_bar.isHidden()
-    qtbot.waitUntil(lambda: window.draft_path == str(out), timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.draft_path == str(out) and not window.machine.busy, timeout=TIMEOUT_MS)
     message = window.statusBar().currentMessage()
     assert "Draft trained (stopped early)" in message and "greedy agreement" in message
     assert out.exists() and window.model_bar.draft.currentData() == str(out)
