@@ -4,7 +4,7 @@ Every job the window starts, every end of one, every Stop is a transition in ``T
 request that is not in the table is refused with one sentence, never half-done. ``allowed_controls``
 is the only place that decides which controls work: the window applies its answer after every
 change. Plain Python (no Qt), so the table is tested and documented on its own
-(``docs/window_states.md`` is drawn from it by ``python -m specdec_studio.app.activity``).
+(``docs/window_states.md`` is drawn from it: ``python -m specdec_studio.app.activity``).
 
 Jobs are named by the id the engine worker gives each request. The activity belongs to the newest
 job started under it: the end of an older one (a profile the user's Run skipped, a load whose
@@ -180,13 +180,13 @@ def allowed_controls(activity: Activity, facts: Facts, *, stopping: bool = False
     return {
         "run": can_start_run and facts.controls_valid,
         "stop": (activity in BUSY and not stopping) or replay,
-        "regenerate": ready and facts.chat_has_message and facts.controls_valid,
-        "edit_last": ready and facts.chat_has_message,
+        "regenerate": can_start_run and facts.chat_has_message and facts.controls_valid,
+        "edit_last": can_start_run and facts.chat_has_message,
         "clear": (idle or replay) and facts.conversation_has_messages,
         "chat_mode": facts.has_chat_template,
         # a model load takes seconds: a new or another conversation waits for it (not for longer jobs)
         "conversations": idle or replay or activity is A.LOADING,
-        "baseline": ready and facts.has_finished_run,
+        "baseline": can_start_run and facts.has_finished_run,
         "model_bar": loads,  # the model and draft pickers, Download, Reload
         "sliders": True,  # they set the next run, whatever runs now (a change shows as pending)
         "remeasure": ready,
@@ -194,8 +194,8 @@ def allowed_controls(activity: Activity, facts: Facts, *, stopping: bool = False
         "formats": ready,
         "format_speeds": ready,
         "load_copy": ready and facts.has_copies,
-        "race": ready and facts.controls_valid,
-        "batch": ready and facts.controls_valid,
+        "race": can_start_run and facts.controls_valid,  # a race, a batch, a baseline: runs as Run is
+        "batch": can_start_run and facts.controls_valid,
         "tune_run": ready,
         "tune_stop": activity is A.SWEEPING and not stopping,
         "tune_mode": activity is not A.SWEEPING,
@@ -205,12 +205,45 @@ def allowed_controls(activity: Activity, facts: Facts, *, stopping: bool = False
 
 
 def mermaid() -> str:
-    """The transition table as a Mermaid state diagram (docs/window_states.md)."""
+    """The transition table as a Mermaid state diagram."""
     lines = ["stateDiagram-v2"]
     for (source, trigger), target in sorted(TRANSITIONS.items(), key=lambda kv: (kv[0][0].value, kv[0][1].value)):
         lines.append(f"    {source.value} --> {target.value}: {trigger.value}")
     return "\n".join(lines)
 
 
+def markdown_page() -> str:
+    """docs/window_states.md, drawn from the table and from allowed_controls (a test keeps the page
+    equal to this)."""
+    facts = Facts(model_loaded=True, chat_has_message=True, conversation_has_messages=True, has_finished_run=True,
+                  has_copies=True, has_chat_template=True)
+    shown = [c for c in CONTROLS if c not in ("chat_mode", "mode_keys", "sliders")]
+    rows = ["| activity | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]
+    for activity in Activity:
+        allowed = allowed_controls(activity, facts)
+        rows.append(f"| {activity.value} | " + " | ".join("✓" if allowed[c] else "" for c in shown) + " |")
+    return "\n".join([
+        "# The window's states",
+        "",
+        "What the window is doing is one state machine (`app/activity.py`); this page is drawn from its",
+        "table by `python -m specdec_studio.app.activity > docs/window_states.md` (a test keeps it so).",
+        "Every job start, end and Stop is a transition below; a request that is not one is refused with",
+        "one sentence in the status bar. A job's reports name its id, so the end of a job the window has",
+        "left behind (a profile skipped by Run, a load whose draft restore is queued) changes nothing.",
+        "",
+        "```mermaid", mermaid(), "```",
+        "",
+        "## Which controls work",
+        "",
+        "With a model loaded, a chat with messages and a finished run (without a model only the model",
+        "bar and replays work). The run controls (sliders, mode, k) always work: they set the next run.",
+        "Pause, Step and Reset work in every state (Pause while idle holds the next run). After Stop, Stop",
+        "stays off until the job has ended.",
+        "",
+        *rows,
+        "",
+    ])
+
+
 if __name__ == "__main__":
-    print(mermaid())
+    print(markdown_page(), end="")
