@@ -1,7 +1,8 @@
 """A finished answer rendered as Markdown, with every token's colour where its text landed.
 
 Qt's own Markdown importer (``QTextDocument.setMarkdown``, md4c, GitHub dialect: headings, lists,
-emphasis, inline code, fenced code blocks, tables) renders the answer; no other library is needed
+emphasis, inline code, fenced code blocks, tables; raw HTML as text, images as their reference, as
+the exported pages show them) renders the answer; no other library is needed
 for the window. The rendered text is the answer's source without its markup, so each rendered
 character is matched back to the source character it shows and from there to the token that
 wrote it (:mod:`engine.records.markdown_html`, which the exported pages use too).
@@ -12,7 +13,7 @@ rendered text; every rendered run keeps its token's source and step for tooltips
 from __future__ import annotations
 
 from specdec_studio.app.qt import QtGui, QtWidgets
-from specdec_studio.engine.records.markdown_html import Run, rendered_owner, runs_of, source_owner
+from specdec_studio.engine.records.markdown_html import Run, image_reference, rendered_owner, runs_of, source_owner
 
 CODE_BLOCK_TINT = (127, 127, 127, 38)  # a grey wash that reads on light and dark themes alike
 INLINE_CODE_TINT = (127, 127, 127, 46)
@@ -27,7 +28,10 @@ def render(texts: list[str], formats: list[QtGui.QTextCharFormat | None], prose_
     source = "".join(texts)
     doc = QtGui.QTextDocument()
     doc.setDefaultFont(prose_font)
-    doc.setMarkdown(source, QtGui.QTextDocument.MarkdownDialectGitHub)
+    # raw HTML is text (as in the exported pages): `a <int> b` shows, `<b>` does not turn bold
+    features = QtGui.QTextDocument.MarkdownFeature
+    doc.setMarkdown(source, features.MarkdownDialectGitHub | features.MarkdownNoHTML)
+    _images_as_text(doc)
     _style_code(doc, prose_font, code_font)
     runs = runs_of(rendered_owner(source, doc.toRawText(), source_owner(texts)))
     cursor = QtGui.QTextCursor(doc)
@@ -39,6 +43,28 @@ def render(texts: list[str], formats: list[QtGui.QTextCharFormat | None], prose_
         cursor.setPosition(run.end, QtGui.QTextCursor.KeepAnchor)
         cursor.mergeCharFormat(fmt)
     return doc, runs
+
+
+def _images_as_text(doc: QtGui.QTextDocument) -> None:
+    """Each image of the answer replaced by its reference as text: nothing is loaded from disk or
+    the network for an answer (``![x](/some/file.png)`` would otherwise show that file)."""
+    images = []
+    block = doc.begin()
+    while block.isValid():
+        fragments = block.begin()
+        while not fragments.atEnd():
+            fragment = fragments.fragment()
+            if fragment.charFormat().isImageFormat():
+                image = fragment.charFormat().toImageFormat()
+                alt = str(image.property(QtGui.QTextFormat.Property.ImageAltText) or "")
+                images.append((fragment.position(), fragment.length(), image_reference(alt, image.name())))
+            fragments += 1
+        block = block.next()
+    cursor = QtGui.QTextCursor(doc)
+    for position, length, text in reversed(images):  # from the end: earlier positions stay valid
+        cursor.setPosition(position)
+        cursor.setPosition(position + length, QtGui.QTextCursor.KeepAnchor)
+        cursor.insertText(text, QtGui.QTextCharFormat())
 
 
 def _style_code(doc: QtGui.QTextDocument, prose: QtGui.QFont, code_font: QtGui.QFont) -> None:

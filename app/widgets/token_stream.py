@@ -146,6 +146,10 @@ class TokenStream(QtWidgets.QTextEdit):
             return self._token_meta[i]
         return None
 
+    def loadResource(self, kind: int, name):  # noqa: N802 - Qt's name
+        """Nothing the stream shows is loaded from disk or the network (an answer is data)."""
+        return None
+
     def event(self, ev):  # tooltips per token
         if ev.type() == ev.Type.ToolTip:
             cursor = self.cursorForPosition(ev.pos())

@@ -1,7 +1,8 @@
 """Markdown rendered with each token's colour where its text lands, for the exported pages.
 
 markdown-it-py (CommonMark, a maintained port of markdown-it) renders the answer, with raw HTML
-off (an answer's ``<script>`` is text, never markup) and GitHub's tables on. The rendered text is
+off (an answer's ``<script>`` is text, never markup), images shown as their reference (an answer
+never makes a page load a file) and GitHub's tables on. The rendered text is
 the source without its markup, so each visible character is matched back to the source character
 it shows (difflib's matching blocks, which never cross) and so to the token that wrote it; the app
 maps its own Qt rendering onto tokens with the same functions.
@@ -56,7 +57,9 @@ def render_coloured(texts: list[str], attributes: list[str]) -> str:
     from markdown_it import MarkdownIt
 
     source = "".join(texts)
-    rendered = MarkdownIt("commonmark", {"html": False}).enable("table").render(source)
+    renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
+    renderer.add_render_rule("image", _image_as_text)
+    rendered = renderer.render(source)
     parts = _TAG.split(rendered)  # tags at odd indexes, escaped text between them
     visible = [html.unescape(part) if i % 2 == 0 else "" for i, part in enumerate(parts)]
     owner = rendered_owner(source, "".join(visible), source_owner(texts))
@@ -72,6 +75,17 @@ def render_coloured(texts: list[str], attributes: list[str]) -> str:
             out.append(f"<span {attrs}>{chunk}</span>" if attrs else chunk)
         at += len(text)
     return "".join(out)
+
+
+def image_reference(alt: str, src: str) -> str:
+    """How an answer's image shows: as the reference it is, never loaded (the window does the same)."""
+    return f"![{alt}]({src})"
+
+
+def _image_as_text(_renderer, tokens, idx, _options, _env) -> str:
+    token = tokens[idx]
+    alt = "".join(child.content for child in token.children or ())
+    return html.escape(image_reference(alt, str(token.attrGet("src") or "")), quote=False)
 
 
 def _stretches(owner: np.ndarray) -> list[tuple[int, int, int]]:

@@ -148,3 +148,37 @@ def test_show_tokens_returns_a_finished_answer_to_the_token_view(qtbot):
     stream.show_tokens = True
     _render_answer(stream, message, None)
     assert stream.toPlainText() == "".join(piece[0] for piece in CODE_ANSWER)  # every token as it came
+
+
+def test_an_answer_s_raw_html_is_text_and_its_images_are_never_loaded(qtbot, tmp_path, monkeypatch):
+    """Defect 1 of issue 47: `a <int> b` lost the rest of its paragraph, `<b>` turned bold and
+    ![x](/absolute/path.png) made the window load and show that file. The window shows what the
+    HTML export shows: raw HTML as text, an image as its reference, nothing loaded."""
+    import re
+
+    from specdec_studio.engine.records.markdown_html import render_coloured
+
+    picture = tmp_path / "secret.png"
+    QtGui.QImage(8, 8, QtGui.QImage.Format_RGB32).save(str(picture))
+    answer = [("and a <int> b", "sampled", 1, 1, 0.0, ""), (" and <b>bold</b> c", "accepted_draft", 2, 2, 1.0, ""),
+              (f"\n\n![x]({picture}) after", "sampled", 3, 3, 0.0, "")]
+    stream = TokenStream()
+    qtbot.addWidget(stream)
+    loaded = []
+    original = QtGui.QTextDocument.loadResource
+    monkeypatch.setattr(QtGui.QTextDocument, "loadResource",
+                        lambda doc, kind, name: loaded.append(name.toString()) or original(doc, kind, name))
+    stream.append_markdown(answer)
+    stream.resize(600, 300)
+    stream.show()
+    stream.grab()  # painted: any image would be loaded now
+    text = stream.toPlainText()
+    assert "and a <int> b and <b>bold</b> c" in text
+    assert f"![x]({picture}) after" in text and "\ufffc" not in text  # the reference, no image object
+    assert loaded == []
+    assert _char_format_at(stream, "bold").fontWeight() < QtGui.QFont.Bold  # <b> is not markup
+    assert _char_format_at(stream, "<int>").property(SOURCE_PROPERTY) == "sampled"
+    assert _char_format_at(stream, "bold").property(SOURCE_PROPERTY) == "accepted_draft"
+    page = render_coloured([piece[0] for piece in answer], ["", "class=d", ""])
+    visible = re.sub(r"<[^>]*>", "", page)
+    assert "<img" not in page and "and a &lt;int&gt; b" in visible and f"![x]({picture}) after" in visible
