@@ -91,7 +91,10 @@ class ConversationStore:
         is missing or is not a conversation."""
         return self._read(self._path(conv_id))
 
-    def _read(self, path: Path) -> Conversation:
+    def _read(self, path: Path, *, remember: bool = True) -> Conversation:
+        """The conversation in ``path``; with ``remember``, this store takes the file as it reads
+        it now for its own (its next save overwrites it). A listing reads without taking: a turn
+        another writer saved since this store's own read must still be noticed at its save."""
         try:
             self._path(path.stem)  # a file named as no conversation could be is not one
         except ValueError:
@@ -102,7 +105,8 @@ class ConversationStore:
             with open(path, encoding="utf-8") as f:
                 conv = Conversation.from_dict(json.load(f))
             conv.id = path.stem  # the file's name is the conversation: a hand copy is its own
-            self._seen[conv.id] = stamp
+            if remember:
+                self._seen[conv.id] = stamp
             return conv
         except FileNotFoundError:
             raise DamagedConversation(f"the conversation {path.stem} no longer exists") from None
@@ -122,7 +126,7 @@ class ConversationStore:
         found, damaged = [], []
         for path in sorted(self.root.glob("*.json")):
             try:
-                conv = self._read(path)
+                conv = self._read(path, remember=False)
             except DamagedConversation:
                 damaged.append(path.name)
                 continue
