@@ -173,7 +173,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.controls.mark_applied()  # the config just built from these values is the run's
         self._pending_rejected.clear()
         self.stats.reset()
-        self._run_started_at = time.perf_counter()
+        self._generation_s = 0.0
         if not self.statusBar().currentMessage().startswith("The batch-cost profile was skipped"):
             self.statusBar().showMessage("Running…")
 
@@ -366,8 +366,9 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         for run in runs:
             turn.runs.append(run)
             render_run(self.stream, *run)
-        elapsed = self.player.clock if self.replaying else time.perf_counter() - self._run_started_at
-        self.stats.add_step(event, elapsed)
+        # a live run's time is the engine's own step times: a demo's pause is not in them
+        self._generation_s += event.t_step_s
+        self.stats.add_step(event, self.player.clock if self.replaying else self._generation_s)
 
     def _on_finished(self, event) -> None:
         self.inspector.paused_run = False

@@ -5,7 +5,6 @@ and worker, and keeps the window's own module to layout and the engine's events.
 from __future__ import annotations
 
 import html
-import time
 from pathlib import Path
 
 from specdec_studio.app.activity import Activity, Trigger
@@ -133,7 +132,6 @@ class DemoMixin:
         self.replay_label.setText(f"<b>Replaying a recorded {html.escape(mode)} run</b> of {html.escape(name)} "
                                   f"({html.escape(created)}) — no model needed")
         self.replay_bar.setVisible(True)
-        self._run_started_at = time.perf_counter()
         self.player.play([trace], self.replay_speed.currentData(), paused=self.paused)
         self._update_buttons()
 

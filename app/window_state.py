@@ -35,7 +35,7 @@ class WindowState:
         self._pending_rejected: dict[int, tuple] = {}
         self._latest_snapshot = None
         self._figures_painted_at = 0.0
-        self._run_started_at = 0.0
+        self._generation_s = 0.0  # the live run's step times so far (its clock for the figures)
         self.record = RunRecord()  # the shown run's steps, for the step inspector
         self.last_trace = None  # engine.records.trace.Trace of the last run (live or loaded)
         self.replaying = False  # a recorded trace is on screen (playing, paused or played to its end)

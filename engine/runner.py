@@ -7,7 +7,6 @@ How often the GUI wants a snapshot in between is the GUI's business (it asks the
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -36,7 +35,7 @@ def run_events(rt: Runtime, strategy: Callable[[Runtime, Sequence[int]], Iterato
     finally:
         # Even a run abandoned by its consumer leaves the record of the cache true.
         if rt.t_start is not None:
-            rt.counters.t_generate_s = time.perf_counter() - rt.t_start - rt.t_off_clock_s
+            rt.counters.t_generate_s = rt.clock() - rt.t_start
         target.note_cached([*prompt, *output.all_ids()])
         if rt.draft is not None and rt.draft.memory.pos_max(0) + 1 != len(rt.draft.cached):
             rt.draft.forget()  # a draft decode stopped part-way: start the draft afresh next time

@@ -41,7 +41,8 @@ def run(state: WorkerState, command: RunRequest) -> None:
                     snapshot = session.kv_snapshot(event.step, command.config.n_sequences)
                     state.emit(snapshot)
                     recorder.add(snapshot)
-                state.gate.wait(on_pause=lambda step=event.step: state.emit(Paused(step, True)))
+                with session.off_the_clock():  # a demo's pause is no generation time
+                    state.gate.wait(on_pause=lambda step=event.step: state.emit(Paused(step, True)))
         recorded = recorder.trace()
         if recorded is not None and finished:
             state.emit(TraceReady(recorded))

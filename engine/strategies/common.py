@@ -93,7 +93,8 @@ class Runtime:
     n_reused: int = 0
     t_start: float | None = None  # when the first token was sampled: the generation clock
     # time the consumer spent on work that is not decoding while the run waited (a chat's periodic
-    # save): taken off the generation clock, so a slow disk never shows as a slow model
+    # save, a demo's pause): taken off the generation clock, so a slow disk or a held step never
+    # shows as a slow model
     t_off_clock_s: float = 0.0
     cost_curve: object | None = None  # the batch-cost profile's curve, for strategies that price steps
     # one decode of the draft model in decodes of the target (the session's estimate; Auto prices
@@ -130,6 +131,11 @@ class Runtime:
         """``call()``, or None with the finish reason recorded if a decode inside it found the
         context full or was stopped (the target's, or a draft model's)."""
         return guarded(self.output, call)
+
+    def clock(self) -> float:
+        """The generation clock: wall time less the time spent off it (see ``t_off_clock_s``);
+        step times and the run's tokens per second are read on it."""
+        return time.perf_counter() - self.t_off_clock_s
 
     def should_stop(self, n_past: int, n_new: int) -> bool:
         """True (with the finish reason set) if the run cannot or must not decode ``n_new`` more."""
@@ -184,7 +190,7 @@ def begin_run(rt: Runtime, prompt: Sequence[int], *, prepare: Callable[[], None]
         if rt.output.done:
             return None
     token, info = first_token(rt.sampler, rt.output, rt.counters, rt.logits(row))
-    rt.t_start = time.perf_counter()
+    rt.t_start = rt.clock()
     if info is not None:
         yield StepDone(0, (info,), 0, 0, 0.0, 0.0, dict(extra or {}))
     return Start(token, len(prompt))

@@ -20,7 +20,6 @@ so a seeded stochastic run draws exactly as often and in the same order as plain
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -209,7 +208,7 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                 for s in range(1, n_seq):
                     memory.seq_cp(0, s, -1, -1)
 
-        now = time.perf_counter()
+        now = rt.clock()
         counters.record_step(len(emitted), g_cur * (N - 1), n_accepted, t_decode)
         if g_cur:
             counters.record_positions(N - 1, n_accepted)

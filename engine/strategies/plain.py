@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 
 from specdec_studio.engine.events import Event, StepDone
@@ -25,7 +24,7 @@ def run_plain(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         n_past += 1
         token = rt.sampler.sample(rt.logits(row))
         info = rt.output.push(token, "sampled")
-        now = time.perf_counter()
+        now = rt.clock()
         rt.counters.record_step(1 if info else 0, 0, 0, t_decode)
         if info is not None:
             yield rt.step_batch(step, ("input",))

@@ -10,7 +10,6 @@ The target's KV cache is trimmed to the accepted prefix after every step.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -113,7 +112,7 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         drafter.settle(context)
 
         rejected = proposals[n_accepted:]
-        now = time.perf_counter()
+        now = rt.clock()
         counters.record_step(len(emitted), len(proposals), n_accepted, t_decode)
         counters.record_positions(len(proposals), n_accepted)
         if emitted:

@@ -270,3 +270,35 @@ def test_shipped_demo_traces_play_without_a_model(qtbot, tmp_path, monkeypatch):
     _finish_replay(win, qtbot)
     assert win.stream.generated_text() == trace.load(shipped[0]).finished.text
     win.close()
+
+
+def test_a_demo_pause_is_not_generation_time(window, qtbot):
+    """Defect 7 of issue 47: a pause counted as generation time (tokens/s and the speed-up fell
+    with every second the speaker held the run)."""
+    import time
+
+    from specdec_studio.app.activity import Activity
+    from specdec_studio.engine.events import StepDone
+
+    steps = []
+    original = window._on_step
+    window._handlers = None
+    window._on_step = lambda event: steps.append(event) or original(event)
+    window.input.chat_mode.setChecked(False)
+    window.controls.set_values({"mode": "plain", "max_tokens": 24})
+    window.input.set_text("Count from one to twenty:")
+    window.set_paused(True)
+    started = time.perf_counter()
+    window.start_run()
+    qtbot.waitUntil(lambda: window.activity is Activity.PAUSED, timeout=TIMEOUT_MS)
+    qtbot.wait(1500)  # the speaker talks
+    window.set_paused(False)
+    assert window.activity is Activity.RUNNING
+    qtbot.waitUntil(lambda: not window.machine.busy, timeout=TIMEOUT_MS)
+    wall = time.perf_counter() - started
+    stats = window.last_finished.stats
+    assert stats["n_predict"] == 24
+    assert stats["t_generate_s"] < wall - 1.4, (stats["t_generate_s"], wall)
+    assert max(e.t_step_s for e in steps if isinstance(e, StepDone)) < 1.0  # the held step too
+    assert window.stats.elapsed_s < wall - 1.4
+    assert stats["tokens_per_second"] > 24 / (wall - 1.4)

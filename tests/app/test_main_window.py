@@ -409,3 +409,35 @@ def test_the_profile_tab_compares_weight_formats_and_loads_the_chosen_copy(windo
     assert not window.format_speed_label.isHidden() and "SmolLM2-135M-Instruct.Q4_1.gguf" in text
     assert "<td>Q4_1</td>" in text and "<td>Q8_0</td>" in text and "× orig. plain" in text
     assert "plain on the Q4_1 original" in window.statusBar().currentMessage()
+
+
+def test_run_pressed_during_remeasure_skips_the_profile_and_keeps_the_run(window, qtbot, tmp_path, monkeypatch):
+    """Defect 4 of issue 47: the stopped profile was reported as the run's failure and the window
+    dropped the run it had just started (and a second Run click sent the message twice)."""
+    from specdec_studio.app.worker_messages import JobEnded, ProfileProgress, RunRequest
+    from specdec_studio.engine.events import RunFinished
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))  # nothing cached: a real measurement
+    emitted = _recording(window)
+    submitted = []
+    real_submit = window.worker._submit
+    window.worker._submit = lambda job: submitted.append(job) or real_submit(job)
+    window.input.chat_mode.setChecked(False)
+    window.remeasure_profile()
+    qtbot.waitUntil(lambda: any(isinstance(e, ProfileProgress) for e in emitted), timeout=TIMEOUT_MS)
+    assert window.profiling and window.input.run.isEnabled()
+    window.controls.set_values({"mode": "plain", "max_tokens": 12})
+    window.input.set_text("Name a colour.")
+    window.start_run()
+    window.start_run()  # a second click while it runs: refused, not sent again
+    assert window.running
+    qtbot.waitUntil(lambda: not window.machine.busy, timeout=TIMEOUT_MS)
+    window.drain_events()
+    assert [type(job) for job in submitted].count(RunRequest) == 1
+    assert window.error_label.text() == ""
+    finished = [e for e in emitted if isinstance(e, RunFinished)]
+    assert len(finished) == 1 and window.last_finished is finished[0] and finished[0].finish_reason == "length"
+    assert window.stream.generated_text() == finished[0].text  # the run is shown, not dropped
+    ends = [e for e in emitted if isinstance(e, JobEnded)]
+    assert [e.outcome for e in ends] == ["stopped", "done"]  # the profile, then the run
+    assert window.statusBar().currentMessage().startswith("Finished: length")
