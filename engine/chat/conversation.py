@@ -57,9 +57,24 @@ class Message:
     def from_dict(cls, d: dict) -> "Message":
         return cls(role=str(d["role"]), content=str(d["content"]), tokens=[int(t) for t in d.get("tokens") or []],
                    produced=None if d.get("produced") is None else [int(t) for t in d["produced"]],
-                   pieces=[list(p) for p in d.get("pieces") or []], state=str(d.get("state", DONE)),
+                   pieces=[_piece(p) for p in d.get("pieces") or []], state=str(d.get("state", DONE)),
                    finish_reason=d.get("finish_reason"), figures=dict(d.get("figures") or {}),
                    created=float(d.get("created", time.time())))
+
+
+def _piece(p) -> list:
+    """One streamed token as read from a file: [text, source, step, id, step acceptance, proposer]
+    (the proposer came later: "" when missing). Anything else is a ValueError, which makes the file
+    a damaged one (it costs only itself, never the window that shows it)."""
+    if not isinstance(p, (list, tuple)) or len(p) not in (5, 6):
+        raise ValueError(f"a token piece is not [text, source, step, id, acceptance(, proposer)]: {str(p)[:40]}")
+    text, source, step, token_id, acceptance = p[:5]
+    proposer = p[5] if len(p) == 6 else ""
+    if not all(isinstance(v, str) for v in (text, source, proposer)) or \
+            not all(isinstance(v, int) and not isinstance(v, bool) for v in (step, token_id)) or \
+            not isinstance(acceptance, (int, float)) or isinstance(acceptance, bool):
+        raise ValueError(f"a token piece has a value of the wrong kind: {str(p)[:40]}")
+    return [text, source, step, token_id, float(acceptance), proposer]
 
 
 @dataclass(frozen=True)

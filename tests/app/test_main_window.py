@@ -441,3 +441,29 @@ def test_run_pressed_during_remeasure_skips_the_profile_and_keeps_the_run(window
     ends = [e for e in emitted if isinstance(e, JobEnded)]
     assert [e.outcome for e in ends] == ["stopped", "done"]  # the profile, then the run
     assert window.statusBar().currentMessage().startswith("Finished: length")
+
+
+def test_a_conversation_file_with_odd_pieces_costs_only_itself(open_window, qtbot, tmp_path):
+    """Defect 8 of issue 47: a saved answer whose pieces were not [text, source, step, id,
+    acceptance] raised on the GUI thread when shown, left the window "Running…" and broke its
+    export. Now the file is named as damaged in one line and the window works on."""
+    import json
+
+    data = tmp_path / "data"
+    folder = data / "conversations"
+    folder.mkdir(parents=True)
+    odd = {"id": "odd", "title": "Odd", "updated": 1.0,
+           "messages": [{"role": "user", "content": "hi"},
+                        {"role": "assistant", "content": "hello", "pieces": [["hel", "sampled", "x", 3], ["lo"]]}]}
+    (folder / "odd.json").write_text(json.dumps(odd))
+    (data / "state.json").write_text(json.dumps({"last": "odd"}))  # the app reopens it on start
+    win = open_window()  # the start's listing named it (the load's line has replaced it since)
+    assert not win.machine.busy and win.input.run.isEnabled()
+    assert win.conversation is not None and not win.conversation.messages  # a fresh chat, not the damaged one
+    win._conversation_action("list")
+    qtbot.waitUntil(lambda: "damaged" in win.statusBar().currentMessage(), timeout=TIMEOUT_MS)
+    assert "odd.json" in win.statusBar().currentMessage() and "\n" not in win.statusBar().currentMessage()
+    run(win, qtbot, "Name a colour.", mode="plain", max_tokens=8)  # the chat works on
+    out = tmp_path / "chat.md"
+    win.write_export("markdown", str(out))
+    assert "Name a colour." in out.read_text()

@@ -277,6 +277,11 @@ def test_the_id_inside_a_file_is_never_a_path(tmp_path):
     '{"id": "x", "messages": [1, "two", null]}',  # messages that are not objects
     '{"id": "x", "messages": {"role": "user"}}',  # messages that are not a list
     '{"id": "x", "messages": [{"role": "user", "content": "hi", "pieces": [7]}]}',  # a piece that is no list
+    # odd pieces (issue 47, defect 8: they raised on the GUI thread and left the window "Running…")
+    '{"id": "x", "messages": [{"role": "assistant", "content": "hi", "pieces": [["hi"]]}]}',  # too short
+    '{"id": "x", "messages": [{"role": "assistant", "content": "hi", "pieces": [["hi", "sampled", "one", 5, 0.0]]}]}',
+    '{"id": "x", "messages": [{"role": "assistant", "content": "hi", "pieces": [[null, "sampled", 1, 5, 0.0]]}]}',
+    '{"id": "x", "messages": [{"role": "assistant", "content": "hi", "pieces": [["hi", "sampled", 1, 5, "high"]]}]}',
     '"just a string"',
 ])
 def test_a_damaged_conversation_file_costs_only_itself(tmp_path, content):
