@@ -25,6 +25,7 @@ import time
 
 from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, read_text_file, run_setup, write_tokens
 from specdec_studio.engine.config import DEFAULT_MODE
+from specdec_studio.engine.chat.store import not_saved
 from specdec_studio.engine.errors import SpecDecError
 
 COMMANDS = "/regen, /clear, /save [TITLE], /load ID, /list, /quit"
@@ -155,7 +156,10 @@ def _command(line: str, chat, session, store, config, args):
         if rest.strip():
             chat.conversation.title = rest.strip()
         chat.store = store
-        note = store.save(chat.conversation)
+        try:
+            note = store.save(chat.conversation)
+        except OSError as exc:  # the disk refused: said, and the chat goes on in memory
+            raise SpecDecError(not_saved(exc, store.root)) from None
         if note:
             print(f"[{note}]", file=sys.stderr)
         print(f"[saved as {chat.conversation.id}: {chat.conversation.title!r}]", file=sys.stderr)

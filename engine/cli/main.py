@@ -28,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     # Piped text that is not UTF-8 is read with replacement characters, never a traceback mid-chat.
     if isinstance(sys.stdin, io.TextIOWrapper):
         sys.stdin.reconfigure(errors="replace")
+    raw = sys.argv[1:] if argv is None else list(argv)
+    refused = _argument_not_utf8(raw)
+    if refused:
+        print(f"specdec: {refused}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
@@ -45,6 +50,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)
         return 130
+
+
+def _argument_not_utf8(argv: list[str]) -> str | None:
+    """The sentence for a command-line argument that is not UTF-8 text (Python keeps its bytes as
+    lone surrogates, which llama.cpp's tokenizer cannot take); None if every one is text."""
+    for i, value in enumerate(argv):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            offset = len(value[:exc.start].encode("utf-8", "surrogateescape"))
+            byte = value.encode("utf-8", "surrogateescape")[offset]
+            flag = argv[i - 1] if i and argv[i - 1].startswith("-") else f"argument {i + 1}"
+            return (f"{flag} is not UTF-8 text (byte 0x{byte:02x} at offset {offset}); "
+                    "give the text in UTF-8, or in a file with -f")
+    return None
 
 
 def _exit_on_closed_pipe() -> None:

@@ -53,6 +53,30 @@ def test_an_unwritable_data_folder_still_answers_and_says_so_once(tmp_path):
     assert done.stderr.count("not being saved") == 1 and "Traceback" not in done.stderr
 
 
+def test_save_on_a_refusing_disk_says_so_and_the_chat_goes_on(tmp_path):
+    """Defect 12 of issue 47: /save on a disk that refuses exited with status 2 and lost the chat."""
+    data = _not_a_folder(tmp_path)
+    done = subprocess.run([*CLI, "chat", "--no-save", "--json", "-n", "6", "-t", str(N_THREADS), "-c", "1024"],
+                          input="Hi\n/save mine\nAnd again?\n/quit\n", env={**os.environ, "SPECDEC_DATA": str(data)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(lines) == 4 and "error" in lines[1] and "not being saved" in lines[1]["error"]
+    assert lines[2]["turn"] == 2 and lines[2]["stats"]["n_prompt_reused"] > 0  # answered, the chat kept
+    assert lines[3] == {"command": "quit"} and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("flag", ["-p", "--system"])
+def test_an_argument_that_is_not_utf8_is_one_sentence(flag):
+    """Defect 12 of issue 47: a non-UTF-8 byte in -p printed a traceback."""
+    word = os.fsdecode(b"caf\xe9 au lait")  # Latin-1 bytes, as a shell passes them
+    command = "run" if flag == "-p" else "chat"
+    done = subprocess.run([*CLI, command, flag, word, "-n", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"specdec: {flag} is not UTF-8 text (byte 0xe9 at offset 3); "
+                                   "give the text in UTF-8, or in a file with -f")
+
+
 def test_a_disk_that_fills_mid_answer_keeps_the_answer_off_the_clock(smollm_session, tmp_path, monkeypatch):
     store = ConversationStore(tmp_path)
     chat = Chat(smollm_session, store=store)
