@@ -281,3 +281,14 @@ def test_the_documented_table_is_the_table():
 
     page = Path(__file__).resolve().parents[2] / "docs" / "window_states.md"
     assert page.read_text() == markdown_page(), "run: python -m specdec_studio.app.activity > docs/window_states.md"
+
+
+def test_the_replay_banner_shows_the_trace_s_words_as_text(recorded_window):
+    """Defect 9 of issue 47: the trace's model name reached the banner as rich text."""
+    import dataclasses
+
+    win, trace = recorded_window
+    crafted = dataclasses.replace(trace, header={**trace.header, "model": {"name": "<b>bold</b> & <i>x</i>"}})
+    win.play_trace(crafted)
+    label = win.replay_label.text()
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;x&lt;/i&gt;" in label and "<i>" not in label
