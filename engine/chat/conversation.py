@@ -63,8 +63,8 @@ class Message:
 
 
 def _piece(p) -> list:
-    """One streamed token as read from a file: [text, source, step, id, step acceptance, proposer]
-    (the proposer came later: "" when missing). Anything else is a ValueError, which makes the file
+    """One streamed token as read from a file, checked: [text, source, step, id, step acceptance]
+    and, for a token Auto took from a proposer, the proposer's name. Anything else is a ValueError, which makes the file
     a damaged one (it costs only itself, never the window that shows it)."""
     if not isinstance(p, (list, tuple)) or len(p) not in (5, 6):
         raise ValueError(f"a token piece is not [text, source, step, id, acceptance(, proposer)]: {str(p)[:40]}")
@@ -74,7 +74,7 @@ def _piece(p) -> list:
             not all(isinstance(v, int) and not isinstance(v, bool) for v in (step, token_id)) or \
             not isinstance(acceptance, (int, float)) or isinstance(acceptance, bool):
         raise ValueError(f"a token piece has a value of the wrong kind: {str(p)[:40]}")
-    return [text, source, step, token_id, float(acceptance), proposer]
+    return list(p)  # as written: a saved conversation reads back equal
 
 
 @dataclass(frozen=True)
