@@ -188,9 +188,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
             self.statusBar().showMessage("Replay stopped: Restart plays it again")
             self._update_buttons()
             return
-        self.worker.stop()
-        if activity is Activity.PAUSED or self.paused:  # a held run must see the Stop
-            self.worker.resume()
+        self.worker.stop()  # wakes a run held at the step gate too (the demo's hold stays for the next run)
         self.machine.apply(Trigger.STOP)
         if activity is Activity.DOWNLOADING:  # ends within a second, keeping nothing
             self.statusBar().showMessage(f"Stopping the download of {self.download_key}…")
