@@ -180,11 +180,13 @@ def test_the_window_downloads_stops_and_loads_a_model_from_real_parts(window, qt
     window.download_model("localtest")
     assert window.downloading == "localtest" and window.input.stop.isEnabled()
     assert not window.input.run.isEnabled() and not window.model_bar.isEnabled()
-    sent = len(window.worker._commands.queue)
+    submitted = []
+    real_submit = window.worker._submit
+    window.worker._submit = lambda job: submitted.append(job) or real_submit(job)
     window.input.set_text("Hello")
     window.start_run()  # refused, said, nothing queued
     assert "while a model is downloading" in window.statusBar().currentMessage()
-    assert len(window.worker._commands.queue) == sent
+    assert submitted == []
     qtbot.waitUntil(lambda: local_index.sent > 2_000_000, timeout=60_000)
     window.stop_run()
     pressed = time.monotonic()
