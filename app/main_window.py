@@ -151,8 +151,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self._render_all()
 
     def start_run(self, reuse_last_prompt: bool = False) -> None:
-        if not self.machine.allows(Trigger.RUN, model_loaded=self.model_loaded):
-            self.statusBar().showMessage(refusal(self.activity, Trigger.RUN, self.model_loaded))
+        if not self._ready_for(Trigger.RUN):
             return
         text = self.input.text()
         if not text.strip() and reuse_last_prompt and self.live is not None:
