@@ -50,9 +50,11 @@ def test_a_cheap_draft_is_asked_for_the_k_that_pays_best():
     assert k > 1
     gains = {j: price.gain(cost, j, price.accept_rate()) for j in range(1, 17)}
     assert gains[k] == max(gains.values()) and gains[k] >= MIN_GAIN
-    # the gain is Leviathan's tokens per step over the step's price
-    expected = expected_tokens_per_step(price.accept_rate(), k) / (cost.relative(k + 1) + cost.return_penalty() + k * 0.05)
-    assert gains[k] == pytest.approx(expected)
+    # the gain by hand at k = 3 and the prior acceptance 0.7: (1 - 0.7^4) / (1 - 0.7) = 2.533 tokens
+    # for T(4)/T(1) = (0.0101 + 0.0014 · 2/14) / 0.010 = 1.03, the graph rebuild's 0.05 before any
+    # is measured, and three draft decodes of 0.05: 1.23 plain steps
+    assert price.accept_rate() == pytest.approx(0.7)
+    assert price.gain(cost, 3, 0.7) == pytest.approx(2.5330 / 1.23, abs=1e-4)
     assert price.plan(2, cost, 1, MIN_GAIN) == 1  # never more than the room left
 
 
@@ -124,14 +126,36 @@ def test_the_break_even_of_a_pair_in_words():
 
 
 
-def test_the_runs_own_verification_times_overrule_a_wrong_profile():
+def test_the_draft_and_the_tree_price_a_verification_by_one_clock():
+    """Defect 14 of issue 47: the draft's verification was priced with the run's timings and the
+    tree's with the profile. Both now come from the cost the tree uses (auto.guard.Wary): the
+    profile's curve, each extra row scaled by the guard's trust."""
+    from specdec_studio.engine.strategies.auto.guard import Wary
+
     # a profile measured while the machine was busy: a 2-token decode "cheaper" than a 1-token one
     wrong = CostCurve(sizes=(1, 2, 4), t_all_logits=(0.031, 0.024, 0.040), t_last_logit=(0.031, 0.024, 0.039))
     cost = StepCost(wrong)
-    price = DraftPrice(token_cost=0.9, k_max=4)
-    assert price.plan(1, cost, 4, MIN_GAIN) == 1  # priced with the wrong curve, one token looks worth it
     for _ in range(5):  # what the run itself times: 2 tokens cost 1.4 of one
         cost.observe(1, 0.0117)
         cost.observe(2, 0.0164)
-    assert price.verify_cost(cost, 2) == pytest.approx(0.0164 / 0.0117)
-    assert not price.may_pay(cost, 4, MIN_GAIN)
+    price = DraftPrice(token_cost=0.9, k_max=4)
+    trusted = Wary(cost, 1.0)
+    # one clock for both: the profile's, where more tokens never cost less than fewer (0.024 reads
+    # as 0.031), not the run's 1.40 for the draft alone
+    assert price.verify_cost(trusted, 2) == trusted.relative(2) == cost.relative(2) == 1.0
+    assert price.verify_cost(trusted, 4) == pytest.approx(0.040 / 0.031)
+    # k = 1 at the hoped-for 0.9: 1.9 tokens for 1.0 + 0.05 + 0.9 = 1.95 steps, no gain
+    assert not price.may_pay(trusted, 4, MIN_GAIN)
+
+    # T(2), T(3), T(4) = 1.3, 1.55, 1.8 plain steps; a draft token costs 0.3 of one
+    mid = StepCost(CostCurve(sizes=(1, 2, 4), t_all_logits=(0.010, 0.013, 0.018), t_last_logit=(0.010, 0.012, 0.016)))
+    cheap = DraftPrice(token_cost=0.3, k_max=4)
+    # trusting the curve, k = 3 at 0.9 pays: (1 - 0.9^4) / 0.1 = 3.439 tokens for 1.8 + 0.05 + 0.9 = 2.75
+    assert cheap.gain(Wary(mid, 1.0), 3, 0.9) == pytest.approx(3.439 / 2.75)
+    assert cheap.may_pay(Wary(mid, 1.0), 4, MIN_GAIN)
+    # after trees that realised half their prediction every extra row costs twice what the curve
+    # says, for the draft as for the tree: k = 3 is now 3.439 for 2.6 + 0.1 + 0.9 = 3.6, and no k pays
+    halved = Wary(mid, 0.5)
+    assert cheap.verify_cost(halved, 4) == halved.relative(4) == pytest.approx(2.6)
+    assert cheap.gain(halved, 3, 0.9) == pytest.approx(3.439 / 3.6)
+    assert not cheap.may_pay(halved, 4, MIN_GAIN)

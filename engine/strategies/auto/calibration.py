@@ -139,7 +139,10 @@ class StepCost:
         if self.curve is not None:
             while len(self._table) <= n_tokens:  # the curve's values, worked out once per run
                 b = len(self._table)
-                self._table.append(self.curve.relative(b, b) if b else 0.0)
+                # a decode of more tokens never costs less than one of fewer: a profile's noise that
+                # says otherwise (measured while the machine was busy) is read as a flat stretch
+                floor = self._table[-1] if b > 1 else 1.0
+                self._table.append(max(floor, self.curve.relative(b, b)) if b else 0.0)
             return self._table[n_tokens]
         measured = self.measured_relative(n_tokens)
         return measured if measured is not None else 1.0 + COST_SLOPE * (n_tokens - 1)

@@ -17,8 +17,11 @@ alone rules it out. A bound of a = 1 would not do: with long drafts almost any p
 draft that is never wrong (Qwen2.5-Coder 1.5B here: 16 tokens for 13.8 steps at k = 15), and the
 probes it allowed cost 7 % of the run.
 
-The verification's T(k + 1)/T(1) is the run's own timing of that size once it has one, else the
-profile's. ``c`` starts as the session's estimate (the two models' batch-cost profiles where both were
+The verification's T(k + 1)/T(1) and the graph rebuild come from the cost the tree is priced with
+(``auto.guard.Wary``: the profile's curve, or the run's own timings without one, each row beyond the
+first scaled by the guard's trust), so a draft token and an n-gram token of the same step are priced
+by one clock; a profile that says verifying is cheaper than it is loses the guard's trust and with
+it both the trees and the draft. ``c`` starts as the session's estimate (the two models' batch-cost profiles where both were
 measured, else the ratio of their files' sizes: on a CPU a decode of one token reads every weight
 once) and becomes the run's own measurement once the draft has made TRUSTED single-token decodes:
 the fastest recent one against the target's typical plain step.
@@ -36,6 +39,7 @@ import math
 from collections.abc import Sequence
 
 from specdec_studio.engine.strategies.auto.calibration import StepCost
+from specdec_studio.engine.strategies.auto.guard import Wary
 from specdec_studio.engine.tuning.cost_model import expected_tokens_per_step
 
 PROBE_FIRST = 16
@@ -74,7 +78,7 @@ class DraftPrice:
         self.offered += 1
         self.accepted += accepted
 
-    def token_cost(self, cost: StepCost) -> float:
+    def token_cost(self, cost: StepCost | Wary) -> float:
         """c: one draft decode in target plain steps (the run's own, once timed)."""
         plain = cost.typical_plain_time()
         if len(self.decode_times) < TRUSTED or not plain:
@@ -94,22 +98,20 @@ class DraftPrice:
         return max(HOPEFUL_ACCEPT, min(HOPEFUL_MAX, a + 2.0 * math.sqrt(a * (1.0 - a) / self.offered)))
 
     # ------------------------------------------------------------------ what the planner asks
-    def gain(self, cost: StepCost, k: int, accept: float) -> float:
+    def gain(self, cost: StepCost | Wary, k: int, accept: float) -> float:
         """Tokens per plain step's time of a step sending k draft tokens."""
         return self._gain(cost, k, accept, self.token_cost(cost), cost.return_penalty())
 
-    def _gain(self, cost: StepCost, k: int, accept: float, token_cost: float, penalty: float) -> float:
+    def _gain(self, cost: StepCost | Wary, k: int, accept: float, token_cost: float, penalty: float) -> float:
         price = self.verify_cost(cost, k + 1) + penalty + k * token_cost
         return expected_tokens_per_step(accept, k) / price
 
     @staticmethod
-    def verify_cost(cost: StepCost, n_tokens: int) -> float:
-        """T(B)/T(1) of the target: the run's own timing where it has one (a profile measured
-        while the machine was busy must not keep a draft running), else the profile's."""
-        measured = cost.measured_relative(n_tokens)
-        return measured if measured is not None else cost.relative(n_tokens)
+    def verify_cost(cost: StepCost | Wary, n_tokens: int) -> float:
+        """T(B)/T(1) of the target, as the tree prices a verification of that size."""
+        return cost.relative(n_tokens)
 
-    def best(self, cost: StepCost, room: int, accept: float) -> tuple[int, float]:
+    def best(self, cost: StepCost | Wary, room: int, accept: float) -> tuple[int, float]:
         """The k ≤ min(room, k_max) with the highest gain at ``accept``, and that gain."""
         best_k, best_gain = 0, 1.0
         token_cost, penalty = self.token_cost(cost), cost.return_penalty()
@@ -119,11 +121,11 @@ class DraftPrice:
                 best_k, best_gain = k, g
         return best_k, best_gain
 
-    def may_pay(self, cost: StepCost, room: int, min_gain: float) -> bool:
+    def may_pay(self, cost: StepCost | Wary, room: int, min_gain: float) -> bool:
         """Whether the draft would beat ``min_gain`` at this price if it were as right as hoped."""
         return self.best(cost, room, self.hopeful_accept())[1] >= min_gain
 
-    def plan(self, step: int, cost: StepCost, room: int, min_gain: float) -> int:
+    def plan(self, step: int, cost: StepCost | Wary, room: int, min_gain: float) -> int:
         """How many tokens to ask the draft for at this step (0: do not run it)."""
         if room <= 0:
             return 0
@@ -140,7 +142,7 @@ class DraftPrice:
         self.probe_gap = min(PROBE_MAX, 2 * self.probe_gap)
         return k_hoped if g_hoped >= min_gain else 0
 
-    def min_reach(self, cost: StepCost, depth: int, min_gain: float) -> float:
+    def min_reach(self, cost: StepCost | Wary, depth: int, min_gain: float) -> float:
         """The least chance of being reached for which the draft's token at ``depth`` (0-based)
         pays for its own draft decode and verification row."""
         extra = self.verify_cost(cost, depth + 2) - self.verify_cost(cost, depth + 1)

@@ -93,6 +93,10 @@ class Wary:
     def return_penalty(self) -> float:
         return self.penalty * self.scale
 
+    def typical_plain_time(self) -> float | None:
+        """What a plain step takes on the run's clock (trust scales rows, not time)."""
+        return self.cost.typical_plain_time()
+
     def first_chance_needed(self, room: int, min_gain: float) -> float:
         found = self._needed.get((room, min_gain))
         if found is None:

@@ -43,7 +43,7 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         # A draft that could not pay even as right as hoped is not asked: it reads the prompt only
         # when it first is (its cache's record is checked then, as at any run's start).
         nonlocal draft_read_prompt
-        if draft is not None and price.may_pay(cost, params.k_max, MIN_GAIN):
+        if draft is not None and price.may_pay(wary, params.k_max, MIN_GAIN):
             draft.begin(prompt)
             draft_read_prompt = True
 
@@ -69,7 +69,7 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             min_gain = guard.min_gain()
             # A draft model costs a decode per token it proposes: asked only for as many as can
             # pay at its price and measured acceptance (auto.draft_price), and rarely re-tried.
-            draft_k = price.plan(step, cost, room, min_gain) if price is not None else 0
+            draft_k = price.plan(step, wary, room, min_gain) if price is not None else 0
             use_draft = draft_k > 0
             if use_draft and not draft_read_prompt:
                 if rt.guarded(lambda: draft.begin(prompt) or True) is None:  # stopped, or the cache is full
@@ -82,7 +82,7 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             cuts = (room,) if use_draft else sorted({1, min(4, room), room})
             for cut in cuts:
                 if use_draft:  # the draft model decodes: a Stop or a full context ends it
-                    stop = lambda depth, reach: reach < price.min_reach(cost, depth, min_gain)  # noqa: E731
+                    stop = lambda depth, reach: reach < price.min_reach(wary, depth, min_gain)  # noqa: E731
                     chains = rt.guarded(lambda: sources.chains(context, cut, draft_k, stop))
                     if chains is not None:
                         price.observe_decodes(draft.last_decode_times)
