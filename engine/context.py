@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ from specdec_studio.engine.errors import ContextAllocationError
 from specdec_studio.engine.kv.cells import KvMirror
 from specdec_studio.engine.kv.debug import DEBUG_ENV, DEBUG_LEVEL, KvVerifier
 from specdec_studio.engine.memory import Memory
-from specdec_studio.engine.models.loading import LoadedModel, ModelInfo
+from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, memory_words
 
 LOGIT_BYTES = 4  # llama.cpp's compute buffer holds a ubatch's logits: n_ubatch x n_vocab floats
 
@@ -150,7 +151,9 @@ class ModelContext:
             stack.callback(batch.close)
             mirror = KvMirror(llama.llama_n_ctx(ctx), n_seq_max, settings.n_batch, model.info.n_swa)
             verifier = stack.enter_context(KvVerifier(mirror)) if settings.verify_kv else None
-            memory = Memory(ctx, mirror, verifier, abort_callback=abort_callback)
+            memory = Memory(ctx, mirror, verifier, abort_callback=abort_callback,
+                            model_label=f"{Path(model.info.path).name} ({model.info.arch})",
+                            memory_words=memory_words(model.info))
         except BaseException:
             stack.close()
             raise
@@ -175,7 +178,9 @@ class ModelContext:
             return 0
         for seq in range(1, self.n_seq_max):
             memory.seq_rm(seq, -1, -1)
-        memory.seq_rm(0, n_keep, -1)
+        if not memory.seq_rm(0, n_keep, -1, refusal_ok=True):  # a recurrent state cannot go back
+            self.forget()
+            return 0
         del self.cached[n_keep:]
         return n_keep
 

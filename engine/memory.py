@@ -12,8 +12,9 @@ from typing import Protocol
 
 import llama_cpp as llama
 
+from specdec_studio.engine import native
 from specdec_studio.engine.batch import Batch
-from specdec_studio.engine.errors import DecodeError
+from specdec_studio.engine.c_failures import decode_failure, memory_edit_failure
 
 
 _NO_ABORT = llama.ggml_abort_callback()  # a NULL callback
@@ -49,8 +50,12 @@ class Memory:
     """Decode and memory calls on one context, mirrored into ``mirror`` (and checked by
     ``verifier`` against llama.cpp's own dump when the KV debug check is on)."""
 
-    def __init__(self, ctx: llama.llama_context_p, mirror=None, verifier=None, abort_callback=None) -> None:
+    def __init__(self, ctx: llama.llama_context_p, mirror=None, verifier=None, abort_callback=None,
+                 model_label: str = "the model", memory_words: str = "") -> None:
         self.ctx = ctx
+        # how a failure names the model and, for a recurrent or hybrid one, its memory (c_failures)
+        self.model_label = model_label
+        self.memory_words = memory_words
         self.abort_callback = abort_callback
         self.mem = llama.llama_get_memory(ctx)
         self.mirror = mirror
@@ -78,8 +83,10 @@ class Memory:
         """Decode ``batch``; return the seconds llama.cpp took.
 
         Raises :class:`NoKvSlot` when the context is full (llama.cpp restored its memory, so the
-        cache is as before), :class:`DecodeAborted` on cancel, :class:`DecodeError` otherwise.
+        cache is as before), :class:`DecodeAborted` on cancel, :class:`DecodeError` otherwise,
+        in one sentence with the cause llama.cpp logged.
         """
+        mark = native.problem_mark()
         expected = self.verifier.before_decode() if self.verifier is not None else None
         long_decode = self.abort_callback is not None and batch.n_tokens >= LONG_DECODE_TOKENS
         if long_decode:
@@ -101,7 +108,7 @@ class Memory:
             raise NoKvSlot()
         if rc == 2:
             raise DecodeAborted()
-        raise DecodeError(f"llama_decode failed with code {rc} on a batch of {batch.n_tokens} tokens")
+        raise decode_failure(rc, batch.n_tokens, self.model_label, mark, self.memory_words)
 
     def decode_tokens(self, batch: Batch, tokens: Sequence[int], start_pos: int, seq_id: int = 0) -> int:
         """Decode consecutive ``tokens`` of one sequence in batch-sized chunks, logits for the last
@@ -116,10 +123,16 @@ class Memory:
             row = len(chunk) - 1
         return row
 
-    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1, *, refusal_ok: bool = False) -> bool:
+        """Remove positions [p0, p1) of ``seq_id`` (-1: from the start / to the end). A recurrent
+        memory cannot drop a sequence's last positions: that raises DecodeError, naming why, unless
+        the caller can do without (``refusal_ok``: then False is returned, the cache unchanged)."""
+        mark = native.problem_mark()
         ok = bool(llama.llama_memory_seq_rm(self.mem, seq_id, p0, p1))
         if ok:
             self._notify("on_seq_rm", seq_id, p0, p1)
+        elif not refusal_ok:
+            raise memory_edit_failure(seq_id, p0, p1, self.model_label, mark, self.memory_words)
         return ok
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:

@@ -17,8 +17,9 @@ from collections.abc import Callable
 
 import llama_cpp as llama
 
-LOG_LEVEL_WARN = 2
-LOG_LEVEL_ERROR = 3
+# ggml.h's enum ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (a line's rest)
+LOG_LEVEL_WARN = 3
+LOG_LEVEL_ERROR = 4
 LOG_LEVEL_CONT = 5
 
 LogSink = Callable[[int, str], None]
@@ -27,13 +28,14 @@ _lock = threading.Lock()
 _backend_ready = False
 _sinks: list[LogSink] = []
 _recent_problems: collections.deque[str] = collections.deque(maxlen=32)
+_n_problems = 0  # warnings and errors logged so far: a mark taken before a call finds its own
 _partial_line: list[str] = []
 _partial_level = 0
 _echo = os.environ.get("SPECDEC_LLAMA_LOG") == "1"
 
 
 def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
-    global _partial_level
+    global _partial_level, _n_problems
     chunk = text.decode("utf-8", errors="replace") if text else ""
     if _echo:
         sys.stderr.write(chunk)
@@ -46,6 +48,7 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     _partial_line.clear()
     if _partial_level in (LOG_LEVEL_WARN, LOG_LEVEL_ERROR):
         _recent_problems.append(line.strip())
+        _n_problems += 1
     for sink in tuple(_sinks):
         sink(_partial_level, line)
 
@@ -80,6 +83,18 @@ def take_recent_problems() -> list[str]:
     lines = list(_recent_problems)
     _recent_problems.clear()
     return lines
+
+
+def problem_mark() -> int:
+    """A mark for :func:`problems_since`: taken before a llama.cpp call, it finds what that call
+    logged (cheap enough for every decode: one global read)."""
+    return _n_problems
+
+
+def problems_since(mark: int) -> list[str]:
+    """The warnings and errors logged since ``mark`` (the last 32 at most), oldest first."""
+    n = min(_n_problems - mark, len(_recent_problems))
+    return list(_recent_problems)[len(_recent_problems) - n:] if n > 0 else []
 
 
 def supports_gpu_offload() -> bool:

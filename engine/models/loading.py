@@ -49,6 +49,9 @@ class ModelInfo:
     eos: int
     add_bos: bool
     add_eos: bool
+    # how the model remembers its context: "attention" (a KV cache of cells), "recurrent" (one state
+    # per sequence, Mamba, RWKV) or "hybrid" (both, Qwen3.5, LFM2, Granite-4, Nemotron-H)
+    memory_kind: str = "attention"
 
     @property
     def has_chat_template(self) -> bool:
@@ -70,6 +73,7 @@ class ModelInfo:
             "n_vocab": self.n_vocab,
             "n_ctx_train": self.n_ctx_train,
             "n_swa": self.n_swa,
+            "memory_kind": self.memory_kind,
             "chat_template": self.has_chat_template,
         }
 
@@ -173,6 +177,7 @@ class LoadedModel:
             eos=llama.llama_vocab_eos(v),
             add_bos=bool(llama.llama_vocab_get_add_bos(v)),
             add_eos=bool(llama.llama_vocab_get_add_eos(v)),
+            memory_kind="attention" if vocab_only else _memory_kind(m),
         )
 
     def token_text(self, token: int) -> bytes:
@@ -188,6 +193,22 @@ class LoadedModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _memory_kind(model: llama.llama_model_p) -> str:
+    if llama.llama_model_is_hybrid(model):
+        return "hybrid"
+    return "recurrent" if llama.llama_model_is_recurrent(model) else "attention"
+
+
+def memory_words(info: ModelInfo) -> str:
+    """The model's memory as the sentence of a failure names it ("" for a plain KV cache)."""
+    if info.memory_kind == "recurrent":
+        return f"{info.arch} keeps a recurrent state per sequence, which cannot be rolled back to an earlier position"
+    if info.memory_kind == "hybrid":
+        return (f"{info.arch} is a hybrid model whose recurrent layers keep one state per sequence, "
+                "which cannot be rolled back to an earlier position")
+    return ""
 
 
 def check_draft_vocab(target: LoadedModel, draft: LoadedModel) -> None:

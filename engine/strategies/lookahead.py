@@ -244,6 +244,8 @@ def _rows_argmax(rt: Runtime, rows: np.ndarray, n_vocab: int) -> np.ndarray:
     first = int(rows[0])
     if np.array_equal(rows, np.arange(first, first + rows.size)):
         ptr = llama.llama_get_logits_ith(rt.ctx, first)
+        if not ptr:
+            rt.logits(first)  # raises the sentence of the failure
         block = np.ctypeslib.as_array(ptr, shape=(rows.size * n_vocab,)).reshape(rows.size, n_vocab)
         return block.argmax(axis=1).astype(np.int32)
     return np.array([int(np.argmax(rt.logits(int(r)))) for r in rows], dtype=np.int32)

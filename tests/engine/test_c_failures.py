@@ -1,0 +1,68 @@
+"""Defect 15 of issue 47: a llama.cpp call that fails reaches the user as its cause in one sentence
+(which call, on which model, what llama.cpp said), never as "llama_decode failed with code -1"
+alone. Each failure here is a real one, provoked in llama.cpp on the default model."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from specdec_studio.engine.errors import DecodeError
+from specdec_studio.engine.sampling import logits_row
+
+
+def _one_sentence(message: str) -> None:
+    # one line, no second sentence ("i.e. the KV cache" inside llama.cpp's words is one)
+    assert "\n" not in message and re.search(r"[.!?] [A-Z]", message) is None, message
+
+
+def test_a_batch_llama_cpp_refuses_names_the_call_the_model_and_the_cause(smollm_session):
+    target = smollm_session.target
+    target.forget()
+    batch, memory = target.batch, target.memory
+    batch.clear()
+    batch.add(1, 0, (target.n_seq_max + 3,), True)  # a sequence the context has no room for
+    with pytest.raises(DecodeError) as failure:
+        memory.decode(batch)
+    message = str(failure.value)
+    assert message.startswith("llama_decode refused a batch of 1 tokens on ")
+    assert f"({smollm_session.model.info.arch})" in message
+    assert f"invalid seq_id[0][0] = {target.n_seq_max + 3} >= {target.n_seq_max}" in message
+    assert "code -1" not in message
+    _one_sentence(message)
+
+
+def test_positions_that_do_not_follow_the_cache_say_which_positions(smollm_session):
+    target = smollm_session.target
+    target.forget()
+    tokens = smollm_session.tokenize_prompt("The capital of France is")
+    target.memory.decode_tokens(target.batch, tokens, 0)
+    target.batch.clear()
+    target.batch.add(tokens[-1], len(tokens) + 5, (0,), True)  # a gap of five positions
+    with pytest.raises(DecodeError) as failure:
+        target.memory.decode(target.batch)
+    message = str(failure.value)
+    # llama.cpp's own words, on one line: the last position stored and the batch's first one
+    assert "llama.cpp says: the tokens of sequence 0 in the input batch have inconsistent sequence positions" in message
+    assert f"X = {len(tokens) - 1}" in message and f"Y = {len(tokens) + 5}" in message
+    _one_sentence(message)
+    target.forget()
+
+
+def test_a_row_without_logits_is_named_not_a_null_pointer(smollm_session):
+    target = smollm_session.target
+    target.forget()
+    target.batch.clear()
+    target.batch.add(1, 0, (0,), False)
+    target.batch.add(2, 1, (0,), True)
+    target.memory.decode(target.batch)
+    assert np.isfinite(logits_row(target.ctx, 1, smollm_session.vocab.n_tokens)).all()
+    with pytest.raises(DecodeError) as failure:
+        logits_row(target.ctx, 0, smollm_session.vocab.n_tokens)  # row 0 asked for no logits
+    message = str(failure.value)
+    assert message.startswith("llama_get_logits_ith has no logits for row 0")
+    assert "llama.cpp says:" in message
+    _one_sentence(message)
+    target.forget()
