@@ -78,8 +78,8 @@ class EngineWorker:
         self._commands.put((job, self._state.tokens.issue(), self._next_job))
         return self._next_job
 
-    def load_draft(self, path: str | None) -> int:
-        return self._submit(m.DraftRequest(path))
+    def load_draft(self, path: str | None, n_gpu_layers: int = 0) -> int:
+        return self._submit(m.DraftRequest(path, n_gpu_layers))
 
     def fetch_and_load(self, key: str, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
                        *, as_draft: bool = False, n_gpu_layers: int = 0) -> int:

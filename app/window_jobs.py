@@ -91,6 +91,7 @@ class JobsMixin:
     def start_training(self, spec: dict) -> None:
         from specdec_studio.engine.drafts.distill import STEPS_PER_WINDOW
 
+        spec = {**spec, "draft_gpu_layers": self.model_bar.draft_gpu_layers.value()}  # where it loads once trained
         if not self.start_job(Trigger.TRAIN, lambda: self.worker.train_draft(spec)):
             return
         self.training_bar.setRange(0, spec["steps"])

@@ -368,6 +368,8 @@ class LayoutMixin:
             self.controls.set_values(params)
         self.model_bar.threads.setValue(int(self.settings.value("threads", default_threads())))
         self.model_bar.ctx.setValue(int(self.settings.value("n_ctx", DEFAULT_N_CTX)))
+        self.model_bar.gpu_layers.setValue(int(self.settings.value("gpu_layers", 0)))
+        self.model_bar.draft_gpu_layers.setValue(int(self.settings.value("draft_gpu_layers", 0)))
         self.input.chat_mode.setChecked(self.settings.value("chat", "true") in (True, "true"))
         self.input.show_tokens.setChecked(self.settings.value("show_tokens", "false") in (True, "true"))
         self.set_theme(str(self.settings.value("theme", "system")))
@@ -379,6 +381,8 @@ class LayoutMixin:
         s.setValue("params", self.controls.values())
         s.setValue("threads", self.model_bar.threads.value())
         s.setValue("n_ctx", self.model_bar.ctx.value())
+        s.setValue("gpu_layers", self.model_bar.gpu_layers.value())
+        s.setValue("draft_gpu_layers", self.model_bar.draft_gpu_layers.value())
         s.setValue("chat", self.input.chat_mode.isChecked())
         s.setValue("show_tokens", self.input.show_tokens.isChecked())
         if self.model_path:

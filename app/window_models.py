@@ -32,14 +32,16 @@ class ModelsMixin:
         """Download a known model from its packages, then load it (as the draft with ``as_draft``);
         Stop ends the download between two parts and keeps nothing."""
         bar = self.model_bar
+        layers = (bar.draft_gpu_layers if as_draft else bar.gpu_layers).value()
         if self.start_job(Trigger.DOWNLOAD, lambda: self.worker.fetch_and_load(
-                key, n_ctx=bar.ctx.value(), n_threads=bar.threads.value(), n_gpu_layers=bar.gpu_layers.value(),
+                key, n_ctx=bar.ctx.value(), n_threads=bar.threads.value(), n_gpu_layers=layers,
                 as_draft=as_draft), kind="draft" if as_draft else "model"):
             self.download_key = key
             self._update_buttons()
 
     def choose_draft(self, path: str | None) -> None:
-        if not self.start_job(Trigger.LOAD, lambda: self.worker.load_draft(path), kind="draft"):
+        layers = self.model_bar.draft_gpu_layers.value()
+        if not self.start_job(Trigger.LOAD, lambda: self.worker.load_draft(path, layers), kind="draft"):
             # the Draft menu shows the draft still loaded, not the entry refused
             self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(self.draft_path or ""), 0))
 
@@ -86,6 +88,7 @@ class ModelsMixin:
             self.input.focus()  # loaded: the user types next
         elif isinstance(event, DraftLoaded):
             self.draft_path = event.path
+            self.settings.setValue("last_draft", event.path or "")  # what a Reload of the target loads again
             if event.path and self.model_bar.draft.findData(event.path) < 0:  # a draft made here (trained)
                 self.model_bar.draft.insertItem(1, Path(event.path).name, event.path)
             self.model_bar.draft.setCurrentIndex(max(self.model_bar.draft.findData(event.path or ""), 0))

@@ -136,6 +136,7 @@ class LoadRequest:
 @dataclass(frozen=True)
 class DraftRequest:
     path: str | None
+    n_gpu_layers: int = 0  # the draft's own GPU layers (the model bar's "Draft GPU layers")
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ class FetchRequest:
     n_ctx: int
     n_threads: int | None
     as_draft: bool = False  # load it as the draft once downloaded (else as the target)
-    n_gpu_layers: int = 0  # a downloaded target loads with the model bar's GPU layers, as an opened one does
+    # a downloaded model loads with the model bar's GPU layers, as an opened one does (a draft's own)
+    n_gpu_layers: int = 0
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ class Session:
         n_threads_batch: int | None = None,
         n_gpu_layers: int = 0,
         draft_path: str | Path | None = None,
+        draft_gpu_layers: int = 0,
         verify_kv: bool = False,
         cancel: threading.Event | None = None,
     ) -> None:
@@ -81,7 +82,7 @@ class Session:
             self._load_template()
             self._make_context(1)  # checks the memory budget first
             if draft_path is not None:
-                self.load_draft(draft_path)
+                self.load_draft(draft_path, n_gpu_layers=draft_gpu_layers)
         except BaseException:
             self.close()  # nobody else holds the model yet: free it (and its GPU layers) now
             raise
@@ -124,10 +125,11 @@ class Session:
             self.draft = grown
 
     # ----------------------------------------------------------------------------- draft model
-    def load_draft(self, path: str | Path) -> ModelInfo:
-        """Load a draft model for speculative decoding; raises if its vocabulary does not match.
-        The draft in use stays loaded until the new one is ready."""
-        model = LoadedModel(path)
+    def load_draft(self, path: str | Path, *, n_gpu_layers: int = 0) -> ModelInfo:
+        """Load a draft model for speculative decoding, ``n_gpu_layers`` of its layers on the GPU
+        (its own setting: a small draft often fits where the target does not); raises if its
+        vocabulary does not match. The draft in use stays loaded until the new one is ready."""
+        model = LoadedModel(path, n_gpu_layers=n_gpu_layers)
         try:
             check_draft_vocab(self.model, model)
             draft = ModelContext.create(model, self.settings, 1, self.budget, self._abort_cb)
@@ -306,8 +308,9 @@ class Session:
 
     def draft_token_cost(self) -> float:
         """What one decode of the draft model costs in decodes of the target, before a run has
-        timed any: the two batch-cost profiles' one-token times where both were measured, else
-        the ratio of the files' sizes (on a CPU, decoding one token reads every weight once)."""
+        timed any: the two batch-cost profiles' one-token times where both were measured (each
+        profile is of its model on its own device: the key holds its GPU layers), else the ratio
+        of the files' sizes (on one device, decoding one token reads every weight once)."""
         if self.draft_model is None:
             raise SpecDecError("no draft model is loaded")
         return self._draft_token_cost(self.cost_curve())

@@ -27,7 +27,7 @@ def _fetch(state: WorkerState, command: m.FetchRequest) -> None:
         state.emit(m.LoadFailed(str(exc), previous_model_kept=state.session is not None, what="download"))
         return
     if command.as_draft:
-        models.load_draft(state, str(path))
+        models.load_draft(state, str(path), command.n_gpu_layers)
     else:
         models.load_model(state, str(path), command.n_ctx, command.n_threads, command.n_gpu_layers)
 
@@ -35,7 +35,7 @@ def _fetch(state: WorkerState, command: m.FetchRequest) -> None:
 JOBS = {
     m.LoadRequest: _load,
     m.FetchRequest: _fetch,
-    m.DraftRequest: lambda state, command: models.load_draft(state, command.path),
+    m.DraftRequest: lambda state, command: models.load_draft(state, command.path, command.n_gpu_layers),
     m.RunRequest: runs.run,
     m.RaceRequest: runs.race,
     m.BaselineRequest: runs.baseline,

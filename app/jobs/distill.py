@@ -36,6 +36,7 @@ def train_draft(state: WorkerState, spec: dict) -> None:
                                result.losses[0] if result.losses else None,
                                result.losses[-1] if result.losses else None, tuple(result.eval_losses),
                                result.t_train_s, before, after))
-        models.load_draft(state, str(result.path))  # its profile, too, stops at the second Stop
+        # its profile, too, stops at the second Stop
+        models.load_draft(state, str(result.path), spec.get("draft_gpu_layers", 0))
     finally:
         state.tokens.retire(measuring)

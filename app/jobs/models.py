@@ -32,7 +32,7 @@ def load_model(state: WorkerState, path: str, n_ctx: int, n_threads: int | None,
     profile_after_load(state)
 
 
-def load_draft(state: WorkerState, path: str | None) -> None:
+def load_draft(state: WorkerState, path: str | None, n_gpu_layers: int = 0) -> None:
     session = state.require_session()
     if path is None:
         session.unload_draft()
@@ -41,7 +41,7 @@ def load_draft(state: WorkerState, path: str | None) -> None:
         state.emit(ProfileReady(state.profiles["target"], None))
         return
     state.emit(LoadStarted(path, what="draft"))
-    info = session.load_draft(path)
+    info = session.load_draft(path, n_gpu_layers=n_gpu_layers)  # priced from its own profile, on its device
     state.emit(DraftLoaded(path, info.summary()))
     state.profiles["draft"] = None
     profile_after_load(state)

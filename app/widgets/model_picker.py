@@ -1,5 +1,5 @@
 """The model bar: target model, draft model (mismatched vocabularies marked), threads, context,
-GPU layers (only when the llama.cpp build has a GPU backend)."""
+the target's and the draft's GPU layers (only when the llama.cpp build has a GPU backend)."""
 
 from __future__ import annotations
 
@@ -42,8 +42,15 @@ class ModelBar(QtWidgets.QWidget):
         self.gpu_layers = QtWidgets.QSpinBox()
         self.gpu_layers.setRange(0, 999)
         self.gpu_label = QtWidgets.QLabel("GPU layers")
+        self.gpu_layers.setToolTip("The target's layers offloaded to the GPU (llama.cpp's -ngl)")
+        # the draft's own: a small draft often fits on the GPU beside a target that does not
+        self.draft_gpu_layers = QtWidgets.QSpinBox()
+        self.draft_gpu_layers.setRange(0, 999)
+        self.draft_gpu_layers.setToolTip("The draft model's layers offloaded to the GPU (llama.cpp's -ngld); "
+                                         "Auto prices the draft from its own profile on that device")
+        self.draft_gpu_label = QtWidgets.QLabel("Draft GPU layers")
         self.reload = QtWidgets.QPushButton("Reload")
-        self.reload.setToolTip("Load the target again with these threads and context size")
+        self.reload.setToolTip("Load the target (and its draft) again with these threads, context size and GPU layers")
         row = QtWidgets.QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         # the model names take the room; the numbers keep their natural width
@@ -53,6 +60,8 @@ class ModelBar(QtWidgets.QWidget):
             row.addWidget(w, stretch)
         row.addWidget(self.gpu_label)
         row.addWidget(self.gpu_layers)
+        row.addWidget(self.draft_gpu_label)
+        row.addWidget(self.draft_gpu_layers)
         row.addWidget(self.reload)
         self.banner = QtWidgets.QFrame()
         self.banner.setStyleSheet("QFrame { background: #fdf2d0; color: #5a4500; border-radius: 4px; }")
@@ -88,8 +97,8 @@ class ModelBar(QtWidgets.QWidget):
         self.open_button.clicked.connect(self.open_file)
 
     def set_gpu_available(self, available: bool) -> None:
-        self.gpu_label.setVisible(available)
-        self.gpu_layers.setVisible(available)
+        for widget in (self.gpu_label, self.gpu_layers, self.draft_gpu_label, self.draft_gpu_layers):
+            widget.setVisible(available)
 
     def set_models(self, paths: list[str], recent: list[str], current: str | None) -> None:
         self.loaded_path = current

@@ -52,7 +52,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
                                           n_threads=args.threads, n_threads_batch=args.threads_batch,
-                                          n_gpu_layers=args.gpu_layers,
+                                          n_gpu_layers=args.gpu_layers, draft_gpu_layers=args.draft_gpu_layers,
                                           draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
         if stop.is_set():  # Ctrl+C while the model loaded: llama.cpp's load cannot stop part-way
             raise KeyboardInterrupt

@@ -66,7 +66,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--file", help="read the prompt from this file")
     p.add_argument("-n", "--n-predict", type=int, default=DEFAULT_MAX_TOKENS_CLI, help="maximum tokens to generate")
     add_context_args(p)
-    p.add_argument("-ngl", "--gpu-layers", type=int, default=0)
+    p.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="target layers offloaded to a GPU (a GPU build)")
+    p.add_argument("-ngld", "--draft-gpu-layers", type=int, default=0,
+                   help="draft model layers offloaded to a GPU (its own setting, as llama.cpp's -ngld)")
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)

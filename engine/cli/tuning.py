@@ -43,6 +43,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     with ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
                                          n_threads=args.threads, n_threads_batch=args.threads_batch,
                                          n_gpu_layers=args.gpu_layers, draft_path=draft_path,
+                                         draft_gpu_layers=args.draft_gpu_layers,
                                          cancel=stop) as session:
         found = [("target", profile.load_or_measure(session, remeasure=args.remeasure))]
         if draft_path is not None:
@@ -145,6 +146,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     with ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
                                          n_threads=args.threads, n_threads_batch=args.threads_batch,
                                          n_gpu_layers=args.gpu_layers, draft_path=draft_path,
+                                         draft_gpu_layers=args.draft_gpu_layers,
                                          cancel=stop) as session:
         curve = profile.load_or_measure(session).curve
         draft_curve = profile.load_or_measure(session, draft=True).curve if draft_path else None
@@ -296,6 +298,8 @@ def add_parser(sub) -> None:
     add_context_args(prof)
     prof.add_argument("--remeasure", action="store_true", help="measure again even if a profile is cached")
     prof.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to a GPU (a GPU build)")
+    prof.add_argument("-ngld", "--draft-gpu-layers", type=int, default=0,
+                    help="draft model layers offloaded to a GPU (its own setting, as llama.cpp's -ngld)")
     prof.add_argument("--formats", nargs="?", const="", default=None,
                       help="compare the model with copies requantised to these formats (comma-separated, or all; "
                            f"the bare flag: {','.join(FORMATS)}): size, T(1), T(B) for every B to 16, exactness, "
@@ -319,6 +323,8 @@ def add_parser(sub) -> None:
     sw.add_argument("--raw", action="store_true", help="do not wrap prompts in the model's chat template")
     sw.add_argument("-n", "--n-predict", type=int, default=48, help="tokens generated per run")
     sw.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to a GPU (a GPU build)")
+    sw.add_argument("-ngld", "--draft-gpu-layers", type=int, default=0,
+                    help="draft model layers offloaded to a GPU (its own setting, as llama.cpp's -ngld)")
     sw.add_argument("--plain-every", type=int, default=3, help="settings between two plain runs")
     add_context_args(sw)
     sw.add_argument("-o", "--output", default="sweep-results", help="folder for results.json/.csv and the PNGs")

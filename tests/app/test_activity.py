@@ -82,19 +82,21 @@ class RecordingWorker:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, int]] = []
+        self.arguments: list[tuple[tuple, dict]] = []  # each request's, as the window passed them
         self.stops = 0
         self._next = 100
 
-    def _submit(self, name: str) -> int:
+    def _submit(self, name: str, *args, **kwargs) -> int:
         self._next += 1
         self.sent.append((name, self._next))
+        self.arguments.append((args, kwargs))
         return self._next
 
     def __getattr__(self, name: str):
         if name in ("load_model", "measure_profile", "start_sweep", "probe_exactness", "compare_formats",
                     "measure_format_speeds", "load_draft", "fetch_and_load", "start_run", "run_baseline",
                     "conversation", "run_batch", "train_draft", "race"):
-            return lambda *args, **kwargs: self._submit(name)
+            return lambda *args, **kwargs: self._submit(name, *args, **kwargs)
         if name in ("pause", "resume", "step_once"):
             return lambda: None
         raise AttributeError(name)
@@ -292,3 +294,42 @@ def test_the_replay_banner_shows_the_trace_s_words_as_text(recorded_window):
     win.play_trace(crafted)
     label = win.replay_label.text()
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;x&lt;/i&gt;" in label and "<i>" not in label
+
+
+def test_the_draft_has_its_own_gpu_layers_and_the_window_keeps_both(recorded_window, tmp_path, smollm_path):
+    """Defect 6 of issue 47: drafts always loaded on the CPU. The model bar has the draft's own
+    GPU layers beside the target's (on a build with a GPU backend); every load of a draft (chosen,
+    downloaded, trained) takes them, every load of a target its own, and both are kept."""
+    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.qt import QtCore
+
+    win, _ = recorded_window
+    bar, worker = win.model_bar, win.worker
+    bar.set_gpu_available(True)
+    assert bar.draft_gpu_layers.isVisibleTo(win) and bar.gpu_layers.isVisibleTo(win)
+    bar.gpu_layers.setValue(12)
+    bar.draft_gpu_layers.setValue(99)
+
+    def last(name: str):
+        assert worker.sent[-1][0] == name
+        args, kwargs = worker.arguments[-1]
+        _end(win, worker.sent[-1][1])
+        return args, kwargs
+
+    win.choose_draft(str(smollm_path))
+    assert last("load_draft")[0] == (str(smollm_path), 99)
+    win.download_model("default", as_draft=True)
+    assert last("fetch_and_load")[1]["n_gpu_layers"] == 99
+    win.download_model("default")
+    assert last("fetch_and_load")[1]["n_gpu_layers"] == 12
+    win.load_model(str(smollm_path))
+    assert last("load_model")[1]["n_gpu_layers"] == 12
+    win.start_training({"steps": 4})
+    assert last("train_draft")[0][0]["draft_gpu_layers"] == 99
+    win.save_settings()
+    again = MainWindow(autoload=False, settings=QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat))
+    try:
+        assert (again.model_bar.gpu_layers.value(), again.model_bar.draft_gpu_layers.value()) == (12, 99)
+    finally:
+        again.worker.shutdown()
+        again.close()
