@@ -44,6 +44,8 @@ LOAD_REQUESTS = ("LoadRequest", "FetchRequest", "DraftRequest")
 
 
 class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, DemoMixin, JobsMixin, QtWidgets.QMainWindow):
+    _drawn = None  # what the stream shows of the conversation (transcript.Drawn), to redraw only changes
+
     def __init__(self, model: str | None = None, *, autoload: bool = True,
                  settings: QtCore.QSettings | None = None) -> None:
         super().__init__()
@@ -213,16 +215,19 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self._render_all()
 
     def _render_all(self) -> None:
+        """Show the conversation (or the completion) as the engine keeps it. A conversation drawn
+        before is drawn again only from its first changed message (transcript.Drawn)."""
         if not hasattr(self, "stream"):
             return
-        self.stream.clear_stream()
         self.conversation_note.setVisible(self._chat_shown())  # a note about the chat, not a completion
-        if self._chat_shown():
-            if self.conversation is not None:
-                live = self.live if self.running and self.live is not None and self.live.finish is None else None
-                render_conversation(self.stream, self.conversation, live)
-        elif self.completion is not None:
-            render_completion(self.stream, self.completion)
+        drawn, self._drawn = self._drawn, None
+        if self._chat_shown() and self.conversation is not None:
+            live = self.live if self.running and self.live is not None and self.live.finish is None else None
+            self._drawn = render_conversation(self.stream, self.conversation, live, drawn)
+        else:
+            self.stream.clear_stream()
+            if not self._chat_shown() and self.completion is not None:
+                render_completion(self.stream, self.completion)
         self.stream.scroll_to_end()
 
     # ------------------------------------------------------------------ events

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdec_studio.app.widgets.token_stream import TokenStream
+from specdec_studio.app.widgets.token_stream import StreamMark, TokenStream
 
 DROPPED_DIVIDER = "— the model no longer sees the messages above: the context was full —"
 
@@ -54,11 +54,36 @@ def render_completion(stream: TokenStream, turn: Turn) -> None:
         stream.append_text("\n" + figures_line(turn.mode, turn.stats, turn.finish), "meta", 0)
 
 
-def render_conversation(stream: TokenStream, view, live: Turn | None) -> None:
-    """``view``: an engine.chat.conversation.ConversationView. ``live``: the answer streaming now,
-    drawn in place of the conversation's (still empty) streaming message."""
-    dropped_seen = False
-    for m in view.messages:
+@dataclass(frozen=True)
+class Drawn:
+    """What the stream shows of a conversation: the messages drawn, the stream's mark before each
+    one and at the end (with the divider state there), and the look they were drawn with."""
+
+    messages: tuple
+    marks: tuple[tuple[StreamMark, bool], ...]
+    look: tuple
+
+
+def render_conversation(stream: TokenStream, view, live: Turn | None, drawn: Drawn | None = None) -> Drawn:
+    """Draw ``view`` (an engine.chat.conversation.ConversationView) in ``stream``; ``live``: the
+    answer streaming now, drawn in place of the conversation's (still empty) streaming message.
+
+    With ``drawn`` (what this stream showed before, nothing appended since but the live answer),
+    only the messages from the first one that changed are drawn again: at the end of a turn in a
+    long chat that is the last question and its answer, not every answer rendered anew. Returns
+    what is drawn now, for the next call."""
+    messages = tuple(view.messages)
+    first = 0
+    if drawn is not None and drawn.look == stream.look():
+        first = _first_change(drawn.messages, messages)
+        mark, dropped_seen = drawn.marks[first]
+        stream.truncate(mark)  # the live answer streamed after the last mark goes too
+    else:
+        stream.clear_stream()
+        dropped_seen = False
+    marks = list(drawn.marks[:first]) if first else []
+    for m in messages[first:]:
+        marks.append((stream.mark(), dropped_seen))
         if dropped_seen and not m.dropped and m.role != "system":
             stream.append_text("\n\n" + DROPPED_DIVIDER, "meta", 0)
             dropped_seen = False
@@ -71,6 +96,17 @@ def render_conversation(stream: TokenStream, view, live: Turn | None) -> None:
         else:
             _render_answer(stream, m, live)
         dropped_seen = dropped_seen or m.dropped
+    marks.append((stream.mark(), dropped_seen))
+    return Drawn(messages, tuple(marks), stream.look())
+
+
+def _first_change(before: tuple, now: tuple) -> int:
+    """The index of the first message of ``now`` to draw again: the first that differs from the
+    one drawn, or is still streaming (its tokens are the live turn's); len(before) at most."""
+    for i, (a, b) in enumerate(zip(before, now)):
+        if a is not b and a != b or b.state == "streaming":
+            return i
+    return min(len(before), len(now))
 
 
 def _render_answer(stream: TokenStream, m, live: Turn | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
 
 from specdec_studio.app.qt import QtGui, QtWidgets
 
@@ -55,6 +56,15 @@ SOURCE_PROPERTY = QtGui.QTextFormat.UserProperty + 1
 STEP_PROPERTY = QtGui.QTextFormat.UserProperty + 2
 
 
+@dataclass(frozen=True)
+class StreamMark:
+    """Where the stream ended at one moment: :meth:`TokenStream.truncate` goes back to it."""
+
+    position: int
+    n_tokens: int
+    n_generated: int
+
+
 class TokenStream(QtWidgets.QTextEdit):
     """Read-only rich text; tokens are appended with a char format per source."""
 
@@ -81,6 +91,21 @@ class TokenStream(QtWidgets.QTextEdit):
         self._token_meta.clear()
         self._token_starts.clear()
         self._generated.clear()
+
+    def mark(self) -> StreamMark:
+        return StreamMark(self.document().characterCount() - 1, len(self._token_meta), len(self._generated))
+
+    def truncate(self, mark: StreamMark) -> None:
+        """Remove everything shown after ``mark`` (text and token records alike)."""
+        cursor = QtGui.QTextCursor(self.document())
+        cursor.setPosition(mark.position)
+        cursor.movePosition(QtGui.QTextCursor.End, QtGui.QTextCursor.KeepAnchor)
+        cursor.removeSelectedText()
+        del self._token_meta[mark.n_tokens:], self._token_starts[mark.n_tokens:], self._generated[mark.n_generated:]
+
+    def look(self) -> tuple:
+        """Everything that decides how a message is drawn: a change draws them all again."""
+        return (self.show_tokens, self.show_rejected, self.mark_steps, id(self.colours), self.font().toString())
 
     def _format(self, source: str, step: int) -> QtGui.QTextCharFormat:
         fmt = QtGui.QTextCharFormat()

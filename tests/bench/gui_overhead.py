@@ -1,8 +1,12 @@
 """The app's own cost: the same lookahead run headless and inside the window (offscreen),
 alternated 3 times; prints ``gui/headless tokens-per-second ratio: X`` (target >= 0.95).
 
-``--chat`` runs a chat turn that asks for code instead (the window renders the finished answer as
-Markdown, the cost this measures too), each in a new conversation; ``-n`` sets the tokens.
+``--chat`` runs a chat turn that asks for code instead, each in a new conversation; ``-n`` sets the
+tokens. The engine's tokens per second leave out what the window does after the last token, so
+``--chat`` times that too: the redraw that renders the finished answer as Markdown (median of the
+rounds), then the redraws of a 50-turn conversation of long answers (the real answer's pieces four
+times over, each turn): drawn whole (a toggle of the view, a conversation opened) and after one more
+turn (the redraw every turn ends with: only the new turn is drawn). Target: the latter within 50 ms.
 
 Both sides decode the same steps: the window's runs keep the cached prompt prefix of the run before
 (prefix reuse; a chat turn always does), so the headless runs do too. A run from an empty cache
@@ -14,9 +18,11 @@ steps."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import tempfile
+import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -82,7 +88,16 @@ def main() -> None:
     window.input.chat_mode.setChecked(args.chat)
     window.input.show_tokens.setChecked(False)  # finished answers rendered
     session = Session(model_path("default"), n_ctx=4096, n_threads=THREADS)
-    ours, gui = [], []
+    redraws: list[float] = []  # seconds of each redraw of the stream (the window's _render_all)
+    render_all = window._render_all
+
+    def timed_render_all() -> None:
+        t0 = time.perf_counter()
+        render_all()
+        redraws.append(time.perf_counter() - t0)
+
+    window._render_all = timed_render_all
+    ours, gui, finished_redraw = [], [], []
     headless(session, args.tokens, args.chat)
     in_app(app, window, args.tokens, args.chat)
     for r in range(ROUNDS):
@@ -93,11 +108,35 @@ def main() -> None:
                              f"{shown.stats['steps']} in the app): the ratio would compare different work")
         ours.append(alone.stats["tokens_per_second"])
         gui.append(shown.stats["tokens_per_second"])
+        finished_redraw.append(redraws[-1])  # the turn's last redraw: its answer as Markdown
         print(f"round {r + 1}: headless {ours[-1]:7.2f} t/s   in the app {gui[-1]:7.2f} t/s   "
               f"({shown.stats['steps']} steps each)")
     print(f"gui/headless tokens-per-second ratio: {statistics.median(gui) / statistics.median(ours):.3f}")
+    if args.chat:
+        print(f"the finished answer's redraw (rendered as Markdown): {1e3 * statistics.median(finished_redraw):.1f} ms")
+        long_chat_redraws(app, window, redraws)
     session.close()
     window.close()
+
+
+def long_chat_redraws(app, window, redraws: list[float], n_turns: int = 50) -> None:
+    """The redraws of a conversation of ``n_turns`` long answers, whole and after one more turn."""
+    view = window.conversation
+    question, answer = view.messages[-2], view.messages[-1]
+    long_answer = dataclasses.replace(answer, content=answer.content * 4, pieces=answer.pieces * 4)
+    turns = (question, long_answer) * n_turns
+    window.conversation = dataclasses.replace(view, messages=turns)
+    window._drawn = None
+    window._render_all()
+    app.processEvents()
+    whole = redraws[-1]
+    window.conversation = dataclasses.replace(view, messages=turns + (question, long_answer))
+    window._render_all()
+    app.processEvents()
+    one_more = redraws[-1]
+    n_chars = len(long_answer.content)
+    print(f"a {n_turns}-turn chat of {n_chars}-character answers: drawn whole in {1e3 * whole:.0f} ms, "
+          f"redrawn after one more turn in {1e3 * one_more:.1f} ms (target: within 50 ms)")
 
 
 if __name__ == "__main__":
