@@ -5,6 +5,8 @@ alone. Each failure here is a real one, provoked in llama.cpp on the default mod
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,3 +68,37 @@ def test_a_row_without_logits_is_named_not_a_null_pointer(smollm_session):
     assert "llama.cpp says:" in message
     _one_sentence(message)
     target.forget()
+
+
+@pytest.fixture(scope="module")
+def tiny_archs() -> Path:
+    """llama.cpp's tiny random models (scripts/tiny_archs.sh writes them once, then prints the folder)."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([str(root / "scripts" / "tiny_archs.sh")], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return Path(done.stdout.strip())
+
+
+@pytest.mark.archs
+@pytest.mark.parametrize("name", ["lfm2-dense", "granitehybrid-dense", "mamba2-dense"])
+def test_a_recurrent_memory_that_cannot_go_back_says_so(tiny_archs, name):
+    """A recurrent state cannot drop a sequence's last positions: the refusal names the call and
+    the model's memory, and a run's prefix reuse falls back to an empty cache instead of failing."""
+    from specdec_studio.engine.session import Session
+
+    with Session(tiny_archs / f"{name}.gguf", n_ctx=256, n_threads=2) as session:
+        info = session.model.info
+        assert info.memory_kind in ("hybrid", "recurrent")
+        target = session.target
+        tokens = list(range(10, 30))
+        target.memory.decode_tokens(target.batch, tokens, 0)
+        with pytest.raises(DecodeError) as failure:
+            target.memory.seq_rm(0, 12, -1)  # the last 8 positions: a rollback
+        message = str(failure.value)
+        assert message.startswith(f"llama_memory_seq_rm could not remove positions 12 to the end of sequence 0 "
+                                  f"from the cache of {name}.gguf ({info.arch})")
+        assert "cannot be rolled back to an earlier position" in message
+        _one_sentence(message)
+        target.note_cached(tokens)
+        assert target.keep_prefix(tokens[:15] + [1, 2]) == 0  # could not keep 15: starts afresh
+        assert target.memory.pos_max(0) == -1

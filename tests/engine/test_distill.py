@@ -3,6 +3,7 @@ text lower the loss and write a GGUF that loads as a draft and drafts losslessly
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -23,18 +24,30 @@ STEPS = 12  # three epochs of this corpus's four training windows
 
 
 @pytest.fixture(scope="module")
-def trained(smollm_path, smollm_drafts, tmp_path_factory):
+def start(smollm_path, smollm_drafts, tmp_path_factory):
+    """The target's text to train on and the start model (the q2_k draft, dequantised)."""
     out = tmp_path_factory.mktemp("distill")
     with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS) as session:
         prompts = [session.tokenize_prompt(p) for p in PROMPTS]
         corpus = distill.target_corpus(session, prompts, 96)
     start = distill.dequantised_copy(smollm_drafts["default-q2_k"], out / "start-f32.gguf")
+    return {"corpus": corpus, "start": start, "out": out}
+
+
+# Three whole epochs of the full draft take 40 s here: the quality checks below run under -m slow.
+# The regular run trains too: the cut start's stopped run below and the window's training
+# (tests/app/test_train_draft.py), which trains, stops, measures the agreement and loads the draft.
+@pytest.fixture(scope="module")
+def trained(start):
+    out = start["out"]
     seen = []
-    result = distill.train(start, corpus, STEPS, out / "trained-f32.gguf", n_threads=N_THREADS, progress=seen.append)
+    result = distill.train(start["start"], start["corpus"], STEPS, out / "trained-f32.gguf", n_threads=N_THREADS,
+                           progress=seen.append)
     quantised = requantize(result.f32_path, out / "trained-q8_0.gguf", "Q8_0")
-    return {"result": result, "path": quantised, "progress": seen, "corpus": corpus, "start": start, "out": out}
+    return {"result": result, "path": quantised, "progress": seen, **start}
 
 
+@pytest.mark.slow
 def test_a_few_epochs_lower_the_loss(trained):
     result = trained["result"]
     assert result.steps == STEPS and not result.stopped
@@ -49,6 +62,7 @@ def test_a_few_epochs_lower_the_loss(trained):
     assert trained["progress"][-1].phase == "done"
 
 
+@pytest.mark.slow
 def test_the_trained_draft_loads_and_drafts_losslessly(smollm_path, trained):
     with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS, draft_path=trained["path"]) as session:
         tokens = session.tokenize_prompt(CODE_PROMPT)
@@ -65,42 +79,43 @@ def test_the_trained_draft_loads_and_drafts_losslessly(smollm_path, trained):
 
 
 @pytest.fixture(scope="module")
-def cut_start(trained):
+def cut_start(start):
     """The start model cut to its first 10 blocks: a third of the training step's cost."""
-    return distill.keep_first_layers(trained["start"], trained["out"] / "start-10.gguf", 10)
+    return distill.keep_first_layers(start["start"], start["out"] / "start-10.gguf", 10)
 
 
-def test_a_cheaper_start_keeps_the_first_layers(trained, cut_start):
+def test_a_cheaper_start_keeps_the_first_layers(start, cut_start):
     with Session(cut_start, n_ctx=256, n_threads=N_THREADS) as session:
         assert session.model.info.n_layer == 10
         assert session.model.info.n_vocab > 0
         out = session.complete(RunConfig(max_tokens=4), "The capital of France is")
         assert len(out.token_ids) == 4
     with pytest.raises(Exception, match="between 1 and"):
-        distill.keep_first_layers(trained["start"], trained["out"] / "bad.gguf", 99)
+        distill.keep_first_layers(start["start"], start["out"] / "bad.gguf", 99)
 
 
-def test_stop_ends_training_after_the_current_window(trained, cut_start):
+def test_stop_ends_training_after_the_current_window(start, cut_start):
     """llama_opt_epoch runs to its end in C: the windows are given one at a time, so a Stop waits
     for the window's STEPS_PER_WINDOW steps, not for the epoch's (minutes on a large corpus)."""
-    corpus = list(trained["corpus"]) * 3  # several training windows an epoch
+    corpus = list(start["corpus"]) * 3  # several training windows an epoch
     stop = threading.Event()
 
     def stop_at_the_first_step(progress):
         if progress.phase == "train":
             stop.set()
 
-    result = distill.train(cut_start, corpus, 100, trained["out"] / "stopped.gguf", n_threads=N_THREADS,
+    result = distill.train(cut_start, corpus, 100, start["out"] / "stopped.gguf", n_threads=N_THREADS,
                            cancel=stop, progress=stop_at_the_first_step)
     assert result.n_corpus_tokens > 3 * distill.TRAIN_CTX  # an epoch would have been 3 windows or more
     assert result.stopped and result.steps == distill.STEPS_PER_WINDOW
     assert result.eval_losses == []  # the epoch stopped part-way is not evaluated
-    assert (trained["out"] / "stopped.gguf").exists()  # what was trained is written
+    assert (start["out"] / "stopped.gguf").exists()  # what was trained is written
+    assert result.losses and all(math.isfinite(loss) for loss in result.losses)
 
 
-def test_too_little_text_is_refused_in_one_sentence(trained):
+def test_too_little_text_is_refused_in_one_sentence(start):
     with pytest.raises(distill.SpecDecError, match="needs at least"):
-        distill.train(trained["start"], trained["corpus"][:100], 2, trained["out"] / "x.gguf", n_threads=N_THREADS)
+        distill.train(start["start"], start["corpus"][:100], 2, start["out"] / "x.gguf", n_threads=N_THREADS)
 
 
 def test_agreement_is_measured_on_prompts_longer_than_one_batch(smollm_path):

@@ -183,12 +183,12 @@ def _execute(session: Session, action: tuple, rng: np.random.Generator) -> None:
         assert (pos_min[s], pos_max[s]) == (memory.pos_min(s), memory.pos_max(s)), (action, s)
 
 
-@pytest.mark.parametrize("n_programs", [pytest.param(60, id="60-programs"),
+@pytest.mark.parametrize("n_programs", [pytest.param(30, id="30-programs"),
                                         pytest.param(300, id="300-programs", marks=pytest.mark.slow)])
 def test_random_programs_keep_mirror_and_llama_cpp_equal(small_session, n_programs):
     # the regular run checks the same programs every time (its time and its cases stay put); -m slow
     # draws new ones each run
-    @settings(max_examples=n_programs, deadline=None, database=None, derandomize=n_programs == 60,
+    @settings(max_examples=n_programs, deadline=None, database=None, derandomize=n_programs == 30,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(program=st.lists(op, min_size=1, max_size=10), seed=st.integers(0, 2**16))
     def check(program, seed):

@@ -24,6 +24,10 @@ WIDE_WINDOW = (7, 4, 0)
 # settings above already hold it to the near-tie rule)
 DEFAULT_WINDOW, DEFAULT_WINDOW_TOKENS = (15, 5, 15), 40
 PROMPTS = {"code": CODE_PROMPT, "prose": PROSE_PROMPT}
+# The KV check and the stochastic check on Gemma-3 run under -m slow: the KV bookkeeping is the
+# model's no more than SmolLM2's, the draws are checked on SmolLM2 in the regular run, and Gemma's
+# greedy runs above stay in it (its kernels are the ones that are not batch-invariant)
+MODELS_SLOW_ON_GEMMA = ["default", pytest.param("gemma", marks=pytest.mark.slow)]
 # the wide and the default window on the code prompt in the regular run, on the prose too with -m slow
 WIDE_PROMPTS = ["code", pytest.param("prose", marks=pytest.mark.slow)]
 
@@ -91,7 +95,7 @@ def test_llama_cpp_default_window_is_lossless(model, prompt_name):
 
 
 @pytest.mark.parametrize("ordered_kv", [True, False], ids=["ordered", "reference"])
-@pytest.mark.parametrize("model", MODELS, indirect=True, scope="module")
+@pytest.mark.parametrize("model", MODELS_SLOW_ON_GEMMA, indirect=True, scope="module")
 def test_kv_holds_exactly_the_accepted_prefix_after_every_step(model, ordered_kv):
     key, session, _, plain = model
     tokens, _ = plain["code"]
@@ -116,7 +120,7 @@ def test_kv_holds_exactly_the_accepted_prefix_after_every_step(model, ordered_kv
     assert checked > 10 and accepted > 0
 
 
-@pytest.mark.parametrize("model", MODELS, indirect=True, scope="module")
+@pytest.mark.parametrize("model", MODELS_SLOW_ON_GEMMA, indirect=True, scope="module")
 def test_stochastic_lookahead_is_reproducible_and_draws_like_plain(model):
     key, session, _, _ = model
     sampling = SamplingParams(temperature=0.8, top_p=0.95, seed=42)

@@ -16,7 +16,7 @@ from specdec_studio.engine.config import RunConfig, SpeculativeParams
 from specdec_studio.engine.models import catalog
 from specdec_studio.engine.sampling import SamplingParams
 from specdec_studio.engine.session import Session, last_event
-from specdec_studio.engine.tuning import profile
+from specdec_studio.engine.tuning.cost_model import CostCurve
 from tests.conftest import N_THREADS
 from tests.engine.lossless import assert_lossless
 from tests.engine.test_speculative import _two_sample_p_value
@@ -53,22 +53,35 @@ def test_greedy_speculation_with_the_pair_equals_plain(pair, deviation, k):
     assert spec.stats["accept_rate"] > 0.5, spec.stats["accept_rate"]
 
 
-def test_auto_with_the_pair_equals_plain_and_runs_the_draft_only_where_it_can_pay(pair, deviation):
-    from specdec_studio.engine.strategies.auto.calibration import StepCost
-    from specdec_studio.engine.strategies.auto.draft_price import DraftPrice
-    from specdec_studio.engine.strategies.auto.priors import MIN_GAIN
+# Two machines, as Auto sees them: this CPU (Qwen2.5-Coder-1.5B's profile here, 2 threads: T(B)/T(1) =
+# 1.86, 2.70, 2.92 at B = 2, 3, 4; its 0.5B draft decodes a token in 0.54 of the target's time) and
+# one where verifying is nearly free and the draft cheap, as on a GPU.
+PRICED = {
+    "this-cpu": (CostCurve(sizes=(1, 2, 3, 4, 8), t_all_logits=(0.032, 0.0595, 0.0864, 0.0934, 0.2368),
+                           t_last_logit=(0.032, 0.050, 0.070, 0.080, 0.150)), 0.54),
+    "gpu-like": (CostCurve(sizes=(1, 2, 16), t_all_logits=(0.010, 0.0101, 0.0115),
+                           t_last_logit=(0.010, 0.0101, 0.011)), 0.05),
+}
 
+
+@pytest.mark.parametrize("machine", list(PRICED))
+def test_auto_with_the_pair_equals_plain_and_runs_the_draft_only_where_it_can_pay(pair, deviation, monkeypatch,
+                                                                                   machine):
+    """On this CPU's prices no draft pays at any acceptance (worked out by hand in
+    test_draft_price.py: k + 1 tokens cost more than k + 1 plain steps), so Auto never asks the
+    draft, not even to probe it; where verifying is nearly free it asks it, and the draft is
+    mostly right. Both stay lossless."""
     session, tokens, plain = pair
-    curve = profile.load_or_measure(session).curve
-    profile.load_or_measure(session, draft=True)
+    curve, token_cost = PRICED[machine]
+    monkeypatch.setattr(session, "cost_curve", lambda: curve)
+    monkeypatch.setattr(session, "_draft_token_cost", lambda _target_curve: token_cost)
     auto = last_event(session.run(RunConfig(mode="auto", max_tokens=N_TOKENS), tokens))
-    assert_lossless(session, tokens, plain.token_ids, auto.token_ids, deviation, "Auto with the pair")
-    offered = auto.stats["auto"]["sources"].get("draft", {}).get("offered", 0)
-    price = DraftPrice(session.draft_token_cost(), RunConfig(mode="auto").speculative.k_max)
-    if not price.may_pay(StepCost(curve), price.k_max, MIN_GAIN):
-        assert offered == 0  # this machine: priced out, never asked (not even probed)
-    else:  # a machine where verifying is cheap enough: the draft is asked and mostly right
-        assert offered > 0
+    assert_lossless(session, tokens, plain.token_ids, auto.token_ids, deviation, f"Auto with the pair, {machine}")
+    draft = auto.stats["auto"]["sources"].get("draft", {})
+    if machine == "this-cpu":
+        assert draft.get("offered", 0) == 0
+    else:
+        assert draft["offered"] > 0 and draft["accepted"] > draft["offered"] / 2, draft
 
 
 # 4 tokens a run; about 0.8 s a seed for both runs on 2 cores
