@@ -14,7 +14,7 @@ import llama_cpp as llama
 
 from specdec_studio.engine import native
 from specdec_studio.engine.batch import Batch
-from specdec_studio.engine.c_failures import decode_failure, memory_edit_failure
+from specdec_studio.engine.native import decode_failure, memory_edit_failure
 
 
 _NO_ABORT = llama.ggml_abort_callback()  # a NULL callback
@@ -53,7 +53,7 @@ class Memory:
     def __init__(self, ctx: llama.llama_context_p, mirror=None, verifier=None, abort_callback=None,
                  model_label: str = "the model", memory_words: str = "") -> None:
         self.ctx = ctx
-        # how a failure names the model and, for a recurrent or hybrid one, its memory (c_failures)
+        # how a failure names the model and, for a recurrent or hybrid one, its memory (native.decode_failure)
         self.model_label = model_label
         self.memory_words = memory_words
         self.abort_callback = abort_callback

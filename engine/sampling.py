@@ -45,10 +45,9 @@ def logits_row(ctx: llama.llama_context_p, i: int, n_vocab: int) -> np.ndarray:
     """A float32 view (no copy) of the logits of batch output ``i``; valid until the next decode."""
     ptr = llama.llama_get_logits_ith(ctx, i)
     if not ptr:  # llama.cpp has just logged why (a row without logits, an index out of range)
-        from specdec_studio.engine import native
-        from specdec_studio.engine.c_failures import logits_failure
+        from specdec_studio.engine.native import logits_failure, problem_mark
 
-        raise logits_failure(i, "this context", native.problem_mark() - 1)
+        raise logits_failure(i, "this context", problem_mark() - 1)
     return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
 
 
