@@ -231,6 +231,12 @@ def train(start_f32: Path, corpus: Sequence[int], n_steps: int, out_f32: Path, *
     """Train the F32 model ``start_f32`` for ``n_steps`` optimizer steps on ``corpus`` and write
     it to ``out_f32``. ``cancel`` (a threading.Event) ends training after the current window
     (STEPS_PER_WINDOW steps); what was trained so far is written all the same."""
+    # two training windows at least; refused before the start model (hundreds of MB in F32) loads
+    # (llama.cpp pads the context to 256 cells: TRAIN_CTX is what it makes, checked again below)
+    needed = TRAIN_CTX + TRAIN_CTX // 2 + 1
+    if len(corpus) < needed:
+        raise SpecDecError(f"the training text has {len(corpus)} tokens; it needs at least {needed} "
+                           "(more prompts, or more tokens each)")
     native.ensure_backend()
     api = _bind()
     adapter_path = graph_budget_adapter(start_f32, out_f32.with_name(out_f32.stem + ".graph-budget.gguf"))

@@ -122,16 +122,16 @@ def test_agreement_is_measured_on_prompts_longer_than_one_batch(smollm_path):
     """Prompt and text together exceed a decode's 512 tokens: they are measured in batches."""
     with Session(smollm_path, n_ctx=1024, n_threads=1) as session:
         long_prompt = session.tokenize_prompt(CODE_PROMPT * 8)
-        assert len(long_prompt) + 16 > session.n_batch
+        assert len(long_prompt) + 8 > session.n_batch
         # one thread: SmolLM2's kernels are batch-invariant at any length, so the target agrees
-        # with itself on every one of the 16 tokens
-        assert draft_measure.greedy_agreement(session, smollm_path, [long_prompt], 16) == 1.0
+        # with itself on every one of the 8 tokens
+        assert draft_measure.greedy_agreement(session, smollm_path, [long_prompt], 8) == 1.0
     with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS) as session:
-        agreement = draft_measure.greedy_agreement(session, smollm_path, [long_prompt], 16)
+        agreement = draft_measure.greedy_agreement(session, smollm_path, [long_prompt], 8)
     # with more threads, past 512 cells a one-token decode and a batch sum the KV in different
     # orders (shared/models/README.md): a near-tie may flip. Each position is scored on the
-    # target's own text (teacher-forced), so one flip costs one token and no more: 15 of 16.
-    assert agreement is not None and round(16 * agreement) >= 15
+    # target's own text (teacher-forced), so one flip costs one token and no more: 7 of 8.
+    assert agreement is not None and round(8 * agreement) >= 7
 
 
 def test_a_stop_ends_the_agreement_measurement(smollm_path):

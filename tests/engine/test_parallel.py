@@ -170,8 +170,11 @@ def test_cli_batch_writes_one_line_per_prompt_in_input_order(smollm_path, tmp_pa
     assert "needs an \"id\" and a \"prompt\"" in capsys.readouterr().err
 
 
-# plain batches in the regular run; prompt lookup's (the same cache, more rows a step) with -m slow
-@pytest.mark.parametrize("mode", ["plain", pytest.param("lookup", marks=pytest.mark.slow)])
+# 26 s a mode here: under -m slow. The regular run checks batches of 1 to 4 prompts in every mode
+# (test_every_prompt_equals_its_single_run) and every strategy past 512 cells on one sequence
+# (test_long_context.py); this one adds two long prompts sharing the cache past 512 cells.
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["plain", "lookup"])
 def test_past_512_cells_every_flip_is_a_near_tie(session, mode):
     """Two long prompts share the cache past 512 cells, where llama.cpp's attention sums in
     another order for a single row (plain) than for several (a batch): any token that differs from
