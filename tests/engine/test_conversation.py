@@ -36,19 +36,20 @@ def fresh_session(smollm_path):
         yield session
 
 
-# lookup's ten turns under -m slow: the regular run checks drafting modes from a warm chat cache
-# (test_lookahead_and_a_draft_model_start_from_the_warm_cache) and Auto's answers after a reused
-# prompt against plain's (tests/engine/test_auto.py)
-@pytest.mark.parametrize("mode", ["plain", pytest.param("lookup", marks=pytest.mark.slow)])
-def test_ten_turns_decode_only_new_tokens_and_equal_fresh_decodes(smollm_session, fresh_session, exactness_probe,
-                                                                   mode):
+# lookup's ten turns under -m slow, plain's six in the regular run (ten with -m slow too): the regular
+# run checks drafting modes from a warm chat cache (test_lookahead_and_a_draft_model_start_from_the_warm_cache)
+# and Auto's answers after a reused prompt against plain's (tests/engine/test_auto.py)
+@pytest.mark.parametrize("mode, n_turns", [("plain", 6), pytest.param("plain", 10, marks=pytest.mark.slow),
+                                           pytest.param("lookup", 10, marks=pytest.mark.slow)])
+def test_turns_decode_only_new_tokens_and_equal_fresh_decodes(smollm_session, fresh_session, exactness_probe,
+                                                              mode, n_turns):
     session = smollm_session
     deviation = exactness_probe(Path(session.model.info.path))["max_abs_diff"]
     chat = Chat(session)
     config = RunConfig(mode=mode, max_tokens=16)
     previous_prompt: list[int] = []
     previous_answer: list[int] = []
-    for turn, text in enumerate(TURNS):
+    for turn, text in enumerate(TURNS[:n_turns]):
         final = _final(chat.send(config, text))
         prompt = list(session.last_prompt_tokens)
         stats = final.stats
@@ -69,7 +70,7 @@ def test_ten_turns_decode_only_new_tokens_and_equal_fresh_decodes(smollm_session
         assert answer.role == "assistant" and answer.content == final.text
         assert answer.produced[: len(final.token_ids)] == list(final.token_ids)
         previous_prompt, previous_answer = prompt, answer.produced
-    assert len(chat.conversation.messages) == 20
+    assert len(chat.conversation.messages) == 2 * n_turns
 
 
 def test_lookahead_and_a_draft_model_start_from_the_warm_cache(smollm_path, smollm_drafts):

@@ -118,15 +118,21 @@ def test_too_little_text_is_refused_in_one_sentence(start):
         distill.train(start["start"], start["corpus"][:100], 2, start["out"] / "x.gguf", n_threads=N_THREADS)
 
 
-def test_agreement_is_measured_on_prompts_longer_than_one_batch(smollm_path):
-    """Prompt and text together exceed a decode's 512 tokens: they are measured in batches."""
+@pytest.mark.slow  # one thread decodes the long prompt slowly; the regular run has the case below
+def test_agreement_past_one_batch_is_whole_on_one_thread(smollm_path):
     with Session(smollm_path, n_ctx=1024, n_threads=1) as session:
         long_prompt = session.tokenize_prompt(CODE_PROMPT * 8)
         assert len(long_prompt) + 8 > session.n_batch
         # one thread: SmolLM2's kernels are batch-invariant at any length, so the target agrees
         # with itself on every one of the 8 tokens
         assert draft_measure.greedy_agreement(session, smollm_path, [long_prompt], 8) == 1.0
+
+
+def test_agreement_is_measured_on_prompts_longer_than_one_batch(smollm_path):
+    """Prompt and text together exceed a decode's 512 tokens: they are measured in batches."""
     with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS) as session:
+        long_prompt = session.tokenize_prompt(CODE_PROMPT * 8)
+        assert len(long_prompt) + 8 > session.n_batch
         agreement = draft_measure.greedy_agreement(session, smollm_path, [long_prompt], 8)
     # with more threads, past 512 cells a one-token decode and a batch sum the KV in different
     # orders (shared/models/README.md): a near-tie may flip. Each position is scored on the

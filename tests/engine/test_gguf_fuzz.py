@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from specdec_studio.engine.models.gguf_check import GgufProblem, check_buffer, check_file
 
-# 2,000 cases in all with -m slow, 202 in the regular run; Gemma's check walks 262,144 vocabulary
+# 2,000 cases in all with -m slow, 135 in the regular run; Gemma's check walks 262,144 vocabulary
 # entries (0.15 s), SmolLM2's 49,152, so the regular run takes most of its cases from SmolLM2
 CASES = {"default": 1500, "gemma": 500}
-REGULAR_SHARE = {"default": 8, "gemma": 32}  # the regular run checks CASES / REGULAR_SHARE of each
+REGULAR_SHARE = {"default": 12, "gemma": 48}  # the regular run checks CASES / REGULAR_SHARE of each
 # passing files loaded in llama.cpp in the regular run (all of them with -m slow): each load starts
 # llama.cpp on a mutated file, so a spread covers the kinds of mutation at a fraction of the cost
 # (a load of Gemma's 262,144-entry vocabulary takes ~0.7 s)

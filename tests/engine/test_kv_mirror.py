@@ -34,7 +34,7 @@ def verified_smollm(smollm_path):
     "config",
     [
         RunConfig(max_tokens=40),
-        RunConfig(mode="lookahead", max_tokens=60, lookahead=LookaheadParams(15, 5, 15)),
+        RunConfig(mode="lookahead", max_tokens=40, lookahead=LookaheadParams(15, 5, 15)),  # ~120 cells a step
         # the reference layout's wide window under -m slow (its 4-3-4 window is checked regularly)
         pytest.param(RunConfig(mode="lookahead", max_tokens=60, lookahead=LookaheadParams(15, 5, 15, ordered_kv=False)),
                      marks=pytest.mark.slow),
