@@ -13,7 +13,8 @@ the renderer replaced a character (a line break shown as a space), made one up (
 boundary) or left markup out (``**``, a fence's first line, a link's target), which is skipped by
 finding them in the next ``REACH`` source characters. Each step costs at most one bounded search,
 so an answer costs time in proportion to its length: difflib's matching blocks, used before, grew
-with the square of it (measured: 1.2 s for one 5,460-character answer against 2 ms, on every redraw).
+with the square of it (tests/bench/markdown_matching.py: 0.8-0.9 s for one 5,460-character answer,
+against 1.6-1.8 ms, on every redraw).
 """
 
 from __future__ import annotations
