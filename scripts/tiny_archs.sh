@@ -8,24 +8,14 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-readonly LLAMA_CPP_PYTHON_VERSION=0.3.36
-readonly CMAKE_FLAGS="${SPECDEC_CMAKE_ARGS:--DGGML_NATIVE=OFF}"
-readonly CACHE_ROOT="${SPECDEC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specdec-studio}"
+# shellcheck source=scripts/llama_source.sh
+source scripts/llama_source.sh
 
-flags_key=$(printf '%s' "$CMAKE_FLAGS" | sha256sum | cut -c1-12)
-root="$CACHE_ROOT/llama-archs-$LLAMA_CPP_PYTHON_VERSION-$flags_key"
+root=$(llama_build_root llama-archs)
 models="$root/models"
 if [[ ! -f "$models/.complete" ]]; then
     [[ -n "${SPECDEC_TOOLS_NO_BUILD:-}" ]] && exit 1
-    command -v cmake >/dev/null || { echo "building llama.cpp's test-llama-archs needs cmake and a C++ compiler" >&2; exit 1; }
-    mkdir -p "$root"
-    if [[ ! -d "$root/src" ]]; then
-        .venv/bin/python -m pip download -q --no-deps --no-binary :all: \
-            "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$root/dl" >&2
-        tar -xzf "$root"/dl/llama_cpp_python-*.tar.gz -C "$root"
-        mv "$root/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp" "$root/src"
-        rm -rf "$root/dl" "$root/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
-    fi
+    llama_source "$root"
     # shellcheck disable=SC2086  # the flags are a list of words
     cmake -S "$root/src" -B "$root/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=ON \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF $CMAKE_FLAGS >&2
