@@ -158,8 +158,10 @@ def _command(line: str, chat, session, store, config, args):
         chat.store = store
         try:
             note = store.save(chat.conversation)
-        except OSError as exc:  # the disk refused: said, and the chat goes on in memory
-            raise SpecDecError(not_saved(exc, store.root)) from None
+        except OSError as exc:  # the disk refused: said once (the next turn's save knows), the chat goes on
+            chat.save_error = not_saved(exc, store.root)
+            raise SpecDecError(chat.save_error) from None
+        chat.save_error = ""
         if note:
             print(f"[{note}]", file=sys.stderr)
         print(f"[saved as {chat.conversation.id}: {chat.conversation.title!r}]", file=sys.stderr)

@@ -64,6 +64,8 @@ def test_save_on_a_refusing_disk_says_so_and_the_chat_goes_on(tmp_path):
     assert len(lines) == 4 and "error" in lines[1] and "not being saved" in lines[1]["error"]
     assert lines[2]["turn"] == 2 and lines[2]["stats"]["n_prompt_reused"] > 0  # answered, the chat kept
     assert lines[3] == {"command": "quit"} and "Traceback" not in done.stderr
+    # said once: the next turn's own save, refused too, does not say it again
+    assert done.stdout.count("not being saved") == 1 and done.stderr.count("not being saved") == 1, done.stderr
 
 
 @pytest.mark.parametrize("flag", ["-p", "--system"])
