@@ -27,6 +27,13 @@ from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, memory_
 LOGIT_BYTES = 4  # llama.cpp's compute buffer holds a ubatch's logits: n_ubatch x n_vocab floats
 
 
+# The recurrent-state snapshots kept per sequence: a verification drops at most its draft's tokens
+# (Auto's k_max is 16; a longer draft on such a model is refused, in one sentence, when it must roll
+# back that far). Each snapshot is a whole state per sequence (a few MB a layer set on a real hybrid
+# model): what the cheaper of snapshots and checkpoints is, is for issue 48 to measure.
+RS_SNAPSHOTS = 16
+
+
 @dataclass(frozen=True)
 class ContextSettings:
     """What every context of a session shares."""
@@ -128,6 +135,13 @@ class ModelContext:
         params.kv_unified = True
         params.no_perf = True
         params.swa_full = True  # the SWA cache as large as the main one: the mirror assumes it
+        # A recurrent state cannot drop its last tokens; llama.cpp can keep a snapshot of each
+        # sequence's state after each of its last n_rs_seq tokens, so that verification can drop
+        # rejected drafts (measured on its tiny lfm2, qwen35, nemotron_h: the decode after a rollback
+        # equals a fresh one to 1e-7). It keeps 0 where the architecture has no such rollback (mamba,
+        # granitehybrid, …): there a rollback is refused, in one sentence.
+        if model.info.memory_kind != "attention":
+            params.n_rs_seq = RS_SNAPSHOTS
         budget.check(settings.n_ctx, settings.n_batch, model.info)
         native.take_recent_problems()
         reported: list[int] = []
@@ -153,7 +167,7 @@ class ModelContext:
             verifier = stack.enter_context(KvVerifier(mirror)) if settings.verify_kv else None
             memory = Memory(ctx, mirror, verifier, abort_callback=abort_callback,
                             model_label=f"{Path(model.info.path).name} ({model.info.arch})",
-                            memory_words=memory_words(model.info))
+                            memory_words=memory_words(model.info, llama.llama_n_rs_seq(ctx)))
         except BaseException:
             stack.close()
             raise

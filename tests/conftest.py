@@ -22,6 +22,8 @@ def _scratch(prefix: str) -> str:
 # Conversations the tests write never land in the user's data directory, and the tests keep a cache
 # of their own (profiles, exactness probes, file hashes, sweeps): what this machine measured before
 # never steers a test, and no test writes the user's cache. Only the models are the set-up's.
+# the user's cache, where built tools (llama.cpp's tiny models of every architecture) are kept
+USER_CACHE = os.environ.get("SPECDEC_CACHE")
 os.environ["SPECDEC_DATA"] = _scratch("specdec-test-data-")
 os.environ.setdefault("SPECDEC_MODELS", str(catalog.cache_dir()))
 os.environ["SPECDEC_CACHE"] = _scratch("specdec-test-cache-")

@@ -201,14 +201,16 @@ def _memory_kind(model: llama.llama_model_p) -> str:
     return "recurrent" if llama.llama_model_is_recurrent(model) else "attention"
 
 
-def memory_words(info: ModelInfo) -> str:
-    """The model's memory as the sentence of a failure names it ("" for a plain KV cache)."""
-    if info.memory_kind == "recurrent":
-        return f"{info.arch} keeps a recurrent state per sequence, which cannot be rolled back to an earlier position"
-    if info.memory_kind == "hybrid":
-        return (f"{info.arch} is a hybrid model whose recurrent layers keep one state per sequence, "
-                "which cannot be rolled back to an earlier position")
-    return ""
+def memory_words(info: ModelInfo, n_snapshots: int = 0) -> str:
+    """The model's memory as the sentence of a failure names it ("" for a plain KV cache);
+    ``n_snapshots``: the recurrent-state snapshots llama.cpp keeps per sequence for rollback."""
+    if info.memory_kind == "attention":
+        return ""
+    state = (f"{info.arch} keeps a recurrent state per sequence" if info.memory_kind == "recurrent" else
+             f"{info.arch} is a hybrid model whose recurrent layers keep one state per sequence")
+    if n_snapshots:
+        return (f"{state}, which can go back at most {n_snapshots} tokens, once between two decodes")
+    return f"{state}, which cannot be rolled back to an earlier position (llama.cpp has no rollback for {info.arch})"
 
 
 def check_draft_vocab(target: LoadedModel, draft: LoadedModel) -> None:

@@ -4,6 +4,7 @@ alone. Each failure here is a real one, provoked in llama.cpp on the default mod
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -73,17 +74,54 @@ def test_a_row_without_logits_is_named_not_a_null_pointer(smollm_session):
 @pytest.fixture(scope="module")
 def tiny_archs() -> Path:
     """llama.cpp's tiny random models (scripts/tiny_archs.sh writes them once, then prints the folder)."""
+    from tests.conftest import USER_CACHE
+
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([str(root / "scripts" / "tiny_archs.sh")], cwd=root, capture_output=True, text=True)
+    # built once into the user's cache, as the script does by hand (the tests' own cache is fresh)
+    env = {k: v for k, v in os.environ.items() if k != "SPECDEC_CACHE"}
+    if USER_CACHE:
+        env["SPECDEC_CACHE"] = USER_CACHE
+    done = subprocess.run([str(root / "scripts" / "tiny_archs.sh")], cwd=root, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     return Path(done.stdout.strip())
 
 
 @pytest.mark.archs
-@pytest.mark.parametrize("name", ["lfm2-dense", "granitehybrid-dense", "mamba2-dense"])
+@pytest.mark.parametrize("name", ["lfm2-dense", "qwen35-dense", "nemotron_h-dense"])
+def test_a_hybrid_model_with_snapshots_rolls_back_a_rejected_draft_exactly(tiny_archs, name):
+    """llama.cpp keeps per-token snapshots of these models' recurrent state (context.RS_SNAPSHOTS):
+    a verification's rejected tokens are dropped, and the next decode equals a fresh one."""
+    from specdec_studio.engine.context import RS_SNAPSHOTS
+    from specdec_studio.engine.session import Session
+
+    with Session(tiny_archs / f"{name}.gguf", n_ctx=256, n_threads=2) as session:
+        target, n_vocab = session.target, session.vocab.n_tokens
+        tokens = list(range(10, 60))
+        row = target.memory.decode_tokens(target.batch, tokens[:22], 0)
+        fresh = logits_row(target.ctx, row, n_vocab).copy()
+        target.forget()
+        target.memory.decode_tokens(target.batch, tokens[:20], 0)
+        target.batch.clear()
+        for pos, token in enumerate([tokens[20], 5, 6, 7, 8, 9], start=20):  # one right, five rejected
+            target.batch.add(token, pos, (0,), True)
+        target.memory.decode(target.batch)
+        assert target.memory.seq_rm(0, 21, -1)
+        target.batch.clear()
+        target.batch.add(tokens[21], 21, (0,), True)
+        target.memory.decode(target.batch)
+        assert np.abs(logits_row(target.ctx, 0, n_vocab) - fresh).max() < 1e-5
+        # further back than the snapshots reach: refused, and said so
+        target.memory.decode_tokens(target.batch, tokens[22:22 + RS_SNAPSHOTS + 2], 22)
+        with pytest.raises(DecodeError, match=f"can go back at most {RS_SNAPSHOTS} tokens"):
+            target.memory.seq_rm(0, 22, -1)
+
+
+@pytest.mark.archs
+@pytest.mark.parametrize("name", ["granitehybrid-dense", "mamba2-dense"])
 def test_a_recurrent_memory_that_cannot_go_back_says_so(tiny_archs, name):
-    """A recurrent state cannot drop a sequence's last positions: the refusal names the call and
-    the model's memory, and a run's prefix reuse falls back to an empty cache instead of failing."""
+    """Where llama.cpp has no rollback for the architecture, a recurrent state cannot drop a
+    sequence's last positions: the refusal names the call and the model's memory, and a run's
+    prefix reuse falls back to an empty cache instead of failing."""
     from specdec_studio.engine.session import Session
 
     with Session(tiny_archs / f"{name}.gguf", n_ctx=256, n_threads=2) as session:
@@ -97,7 +135,7 @@ def test_a_recurrent_memory_that_cannot_go_back_says_so(tiny_archs, name):
         message = str(failure.value)
         assert message.startswith(f"llama_memory_seq_rm could not remove positions 12 to the end of sequence 0 "
                                   f"from the cache of {name}.gguf ({info.arch})")
-        assert "cannot be rolled back to an earlier position" in message
+        assert f"cannot be rolled back to an earlier position (llama.cpp has no rollback for {info.arch})" in message
         _one_sentence(message)
         target.note_cached(tokens)
         assert target.keep_prefix(tokens[:15] + [1, 2]) == 0  # could not keep 15: starts afresh
