@@ -64,6 +64,7 @@ class ModelsMixin:
             self.draft_path = None
             self.has_chat_template = event.has_chat_template
             self.controls.set_draft_loaded(False)
+            self.controls.set_refused_modes(_refused_modes(event.info))
             recent = [event.path] + [p for p in self._recent_models() if p != event.path]
             self.settings.setValue("recent_models", recent[:MAX_RECENT])
             self.settings.setValue("last_model", event.path)
@@ -122,3 +123,13 @@ def _suggested_draft(target_path: str):
         return None
     path = catalog.known_path(draft_key)
     return draft_key, (str(path) if path.exists() else None), catalog.KNOWN_MODELS[draft_key].size_bytes
+
+
+def _refused_modes(info: dict) -> dict[str, str]:
+    """The modes the model just loaded cannot run, each with its reason (engine.models.loading)."""
+    from specdec_studio.engine.config import MODES
+    from specdec_studio.engine.models.loading import mode_refusal
+
+    found = {mode: mode_refusal(mode, str(info.get("arch", "")), str(info.get("memory_kind", "attention")))
+             for mode in MODES}
+    return {mode: why for mode, why in found.items() if why}

@@ -20,7 +20,7 @@ from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConf
 from specdec_studio.engine.context import ContextSettings, MemoryBudget, ModelContext
 from specdec_studio.engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
 from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted
-from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, check_draft_vocab
+from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, check_draft_vocab, mode_refusal
 from specdec_studio.engine.runner import kv_snapshot, run_events
 from specdec_studio.engine.sampling import Sampler
 from specdec_studio.engine.stats import RunCounters
@@ -249,6 +249,10 @@ class Session:
         from specdec_studio.engine.strategies import registry
 
         strategy = registry.get(config.mode)
+        info = self.model.info
+        refused = mode_refusal(config.mode, info.arch, info.memory_kind)  # before anything is decoded
+        if refused:
+            raise ConfigError(refused)
         if config.mode == "speculative" and self.draft is None:
             raise ConfigError("speculative decoding needs a draft model; choose one from the target's family")
         if config.n_sequences > self.n_seq_max:

@@ -7,7 +7,7 @@ is explained under the controls and disables Run.
 
 from __future__ import annotations
 
-from specdec_studio.app.qt import QtWidgets, Signal
+from specdec_studio.app.qt import QtCore, QtWidgets, Signal
 from specdec_studio.app.widgets.slider_spin import SliderSpin
 from specdec_studio.engine.config import (DEFAULT_K, DEFAULT_MAX_TOKENS_APP, DEFAULT_MODE, DEFAULT_N_BATCH, LOOKAHEAD_APP_DEFAULTS,
                                           MODE_LABELS, MODES)
@@ -21,6 +21,7 @@ class ControlsPanel(QtWidgets.QWidget):
         super().__init__(parent)
         self.n_batch = n_batch
         self.draft_loaded = False
+        self.refused_modes: dict[str, str] = {}  # mode -> why the loaded model cannot run it
         self.error: str | None = None  # why the current values cannot run, refreshed on every change
         self._applied: dict | None = None
         layout = QtWidgets.QVBoxLayout(self)
@@ -156,6 +157,9 @@ class ControlsPanel(QtWidgets.QWidget):
             return str(exc)
         if self.mode.currentData() == "speculative" and not self.draft_loaded:
             return "Speculative mode needs a draft model: choose one in the model bar."
+        refused = self.refused_modes.get(self.mode.currentData())
+        if refused:
+            return refused[0].upper() + refused[1:] + "."
         return None
 
     # ------------------------------------------------------------------ pending state
@@ -204,4 +208,15 @@ class ControlsPanel(QtWidgets.QWidget):
 
     def set_draft_loaded(self, loaded: bool) -> None:
         self.draft_loaded = loaded
+        self._on_change()
+
+    def set_refused_modes(self, refused: dict[str, str]) -> None:
+        """The modes the loaded model cannot run, disabled in the mode menu with the reason as
+        their tooltip (a restored setting that names one says so instead of running)."""
+        self.refused_modes = dict(refused)
+        items = self.mode.model()
+        for i in range(self.mode.count()):
+            why = self.refused_modes.get(self.mode.itemData(i))
+            items.item(i).setEnabled(why is None)
+            self.mode.setItemData(i, (why[0].upper() + why[1:] + ".") if why else None, QtCore.Qt.ToolTipRole)
         self._on_change()

@@ -213,6 +213,17 @@ def memory_words(info: ModelInfo, n_snapshots: int = 0) -> str:
     return f"{state}, which cannot be rolled back to an earlier position (llama.cpp has no rollback for {info.arch})"
 
 
+def mode_refusal(mode: str, arch: str, memory_kind: str) -> str | None:
+    """Why a model with this memory cannot run ``mode``, in one sentence (None: it can). Lookahead
+    keeps its window and n-grams in several sequences that share the prompt's cells; a recurrent
+    state is one per sequence and cannot be shared or cut the way KV cells are."""
+    if mode == "lookahead" and memory_kind != "attention":
+        kind = "a recurrent" if memory_kind == "recurrent" else "a hybrid"
+        return (f"lookahead needs KV cells that several sequences share, and {arch} is {kind} model whose "
+                "state is one per sequence; use prompt lookup, a draft model or Auto")
+    return None
+
+
 def check_draft_vocab(target: LoadedModel, draft: LoadedModel) -> None:
     """Raise :class:`VocabMismatchError` unless ``draft`` can propose tokens for ``target``.
 

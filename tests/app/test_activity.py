@@ -333,3 +333,28 @@ def test_the_draft_has_its_own_gpu_layers_and_the_window_keeps_both(recorded_win
     finally:
         again.worker.shutdown()
         again.close()
+
+
+def test_a_mode_the_loaded_model_cannot_run_is_disabled_with_its_reason(recorded_window, smollm_path):
+    """A hybrid model (its memory kind as the engine reports it) cannot run lookahead: the mode
+    menu disables it with the engine's sentence as its tooltip, and a restored lookahead setting
+    says so instead of running; a plain transformer loaded next has every mode again."""
+    from specdec_studio.app.qt import QtCore
+    from specdec_studio.app.worker_messages import JobEnded, JobTaken, ModelLoaded
+    from specdec_studio.engine.models.loading import mode_refusal
+
+    win, _ = recorded_window
+    mode = win.controls.mode
+    hybrid = {"arch": "lfm2", "n_params": 6e6, "quant": "F32", "n_vocab": 32000, "memory_kind": "hybrid"}
+    win._handle_events([JobTaken(7, "LoadRequest"), ModelLoaded(str(smollm_path), hybrid, True, 2048, 2, False),
+                        JobEnded(7, "LoadRequest", "done")])
+    index = mode.findData("lookahead")
+    why = mode_refusal("lookahead", "lfm2", "hybrid")
+    assert why and "lfm2 is a hybrid model" in why
+    assert not mode.model().item(index).isEnabled()
+    assert mode.itemData(index, QtCore.Qt.ToolTipRole) == why[0].upper() + why[1:] + "."
+    assert all(mode.model().item(i).isEnabled() for i in range(mode.count()) if i != index)
+    win.controls.set_values({"mode": "lookahead"})  # a setting restored from an earlier model
+    assert win.controls.error.startswith("Lookahead needs KV cells") and not win.input.run.isEnabled()
+    win._handle_events(win.loaded_reports)  # a plain transformer again
+    assert mode.model().item(index).isEnabled() and win.controls.error is None

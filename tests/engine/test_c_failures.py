@@ -140,3 +140,27 @@ def test_a_recurrent_memory_that_cannot_go_back_says_so(tiny_archs, name):
         target.note_cached(tokens)
         assert target.keep_prefix(tokens[:15] + [1, 2]) == 0  # could not keep 15: starts afresh
         assert target.memory.pos_max(0) == -1
+
+
+@pytest.mark.archs
+@pytest.mark.parametrize("name", ["lfm2-dense", "mamba2-dense"])
+def test_lookahead_on_a_recurrent_state_is_refused_before_decoding(tiny_archs, name):
+    """Lookahead shares the prompt's cells between its sequences, which a recurrent state cannot:
+    refused in one sentence before anything is decoded, on the command line with status 2."""
+    import sys
+
+    from specdec_studio.engine.config import LookaheadParams, RunConfig
+    from specdec_studio.engine.errors import ConfigError
+    from specdec_studio.engine.session import Session
+
+    path = tiny_archs / f"{name}.gguf"
+    with Session(path, n_ctx=256, n_threads=2) as session:
+        with pytest.raises(ConfigError, match=f"lookahead needs KV cells that several sequences share, and "
+                                              f"{session.model.info.arch} is a"):
+            session.complete(RunConfig(mode="lookahead", max_tokens=8, lookahead=LookaheadParams(3, 3, 3)), "a b c a b")
+        assert session.target.memory.pos_max(0) == -1  # nothing was decoded
+        assert len(session.complete(RunConfig(mode="lookup", max_tokens=8), "a b c a b").token_ids) == 8
+    done = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "run", "-m", str(path), "--mode",
+                           "lookahead", "-p", "a b c a b", "-n", "8"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("specdec: lookahead needs KV cells"), done.stderr
+    assert done.stderr.count("\n") == 1
