@@ -31,7 +31,8 @@ PROMPTS = {"code": CODE_PROMPT, "prose": PROSE_PROMPT}
 # model's no more than SmolLM2's, the draws are checked on SmolLM2 in the regular run, and Gemma's
 # greedy runs above stay in it (its kernels are the ones that are not batch-invariant)
 MODELS_SLOW_ON_GEMMA = ["default", pytest.param("gemma", marks=pytest.mark.slow)]
-# the wide and the default window on the code prompt in the regular run, on the prose too with -m slow
+# the default window on the code prompt in the regular run (the widest there: 15-5-15), on the prose
+# too with -m slow; the wide 7-4-0 window (no verification n-grams) only with -m slow
 WIDE_PROMPTS = ["code", pytest.param("prose", marks=pytest.mark.slow)]
 
 
@@ -76,7 +77,8 @@ def test_greedy_lookahead_is_lossless(model, prompt_name, wng):
     _check_lossless(model, prompt_name, wng)
 
 
-@pytest.mark.parametrize("prompt_name", WIDE_PROMPTS)
+@pytest.mark.slow
+@pytest.mark.parametrize("prompt_name", list(PROMPTS))
 @pytest.mark.parametrize("model", MODELS[:1], indirect=True, scope="module")  # see WIDE_WINDOW
 def test_a_wide_window_is_lossless(model, prompt_name):
     _check_lossless(model, prompt_name, WIDE_WINDOW)

@@ -271,12 +271,24 @@ def test_the_made_up_trace_loads():
     assert loaded.finished.text == "xyw" and loaded.config["mode"] == "lookahead"
 
 
-@settings(max_examples=1200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 400 damaged traces in the regular run, 2,000 more with -m slow
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(place=st.sampled_from(_PLACES), new=_JSON_VALUES, also=st.sampled_from(_PLACES), other=_JSON_VALUES)
 def test_a_damaged_trace_is_refused_in_one_sentence_or_read_whole(place, new, also, other):
     """Any field of a trace replaced by any JSON value (two at a time): the trace loads, or it is
     refused with a TraceError of one line. Nothing else may escape (no MemoryError from a huge
     KV map, no silently wrapped negative cell, no traceback from a config of the wrong type)."""
+    _check_damaged(place, new, also, other)
+
+
+@pytest.mark.slow
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(place=st.sampled_from(_PLACES), new=_JSON_VALUES, also=st.sampled_from(_PLACES), other=_JSON_VALUES)
+def test_many_more_damaged_traces_are_refused_in_one_sentence_or_read_whole(place, new, also, other):
+    _check_damaged(place, new, also, other)
+
+
+def _check_damaged(place, new, also, other) -> None:
     records = list(_RECORDS)
     for (line, path), value in ((place, new), (also, other)):
         try:
