@@ -12,9 +12,8 @@ from typing import Protocol
 
 import llama_cpp as llama
 
-from specdec_studio.engine import native
 from specdec_studio.engine.batch import Batch
-from specdec_studio.engine.native import decode_failure, memory_edit_failure
+from specdec_studio.engine.native import decode_failure, memory_edit_failure, problem_mark
 
 
 _NO_ABORT = llama.ggml_abort_callback()  # a NULL callback
@@ -86,7 +85,7 @@ class Memory:
         cache is as before), :class:`DecodeAborted` on cancel, :class:`DecodeError` otherwise,
         in one sentence with the cause llama.cpp logged.
         """
-        mark = native.problem_mark()
+        mark = problem_mark()
         expected = self.verifier.before_decode() if self.verifier is not None else None
         long_decode = self.abort_callback is not None and batch.n_tokens >= LONG_DECODE_TOKENS
         if long_decode:
@@ -127,7 +126,7 @@ class Memory:
         """Remove positions [p0, p1) of ``seq_id`` (-1: from the start / to the end). A recurrent
         memory cannot drop a sequence's last positions: that raises DecodeError, naming why, unless
         the caller can do without (``refusal_ok``: then False is returned, the cache unchanged)."""
-        mark = native.problem_mark()
+        mark = problem_mark()
         ok = bool(llama.llama_memory_seq_rm(self.mem, seq_id, p0, p1))
         if ok:
             self._notify("on_seq_rm", seq_id, p0, p1)

@@ -14,6 +14,7 @@ import numpy as np
 import llama_cpp as llama
 
 from specdec_studio.engine.errors import ConfigError
+from specdec_studio.engine.native import logits_failure, problem_mark
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,6 @@ def logits_row(ctx: llama.llama_context_p, i: int, n_vocab: int) -> np.ndarray:
     """A float32 view (no copy) of the logits of batch output ``i``; valid until the next decode."""
     ptr = llama.llama_get_logits_ith(ctx, i)
     if not ptr:  # llama.cpp has just logged why (a row without logits, an index out of range)
-        from specdec_studio.engine.native import logits_failure, problem_mark
-
         raise logits_failure(i, "this context", problem_mark() - 1)
     return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
 

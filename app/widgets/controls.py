@@ -158,9 +158,7 @@ class ControlsPanel(QtWidgets.QWidget):
         if self.mode.currentData() == "speculative" and not self.draft_loaded:
             return "Speculative mode needs a draft model: choose one in the model bar."
         refused = self.refused_modes.get(self.mode.currentData())
-        if refused:
-            return refused[0].upper() + refused[1:] + "."
-        return None
+        return _as_sentence(refused) if refused else None
 
     # ------------------------------------------------------------------ pending state
     def mark_applied(self, values: dict | None = None) -> None:
@@ -218,5 +216,10 @@ class ControlsPanel(QtWidgets.QWidget):
         for i in range(self.mode.count()):
             why = self.refused_modes.get(self.mode.itemData(i))
             items.item(i).setEnabled(why is None)
-            self.mode.setItemData(i, (why[0].upper() + why[1:] + ".") if why else None, QtCore.Qt.ToolTipRole)
+            self.mode.setItemData(i, _as_sentence(why) if why else None, QtCore.Qt.ToolTipRole)
         self._on_change()
+
+
+def _as_sentence(clause: str) -> str:
+    """The engine's refusal (a clause, as its errors read after "specdec: ") as a sentence on its own."""
+    return clause[0].upper() + clause[1:] + "."

@@ -64,8 +64,8 @@ class Message:
 
 def _piece(p) -> list:
     """One streamed token as read from a file, checked: [text, source, step, id, step acceptance]
-    and, for a token Auto took from a proposer, the proposer's name. Anything else is a ValueError, which makes the file
-    a damaged one (it costs only itself, never the window that shows it)."""
+    and, for a token Auto took from a proposer, the proposer's name. Anything else is a ValueError,
+    which makes the file a damaged one (it costs only itself, never the window that shows it)."""
     if not isinstance(p, (list, tuple)) or len(p) not in (5, 6):
         raise ValueError(f"a token piece is not [text, source, step, id, acceptance(, proposer)]: {str(p)[:40]}")
     text, source, step, token_id, acceptance = p[:5]

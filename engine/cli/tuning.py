@@ -299,7 +299,7 @@ def add_parser(sub) -> None:
     prof.add_argument("--remeasure", action="store_true", help="measure again even if a profile is cached")
     prof.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to a GPU (a GPU build)")
     prof.add_argument("-ngld", "--draft-gpu-layers", type=int, default=0,
-                    help="draft model layers offloaded to a GPU (its own setting, as llama.cpp's -ngld)")
+                      help="draft model layers offloaded to a GPU (its own setting, as llama.cpp's -ngld)")
     prof.add_argument("--formats", nargs="?", const="", default=None,
                       help="compare the model with copies requantised to these formats (comma-separated, or all; "
                            f"the bare flag: {','.join(FORMATS)}): size, T(1), T(B) for every B to 16, exactness, "
