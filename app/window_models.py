@@ -130,6 +130,7 @@ def _refused_modes(info: dict) -> dict[str, str]:
     from specdec_studio.engine.config import MODES
     from specdec_studio.engine.models.loading import mode_refusal
 
-    found = {mode: mode_refusal(mode, str(info.get("arch", "")), str(info.get("memory_kind", "attention")))
+    found = {mode: mode_refusal(mode, str(info.get("arch", "")), str(info.get("memory_kind", "attention")),
+                                bool(info.get("diffusion", False)))
              for mode in MODES}
     return {mode: why for mode, why in found.items() if why}

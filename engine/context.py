@@ -34,6 +34,14 @@ LOGIT_BYTES = 4  # llama.cpp's compute buffer holds a ubatch's logits: n_ubatch 
 RS_SNAPSHOTS = 16
 
 
+def usable_n_ctx(n_ctx: int, *infos: ModelInfo | None) -> int:
+    """The context size the models can take: a model with a learned position table (gpt2,
+    starcoder, mpt) cannot encode a position past its rows, and llama.cpp aborts on one, so its
+    context (and a draft's, whose positions are the target's) stops there and fills up instead."""
+    limits = [info.n_pos_max for info in infos if info is not None and info.n_pos_max > 0]
+    return min([n_ctx, *limits])
+
+
 @dataclass(frozen=True)
 class ContextSettings:
     """What every context of a session shares."""
@@ -120,7 +128,7 @@ class ModelContext:
         """A context with room for ``n_seq_max`` sequences; raises ContextAllocationError (naming
         what to lower) if it does not fit or llama.cpp cannot make it."""
         params = llama.llama_context_default_params()
-        params.n_ctx = settings.n_ctx
+        params.n_ctx = usable_n_ctx(settings.n_ctx, model.info)
         params.n_batch = settings.n_batch
         params.n_ubatch = settings.n_batch
         params.n_seq_max = n_seq_max
@@ -167,7 +175,9 @@ class ModelContext:
             verifier = stack.enter_context(KvVerifier(mirror)) if settings.verify_kv else None
             memory = Memory(ctx, mirror, verifier, abort_callback=abort_callback,
                             model_label=f"{Path(model.info.path).name} ({model.info.arch})",
-                            memory_words=memory_words(model.info, llama.llama_n_rs_seq(ctx)))
+                            memory_words=memory_words(model.info, llama.llama_n_rs_seq(ctx)),
+                            recurrent=model.info.memory_kind != "attention")
+            stack.callback(memory.close)
         except BaseException:
             stack.close()
             raise

@@ -13,6 +13,7 @@ from typing import Protocol
 import llama_cpp as llama
 
 from specdec_studio.engine.batch import Batch
+from specdec_studio.engine.checkpoints import Checkpoints
 from specdec_studio.engine.native import decode_failure, memory_edit_failure, problem_mark
 
 
@@ -44,13 +45,17 @@ class MemoryObserver(Protocol):
 # small-batch decoding (prompt lookup, plain); the run's cancel flag is checked between steps.
 LONG_DECODE_TOKENS = 32
 
+# A checkpoint's re-decode goes in batches of this many tokens (a verification keeps at most k_max
+# + 1 = 17, so one batch).
+REDO_BATCH = 32
+
 
 class Memory:
     """Decode and memory calls on one context, mirrored into ``mirror`` (and checked by
     ``verifier`` against llama.cpp's own dump when the KV debug check is on)."""
 
     def __init__(self, ctx: llama.llama_context_p, mirror=None, verifier=None, abort_callback=None,
-                 model_label: str = "the model", memory_words: str = "") -> None:
+                 model_label: str = "the model", memory_words: str = "", recurrent: bool = False) -> None:
         self.ctx = ctx
         # how a failure names the model and, for a recurrent or hybrid one, its memory (native.decode_failure)
         self.model_label = model_label
@@ -64,6 +69,13 @@ class Memory:
         # Observers are visual aids: one that fails is switched off with its reason kept here
         # (the session reports it), and decoding goes on.
         self.observer_failures: list[str] = []
+        # How a sequence goes back after a verification: a KV cache cuts cells; a recurrent state
+        # uses llama.cpp's per-token snapshots where it keeps them, else a checkpoint (engine.checkpoints).
+        self.recurrent = recurrent
+        self.n_snapshots = llama.llama_n_rs_seq(ctx) if recurrent else 0
+        self.checkpoints = Checkpoints(ctx) if recurrent else None
+        self._last_decode: dict[int, int] = {}  # tokens of each sequence in the last decode (recurrent only)
+        self._redo_batch: Batch | None = None
 
     @property
     def mirror_ok(self) -> bool:
@@ -101,6 +113,8 @@ class Memory:
         if expected is not None and rc == 0:  # a batch llama.cpp refused never reached the cache
             self.verifier.after_decode(expected)
         if rc == 0:
+            if self.recurrent:
+                self._follow_recurrent(batch)
             self._notify("on_decode", batch)
             return dt
         if rc == 1:
@@ -122,23 +136,90 @@ class Memory:
             row = len(chunk) - 1
         return row
 
+    # ------------------------------------------------------------------ recurrent-state rollback
+    def prepare_rollback(self, seq_id: int, n_past: int, span: int, decodes: int = 1) -> None:
+        """Before decodes into ``seq_id`` (which holds ``n_past`` tokens) whose last ``span`` tokens
+        a later :meth:`seq_rm` may drop: save a checkpoint where llama.cpp's snapshots will not do
+        (they cover the tokens of one decode, at most ``n_snapshots``). Free on a KV cache."""
+        if not self.recurrent or span <= 0:
+            return
+        if decodes == 1 and span <= self.n_snapshots:
+            self.checkpoints.drop(seq_id)
+            return
+        self.checkpoints.save(seq_id, n_past)
+
+    def _follow_recurrent(self, batch: Batch) -> None:
+        """Note which sequences the decode reached and extend their checkpoints' token logs."""
+        counts: dict[int, int] = {}
+        ckpts = self.checkpoints.by_seq
+        for i in range(batch.n_tokens):
+            for s in batch.seqs_of(i):
+                s = int(s)
+                counts[s] = counts.get(s, 0) + 1
+                ckpt = ckpts.get(s)
+                if ckpt is not None:
+                    if int(batch.pos[i]) == ckpt.n_past + len(ckpt.since):
+                        ckpt.since.append(int(batch.token[i]))
+                    else:  # not the next position: the log no longer says what the sequence holds
+                        del ckpts[s]
+        self._last_decode = counts
+
+    def _rewind(self, seq_id: int, p0: int, mark: int) -> bool:
+        """Drop positions from ``p0`` on of a recurrent sequence: by llama.cpp's snapshots where they
+        hold those tokens, else from the sequence's checkpoint (restore, then re-decode what stays)."""
+        n_held = self.pos_max(seq_id) + 1
+        back = n_held - p0
+        if back <= 0:
+            return bool(llama.llama_memory_seq_rm(self.mem, seq_id, p0, -1))
+        if back <= min(self.n_snapshots, self._last_decode.get(seq_id, 0)):
+            if llama.llama_memory_seq_rm(self.mem, seq_id, p0, -1):
+                self.checkpoints.drop(seq_id)
+                self._last_decode[seq_id] = 0  # one snapshot rollback per decode
+                return True
+        ckpt = self.checkpoints.covering(seq_id, p0)
+        if ckpt is None:
+            return False
+        self.checkpoints.restore(seq_id)
+        if not llama.llama_memory_seq_rm(self.mem, seq_id, ckpt.n_past, -1):
+            raise memory_edit_failure(seq_id, ckpt.n_past, -1, self.model_label, mark, self.memory_words)
+        self._notify("on_seq_rm", seq_id, ckpt.n_past, -1)
+        redo = ckpt.since[: p0 - ckpt.n_past]
+        if redo:
+            if self._redo_batch is None:
+                self._redo_batch = Batch(REDO_BATCH, 1)
+            self.decode_tokens(self._redo_batch, redo, ckpt.n_past, seq_id)
+        self._last_decode[seq_id] = 0
+        return True
+
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1, *, refusal_ok: bool = False) -> bool:
         """Remove positions [p0, p1) of ``seq_id`` (-1: from the start / to the end). A recurrent
-        memory cannot drop a sequence's last positions: that raises DecodeError, naming why, unless
-        the caller can do without (``refusal_ok``: then False is returned, the cache unchanged)."""
+        sequence goes back only where llama.cpp's snapshots or a checkpoint (:meth:`prepare_rollback`)
+        allow; otherwise that raises DecodeError, naming why, unless the caller can do without
+        (``refusal_ok``: then False is returned, the cache unchanged)."""
         mark = problem_mark()
-        ok = bool(llama.llama_memory_seq_rm(self.mem, seq_id, p0, p1))
-        if ok:
-            self._notify("on_seq_rm", seq_id, p0, p1)
-        elif not refusal_ok:
+        if self.recurrent and p0 > 0 and p1 < 0 and seq_id >= 0:
+            ok = self._rewind(seq_id, p0, mark)
+            if ok:
+                self._notify("on_seq_rm", seq_id, p0, p1)
+        else:
+            ok = bool(llama.llama_memory_seq_rm(self.mem, seq_id, p0, p1))
+            if ok:
+                if self.checkpoints is not None:
+                    self.checkpoints.drop(seq_id)
+                self._notify("on_seq_rm", seq_id, p0, p1)
+        if not ok and not refusal_ok:
             raise memory_edit_failure(seq_id, p0, p1, self.model_label, mark, self.memory_words)
         return ok
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.drop(dst)
         llama.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
         self._notify("on_seq_cp", src, dst, p0, p1)
 
     def seq_keep(self, seq_id: int) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.by_seq = {s: c for s, c in self.checkpoints.by_seq.items() if s == seq_id}
         llama.llama_memory_seq_keep(self.mem, seq_id)
         self._notify("on_seq_keep", seq_id)
 
@@ -147,10 +228,17 @@ class Memory:
         self._notify("on_seq_add", seq_id, p0, p1, delta)
 
     def clear(self) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.drop()
         llama.llama_memory_clear(self.mem, True)
         if self.mirror is not None and self.mirror not in self.observers:
             self.observers.insert(0, self.mirror)  # an empty cache is known exactly: follow again
         self._notify("on_clear")
+
+    def close(self) -> None:
+        if self._redo_batch is not None:
+            self._redo_batch.close()
+            self._redo_batch = None
 
     def pos_min(self, seq_id: int) -> int:
         return llama.llama_memory_seq_pos_min(self.mem, seq_id)

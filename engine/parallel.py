@@ -177,6 +177,9 @@ def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: in
         if n_in_batch == 0:  # every busy slot's drafter stopped: they finish below
             yield from _finish_done(busy, memory)
             continue
+        for slot in busy:  # a recurrent state may have to drop a slot's proposals
+            if slot.seq in proposals:
+                memory.prepare_rollback(slot.seq, slot.n_past, len(proposals[slot.seq][1]))
         try:
             t_decode = memory.decode(batch)
         except NoKvSlot:

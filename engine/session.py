@@ -17,7 +17,7 @@ import llama_cpp as llama
 
 from specdec_studio.engine.chat.template import ChatTemplate, TemplateRefused
 from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConfig, default_threads
-from specdec_studio.engine.context import ContextSettings, MemoryBudget, ModelContext
+from specdec_studio.engine.context import ContextSettings, MemoryBudget, ModelContext, usable_n_ctx
 from specdec_studio.engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
 from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted
 from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, check_draft_vocab, mode_refusal
@@ -88,7 +88,13 @@ class Session:
             raise
 
     # ----------------------------------------------------------------------------- settings
-    n_ctx = property(lambda self: self.settings.n_ctx)
+    @property
+    def n_ctx(self) -> int:
+        """The context a run has: the setting, or less where a model's learned positions end."""
+        model, draft = getattr(self, "model", None), getattr(self, "draft_model", None)
+        return usable_n_ctx(self.settings.n_ctx, model.info if model is not None else None,
+                            draft.info if draft is not None else None)
+
     n_batch = property(lambda self: self.settings.n_batch)
     n_threads = property(lambda self: self.settings.n_threads)
     n_threads_batch = property(lambda self: self.settings.n_threads_batch or self.settings.n_threads)
@@ -250,12 +256,14 @@ class Session:
 
         strategy = registry.get(config.mode)
         info = self.model.info
-        refused = mode_refusal(config.mode, info.arch, info.memory_kind)  # before anything is decoded
+        refused = mode_refusal(config.mode, info.arch, info.memory_kind, info.diffusion)  # before anything is decoded
         if refused:
             raise ConfigError(refused)
         if config.mode == "speculative" and self.draft is None:
             raise ConfigError("speculative decoding needs a draft model; choose one from the target's family")
-        if config.n_sequences > self.n_seq_max:
+        # a recurrent or hybrid model runs Auto on one sequence (no sibling branches): each more
+        # would hold a whole recurrent state and its snapshots
+        if info.memory_kind == "attention" and config.n_sequences > self.n_seq_max:
             self._make_context(config.n_sequences)
         prompt = list(prompt_tokens)
         self.last_prompt_tokens = prompt

@@ -14,7 +14,10 @@ llama_build_root() {
 # llama_source ROOT: the vendored llama.cpp unpacked into ROOT/src (once)
 llama_source() {
     local root="$1"
-    command -v cmake >/dev/null || { echo "building llama.cpp needs cmake and a C++ compiler" >&2; exit 1; }
+    if ! command -v cmake >/dev/null; then  # CMake from PyPI, into the environment (a fresh machine)
+        .venv/bin/python -m pip install -q cmake >&2 || { echo "building llama.cpp needs cmake and a C++ compiler" >&2; exit 1; }
+        export PATH="$PWD/.venv/bin:$PATH"
+    fi
     mkdir -p "$root"
     [[ -d "$root/src" ]] && return
     .venv/bin/python -m pip download -q --no-deps --no-binary :all: \

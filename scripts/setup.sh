@@ -84,6 +84,9 @@ fi
 
 if (( fetch_all )); then
     .venv/bin/specdec models fetch all
+    # llama.cpp's tiny random model of every architecture (tests/engine/test_archs.py): built once
+    # per llama.cpp version and flags, about 5 minutes, before the tests' clock starts
+    scripts/tiny_archs.sh >/dev/null
 else
     .venv/bin/specdec models fetch default
 fi

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -120,3 +121,17 @@ def exactness_probe():
         return results[path]
 
     return probe
+
+
+@pytest.fixture(scope="session")
+def tiny_archs() -> Path:
+    """llama.cpp's tiny random model of every architecture (scripts/tiny_archs.sh writes them once,
+    into the user's cache, then prints the folder; `scripts/setup.sh --all` does it before the tests)."""
+    root = Path(__file__).resolve().parents[1]
+    # the user's cache, as the script does by hand (the tests' own cache is fresh each session)
+    env = {k: v for k, v in os.environ.items() if k != "SPECDEC_CACHE"}
+    if USER_CACHE:
+        env["SPECDEC_CACHE"] = USER_CACHE
+    done = subprocess.run([str(root / "scripts" / "tiny_archs.sh")], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return Path(done.stdout.strip())

@@ -60,6 +60,9 @@ class GgufLayout:
     architecture: str = ""
     alignment: int = DEFAULT_ALIGNMENT
     data_start: int = 0
+    # rows of a learned absolute-position table (gpt2, starcoder, mpt: "position_embd.weight"), 0
+    # if the model has none; llama.cpp reads row p for position p and asserts when p is past the end
+    position_rows: int = 0
     # (kind, byte offset of the field in the file): "count", "key_length", "string_length",
     # "array_length", "value_type", "n_dims", "dim", "tensor_type", "tensor_offset"
     fields: list[tuple[str, int]] = field(default_factory=list)
@@ -195,6 +198,8 @@ def check_buffer(buf, size: int) -> GgufLayout:
             n_elements *= d
         if n_elements > INT64_MAX:
             raise GgufProblem(f"tensor {label} has more elements than fit in 64 bits")
+        if tname == b"position_embd.weight" and n_dims >= 2:
+            layout.position_rows = dims[1]
         ttype = r.u32(f"the type of {label}", "tensor_type")
         if ttype not in GGML_TYPES:
             raise GgufProblem(f"tensor {label} has unknown type {ttype}")

@@ -52,6 +52,10 @@ class ModelInfo:
     # how the model remembers its context: "attention" (a KV cache of cells), "recurrent" (one state
     # per sequence, Mamba, RWKV) or "hybrid" (both, Qwen3.5, LFM2, Granite-4, Nemotron-H)
     memory_kind: str = "attention"
+    # a diffusion model (dream, llada, …) fills a whole block at once rather than left to right
+    diffusion: bool = False
+    # positions the model can encode at all (a learned position table's rows); 0: no such limit
+    n_pos_max: int = 0
 
     @property
     def has_chat_template(self) -> bool:
@@ -74,14 +78,17 @@ class ModelInfo:
             "n_ctx_train": self.n_ctx_train,
             "n_swa": self.n_swa,
             "memory_kind": self.memory_kind,
+            "diffusion": self.diffusion,
+            "n_pos_max": self.n_pos_max,
             "chat_template": self.has_chat_template,
         }
 
 
-def check_gguf_file(path: Path) -> None:
+def check_gguf_file(path: Path) -> int:
     """Raise :class:`ModelFileError` unless ``path`` is a readable GGUF whose header, metadata and
     tensor table pass the pre-flight check (:mod:`engine.models.gguf_check`); llama.cpp never sees a file
-    that fails. A file that passed is remembered by (path, size, mtime) for the process."""
+    that fails. A file that passed is remembered by (path, size, mtime) for the process. Returns the
+    rows of its learned position table (0: none)."""
     from specdec_studio.engine.models.gguf_check import check_file
 
     if not path.exists():
@@ -94,7 +101,7 @@ def check_gguf_file(path: Path) -> None:
         raise ModelFileError(f"{path.name}: cannot be read ({exc.strerror})") from exc
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key in _checked_files:
-        return
+        return _checked_files[key]
     try:
         with path.open("rb") as f:
             header = f.read(8)
@@ -105,11 +112,12 @@ def check_gguf_file(path: Path) -> None:
     (version,) = struct.unpack_from("<I", header, 4)
     if version not in (2, 3):
         raise ModelFileError(f"{path.name}: GGUF version {version} is not supported (expected 2 or 3)")
-    check_file(path)
-    _checked_files.add(key)
+    rows = check_file(path).position_rows
+    _checked_files[key] = rows
+    return rows
 
 
-_checked_files: set[tuple[str, int, int]] = set()
+_checked_files: dict[tuple[str, int, int], int] = {}
 
 
 def _meta_int(model: llama.llama_model_p, key: str, default: int) -> int:
@@ -133,7 +141,7 @@ class LoadedModel:
         native.ensure_backend()
         self.path = Path(path).expanduser()
         self.n_gpu_layers = n_gpu_layers
-        check_gguf_file(self.path)
+        self.position_rows = check_gguf_file(self.path)
         params = llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only  # enough for facts and the draft check; no weights read
@@ -178,6 +186,8 @@ class LoadedModel:
             add_bos=bool(llama.llama_vocab_get_add_bos(v)),
             add_eos=bool(llama.llama_vocab_get_add_eos(v)),
             memory_kind="attention" if vocab_only else _memory_kind(m),
+            diffusion=bool(llama.llama_model_is_diffusion(m)),
+            n_pos_max=self.position_rows,
         )
 
     def token_text(self, token: int) -> bytes:
@@ -209,14 +219,21 @@ def memory_words(info: ModelInfo, n_snapshots: int = 0) -> str:
     state = (f"{info.arch} keeps a recurrent state per sequence" if info.memory_kind == "recurrent" else
              f"{info.arch} is a hybrid model whose recurrent layers keep one state per sequence")
     if n_snapshots:
-        return (f"{state}, which can go back at most {n_snapshots} tokens, once between two decodes")
-    return f"{state}, which cannot be rolled back to an earlier position (llama.cpp has no rollback for {info.arch})"
+        return (f"{state}, which llama.cpp can take back at most {n_snapshots} tokens of its last decode, "
+                "and no checkpoint was saved before these")
+    return (f"{state}, which llama.cpp cannot roll back (it has no rollback for {info.arch}), "
+            "and no checkpoint was saved before these tokens")
 
 
-def mode_refusal(mode: str, arch: str, memory_kind: str) -> str | None:
+def mode_refusal(mode: str, arch: str, memory_kind: str, diffusion: bool = False) -> str | None:
     """Why a model with this memory cannot run ``mode``, in one sentence (None: it can). Lookahead
     keeps its window and n-grams in several sequences that share the prompt's cells; a recurrent
-    state is one per sequence and cannot be shared or cut the way KV cells are."""
+    state is one per sequence and cannot be shared or cut the way KV cells are. Every mode but
+    plain verifies a guess for the next token against the model's prediction there, which a
+    diffusion model does not make: it fills a block of positions at once."""
+    if diffusion and mode != "plain":
+        return (f"{arch} is a diffusion model, which fills a block of tokens at once instead of predicting each "
+                f"next token; {mode} verifies next-token guesses, so only plain decoding runs it")
     if mode == "lookahead" and memory_kind != "attention":
         kind = "a recurrent" if memory_kind == "recurrent" else "a hybrid"
         return (f"lookahead needs KV cells that several sequences share, and {arch} is {kind} model whose "

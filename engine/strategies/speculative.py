@@ -137,6 +137,8 @@ class DraftModelDrafter:
                 break  # the last proposal needs no draft decode; nothing follows an end of generation
             if self.cancel is not None and self.cancel.is_set():
                 break
+            if i == 0:  # these single-token decodes are undone in part when the target rejects
+                d.memory.prepare_rollback(self.seq, len(self.cached), k - 1, decodes=k - 1)
             d.batch.clear()
             row = d.batch.add(token, len(self.cached), (self.seq,), True)
             self.last_decode_times.append(d.memory.decode(d.batch))

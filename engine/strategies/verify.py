@@ -99,6 +99,7 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         batch.add(token, n_past, (0,), True)
         for i, t in enumerate(proposals):
             batch.add(t, n_past + 1 + i, (0,), True)
+        memory.prepare_rollback(0, n_past, len(proposals))  # a recurrent state may have to drop them
         t_decode = rt.decode()
         if t_decode is None:
             break

@@ -157,6 +157,7 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
         batch.clear()
         for i in range(n):
             batch.add(int(filler[i % fill]), fill + i, (0,), all_logits or i == n - 1)
+        memory.prepare_rollback(0, fill, n)
         try:
             dt = memory.decode(batch)
         except DecodeAborted:

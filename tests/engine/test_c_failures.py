@@ -4,7 +4,6 @@ alone. Each failure here is a real one, provoked in llama.cpp on the default mod
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -71,21 +70,6 @@ def test_a_row_without_logits_is_named_not_a_null_pointer(smollm_session):
     target.forget()
 
 
-@pytest.fixture(scope="module")
-def tiny_archs() -> Path:
-    """llama.cpp's tiny random models (scripts/tiny_archs.sh writes them once, then prints the folder)."""
-    from tests.conftest import USER_CACHE
-
-    root = Path(__file__).resolve().parents[2]
-    # built once into the user's cache, as the script does by hand (the tests' own cache is fresh)
-    env = {k: v for k, v in os.environ.items() if k != "SPECDEC_CACHE"}
-    if USER_CACHE:
-        env["SPECDEC_CACHE"] = USER_CACHE
-    done = subprocess.run([str(root / "scripts" / "tiny_archs.sh")], cwd=root, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return Path(done.stdout.strip())
-
-
 @pytest.mark.archs
 @pytest.mark.parametrize("name", ["lfm2-dense", "qwen35-dense", "nemotron_h-dense"])
 def test_a_hybrid_model_with_snapshots_rolls_back_a_rejected_draft_exactly(tiny_archs, name):
@@ -110,10 +94,41 @@ def test_a_hybrid_model_with_snapshots_rolls_back_a_rejected_draft_exactly(tiny_
         target.batch.add(tokens[21], 21, (0,), True)
         target.memory.decode(target.batch)
         assert np.abs(logits_row(target.ctx, 0, n_vocab) - fresh).max() < 1e-5
-        # further back than the snapshots reach: refused, and said so
+        # further back than the snapshots reach, with no checkpoint saved: refused, and said so
         target.memory.decode_tokens(target.batch, tokens[22:22 + RS_SNAPSHOTS + 2], 22)
-        with pytest.raises(DecodeError, match=f"can go back at most {RS_SNAPSHOTS} tokens"):
+        with pytest.raises(DecodeError, match=f"at most {RS_SNAPSHOTS} tokens of its last decode"):
             target.memory.seq_rm(0, 22, -1)
+
+
+@pytest.mark.archs
+@pytest.mark.parametrize("name, span", [("mamba2-dense", 6), ("granitehybrid-dense", 6), ("plamo2-dense", 6),
+                                        ("qwen35-dense", 20)])
+def test_a_checkpoint_rolls_back_where_snapshots_cannot(tiny_archs, name, span):
+    """Where llama.cpp has no snapshots for the architecture (mamba2, granitehybrid, plamo2), or the
+    draft is longer than they reach (qwen35, 20 > 16), the state saved before the verification is
+    restored and the accepted tokens decoded again: the next decode equals a fresh one."""
+    from specdec_studio.engine.session import Session
+
+    with Session(tiny_archs / f"{name}.gguf", n_ctx=256, n_threads=2) as session:
+        target, n_vocab = session.target, session.vocab.n_tokens
+        memory = target.memory
+        tokens = list(range(10, 60))
+        row = memory.decode_tokens(target.batch, tokens[:23], 0)
+        fresh = logits_row(target.ctx, row, n_vocab).copy()
+        target.forget()
+        memory.decode_tokens(target.batch, tokens[:20], 0)
+        memory.prepare_rollback(0, 20, span)
+        target.batch.clear()
+        for pos, token in enumerate(tokens[20:22] + [5] * (span - 1), start=20):  # two right, the rest rejected
+            target.batch.add(token, pos, (0,), True)
+        memory.decode(target.batch)
+        assert memory.seq_rm(0, 22, -1)
+        assert memory.pos_max(0) == 21
+        assert memory.checkpoints.n_restored == 1
+        target.batch.clear()
+        target.batch.add(tokens[22], 22, (0,), True)
+        memory.decode(target.batch)
+        assert np.abs(logits_row(target.ctx, 0, n_vocab) - fresh).max() < 1e-5
 
 
 @pytest.mark.archs
@@ -135,7 +150,8 @@ def test_a_recurrent_memory_that_cannot_go_back_says_so(tiny_archs, name):
         message = str(failure.value)
         assert message.startswith(f"llama_memory_seq_rm could not remove positions 12 to the end of sequence 0 "
                                   f"from the cache of {name}.gguf ({info.arch})")
-        assert f"cannot be rolled back to an earlier position (llama.cpp has no rollback for {info.arch})" in message
+        assert (f"which llama.cpp cannot roll back (it has no rollback for {info.arch}), and no checkpoint was saved "
+                "before these tokens") in message
         _one_sentence(message)
         target.note_cached(tokens)
         assert target.keep_prefix(tokens[:15] + [1, 2]) == 0  # could not keep 15: starts afresh

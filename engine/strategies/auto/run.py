@@ -31,7 +31,9 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                                   rt.n_reused, keep_probs=True)
         price = DraftPrice(rt.draft_token_cost, params.k_max)
     sources = Sources(prompt, draft)
-    n_seq = rt.config.n_sequences
+    # A recurrent state is one per sequence: no sibling branches there, one chain a step (the
+    # session made the context with one sequence)
+    n_seq = 1 if rt.memory.recurrent else rt.config.n_sequences
     report = AutoReport()
     guard = Guard()
     wary = Wary(cost, guard.trust)
@@ -147,6 +149,7 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         for node in nodes:
             node.row = batch.add(node.token, n_past + node.depth, tuple(node.seqs), True)
         n_batch_tokens = batch.n_tokens
+        memory.prepare_rollback(0, n_past, len(nodes))  # a recurrent state may have to drop them
         t_decode = rt.decode()
         if t_decode is None:
             break

@@ -1,0 +1,63 @@
+"""Every mode on llama.cpp's tiny random model of every architecture (tests/engine/archs_matrix.py).
+
+Each mode's greedy tokens equal plain's on the same file, or the mode refuses before decoding in
+one sentence with exit status 2; never "llama_decode failed", a traceback or an abort. A
+five-model subset runs in ``make test``; every architecture under ``-m archs``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import USER_CACHE
+from tests.engine import archs_matrix
+from tests.engine.archs_matrix import FAST_SUBSET, MODES, run_model, run_model_in_process
+
+# Modes that must work (not refuse) on every left-to-right model, hybrid and recurrent included.
+MUST_WORK = ("plain", "lookup", "self-draft", "other draft", "auto", "auto + draft")
+
+
+def _check(cells, diffusion: bool) -> None:
+    bad = [f"{c.mode}: {c.outcome} {c.detail}" for c in cells if not c.ok]
+    assert not bad, f"{cells[0].model}: " + "; ".join(bad)
+    for cell in cells:
+        if cell.outcome == "refused":
+            assert cell.mode not in MUST_WORK or diffusion, f"{cell.model}: {cell.mode} refused: {cell.detail}"
+            assert cell.detail.count(". ") == 0, cell.detail  # one sentence
+
+
+@pytest.mark.parametrize("name", FAST_SUBSET)
+def test_every_mode_on_a_few_architectures(tiny_archs, name):
+    """In one session per model (the CLI's exit status and one-line refusals: the full matrix)."""
+    cells = run_model_in_process(tiny_archs / f"{name}.gguf")
+    assert [c.mode for c in cells] == list(MODES)
+    _check(cells, diffusion=False)
+
+
+def _all_models() -> list[str]:
+    """The folder's models, read at collection without building (the fixture builds them)."""
+    env = {k: v for k, v in os.environ.items() if k != "SPECDEC_CACHE"}
+    env["SPECDEC_TOOLS_NO_BUILD"] = "1"
+    if USER_CACHE:
+        env["SPECDEC_CACHE"] = USER_CACHE
+    done = subprocess.run([str(archs_matrix.ROOT / "scripts" / "tiny_archs.sh")], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        return ["(not built yet: run scripts/tiny_archs.sh)"]
+    return [f.name.removesuffix(".gguf") for f in archs_matrix.model_files(Path(done.stdout.strip()))]
+
+
+DIFFUSION = {"dream-dense", "llada-dense", "llada-moe-moe", "rnd1-moe"}
+
+
+@pytest.mark.archs
+@pytest.mark.parametrize("name", _all_models())
+def test_every_mode_on_every_architecture(tiny_archs, name):
+    path = tiny_archs / f"{name}.gguf"
+    assert path.exists(), f"{name}: run scripts/tiny_archs.sh"
+    cells = run_model(path)
+    assert [c.mode for c in cells] == list(MODES)
+    _check(cells, diffusion=name in DIFFUSION)
