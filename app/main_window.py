@@ -296,6 +296,8 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
 
     def _on_snapshot(self, event) -> None:
         self._latest_snapshot = event  # painted at the figures' rate
+        if event.states:  # a rollback between two paints is still told (the latest, per sequence)
+            self.kv_map.state_slots.note_rollbacks(event.states, event.step)
 
     def _on_requested(self, event: RunRequested) -> None:
         self.last_run_mode = event.config.mode
@@ -344,6 +346,8 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.last_run_mode = config.get("mode", "plain")
         window = int(config.get("W", 0)) if self.last_run_mode == "lookahead" else 0
         self.kv_map.begin_run(window, event.n_prompt)
+        # a replayed trace's model may not be the one loaded: its own memory decides the map's look
+        self.kv_map.set_memory_kind(str(event.model.get("memory_kind", "attention")))
         self.decisions.clear()
         self.decisions_box.setVisible(self.last_run_mode == "auto")
         self.inspector.paused_run = False

@@ -65,6 +65,7 @@ class ModelsMixin:
             self.has_chat_template = event.has_chat_template
             self.controls.set_draft_loaded(False)
             self.controls.set_refused_modes(_refused_modes(event.info))
+            self.kv_map.set_memory_kind(str(event.info.get("memory_kind", "attention")))
             recent = [event.path] + [p for p in self._recent_models() if p != event.path]
             self.settings.setValue("recent_models", recent[:MAX_RECENT])
             self.settings.setValue("last_model", event.path)

@@ -49,6 +49,22 @@ class RejectedDraft:
 
 
 @dataclass(frozen=True)
+class RecurrentState:
+    """A sequence's recurrent state on a hybrid or recurrent model, as the KV map draws it beside
+    the cells: the state itself, llama.cpp's snapshots of it, the saved checkpoint, and how the
+    step's rollback (if any) went back."""
+
+    seq: int
+    n_tokens: int  # tokens the state has seen
+    snapshots: int  # per-token snapshots llama.cpp holds now (of the last decode)
+    snapshots_max: int  # n_rs_seq: 0 where the architecture has none
+    checkpoint_at: int  # tokens the saved checkpoint had seen; -1: none saved
+    rollback: str = ""  # this step: "" none, "snapshot", "checkpoint" (restored and re-decoded)
+    rolled_back: int = 0  # tokens taken back this step
+    redecoded: int = 0  # tokens decoded again after a checkpoint's restore
+
+
+@dataclass(frozen=True)
 class KvSnapshot:
     """The KV cells after a step's decode (``seq_of_cell``: every branch and n-gram of the step in
     place) and after the strategy kept what verification accepted (``kept_seq_of_cell``); a cell
@@ -64,6 +80,8 @@ class KvSnapshot:
     seq_pos_max: tuple[int, ...] = ()
     kept_seq_of_cell: np.ndarray | None = None  # (n_seq, n_cells) bool; None: same as seq_of_cell
     written_step: np.ndarray | None = None  # (n_cells,) int32: the run's step that wrote the cell, -1 before it
+    # the recurrent state of each sequence (hybrid and recurrent models; empty for a KV cache)
+    states: tuple[RecurrentState, ...] = ()
 
     @property
     def kept(self) -> np.ndarray:

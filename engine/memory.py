@@ -14,6 +14,7 @@ import llama_cpp as llama
 
 from specdec_studio.engine.batch import Batch
 from specdec_studio.engine.checkpoints import Checkpoints
+from specdec_studio.engine.events import RecurrentState
 from specdec_studio.engine.native import decode_failure, memory_edit_failure, problem_mark
 
 
@@ -76,6 +77,8 @@ class Memory:
         self.checkpoints = Checkpoints(ctx) if recurrent else None
         self._last_decode: dict[int, int] = {}  # tokens of each sequence in the last decode (recurrent only)
         self._redo_batch: Batch | None = None
+        # the rollbacks since the KV map last looked: seq -> (how, tokens back, tokens re-decoded)
+        self.rollbacks: dict[int, tuple[str, int, int]] = {}
 
     @property
     def mirror_ok(self) -> bool:
@@ -175,6 +178,7 @@ class Memory:
             if llama.llama_memory_seq_rm(self.mem, seq_id, p0, -1):
                 self.checkpoints.drop(seq_id)
                 self._last_decode[seq_id] = 0  # one snapshot rollback per decode
+                self.rollbacks[seq_id] = ("snapshot", back, 0)
                 return True
         ckpt = self.checkpoints.covering(seq_id, p0)
         if ckpt is None:
@@ -189,6 +193,7 @@ class Memory:
                 self._redo_batch = Batch(REDO_BATCH, 1)
             self.decode_tokens(self._redo_batch, redo, ckpt.n_past, seq_id)
         self._last_decode[seq_id] = 0
+        self.rollbacks[seq_id] = ("checkpoint", back, len(redo))
         return True
 
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1, *, refusal_ok: bool = False) -> bool:
@@ -234,6 +239,20 @@ class Memory:
         if self.mirror is not None and self.mirror not in self.observers:
             self.observers.insert(0, self.mirror)  # an empty cache is known exactly: follow again
         self._notify("on_clear")
+
+    def recurrent_states(self, n_seq: int) -> tuple[RecurrentState, ...]:
+        """Each sequence's recurrent state now, with the rollbacks since the last call (drained)."""
+        if not self.recurrent:
+            return ()
+        states = []
+        for seq in range(n_seq):
+            n_tokens = self.pos_max(seq) + 1
+            ckpt = self.checkpoints.by_seq.get(seq)
+            how, back, redone = self.rollbacks.get(seq, ("", 0, 0))
+            states.append(RecurrentState(seq, max(0, n_tokens), min(self.n_snapshots, self._last_decode.get(seq, 0)),
+                                         self.n_snapshots, ckpt.n_past if ckpt is not None else -1, how, back, redone))
+        self.rollbacks.clear()
+        return tuple(states)
 
     def close(self) -> None:
         if self._redo_batch is not None:

@@ -66,4 +66,5 @@ def kv_snapshot(target: ModelContext, step: int, n_seq: int) -> KvSnapshot:
         seq_pos_max=tuple(int(v) for v in pos_max[:n_seq]),
         kept_seq_of_cell=None if kept is cache else kept.seqs[:, :n_seq].T.copy(),
         written_step=mirror.written_at.copy(),
+        states=target.memory.recurrent_states(n_seq),
     )

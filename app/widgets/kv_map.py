@@ -20,6 +20,7 @@ import numpy as np
 
 from specdec_studio.app.qt import QtGui, QtWidgets, pg
 from specdec_studio.app.widgets.empty_state import EmptyState, WholeAxis
+from specdec_studio.app.widgets.state_slots import StateSlotsView
 
 pg.setConfigOptions(imageAxisOrder="row-major")
 
@@ -154,9 +155,14 @@ class KvMapView(QtWidgets.QWidget):
         self.plot_area = EmptyState(self.plot, "Run a prompt to see the KV cache fill: one row per sequence, "
                                                "one column per cell, as each decode leaves them.")
         layout.addWidget(self.plot_area, 1)
+        # a hybrid or recurrent model's state per sequence (hidden on a plain KV cache)
+        self.state_slots = StateSlotsView()
+        self.state_slots.hide()
+        layout.addWidget(self.state_slots)
         layout.addWidget(self.figures)
         layout.addWidget(self.hover_label)
         self.snapshot = None
+        self.memory_kind = "attention"
         self.window = 0
         self.n_prompt = 0
         self.sources = np.zeros(0, dtype=np.uint8)  # writer value of each generated token
@@ -167,6 +173,14 @@ class KvMapView(QtWidgets.QWidget):
         self._background = (255, 255, 255)
         self.set_background(self.palette().color(QtGui.QPalette.Base))
         self.image.hoverEvent = self._hover
+
+    def set_memory_kind(self, kind: str) -> None:
+        """The loaded model's memory: "attention" (cells only), "hybrid" (its attention layers'
+        cells and each sequence's recurrent state), "recurrent" (the states only: it has no cells)."""
+        self.memory_kind = kind
+        self.plot_area.setVisible(kind != "recurrent")
+        self.top.setVisible(kind != "recurrent")
+        self.state_slots.setVisible(kind != "attention" and bool(self.state_slots.states))
 
     @property
     def colouring(self) -> str:
@@ -201,6 +215,7 @@ class KvMapView(QtWidgets.QWidget):
         self.window = window
         self.n_prompt = n_prompt
         self.sources = np.zeros(0, dtype=np.uint8)
+        self.state_slots.begin_run()
 
     def add_tokens(self, sources) -> None:
         """The writer of each token a step emitted (their token sources), in order."""
@@ -242,10 +257,18 @@ class KvMapView(QtWidgets.QWidget):
             self.plot.setXRange(max(0, used_top - self.FOLLOW_CELLS), used_top + 4, padding=0)
         self.frame.setData([0, used_top, used_top, 0, 0], [0, 0, n_seq, n_seq, 0])
         removed = int(snapshot.removed.sum()) if snapshot.kept_seq_of_cell is not None else 0
+        states = getattr(snapshot, "states", ())
+        self.state_slots.set_states(states, snapshot.step)
+        self.state_slots.setVisible(bool(states))
+        if states and self.memory_kind == "recurrent":
+            self.figures.setText(f"step {snapshot.step} · {len(states)} recurrent state"
+                                 f"{'s' if len(states) != 1 else ''} · {self.state_slots.describe()}")
+            return
         self.figures.setText(
             f"step {snapshot.step} · used cells {snapshot.used} · holes {snapshot.holes} · "
             f"largest empty run {snapshot.largest_free_run} · {n_seq} sequence{'s' if n_seq != 1 else ''} × "
             f"{image.shape[1]} cells" + (f" · {removed} removed by verification" if removed else "")
+            + (f" · recurrent state: {self.state_slots.describe()}" if states else "")
         )
 
     FOLLOW_CELLS = 160

@@ -34,7 +34,7 @@ import numpy as np
 from specdec_studio.engine import __version__
 from specdec_studio.engine.config import MAX_SEQUENCES, RunConfig
 from specdec_studio.engine.errors import ConfigError, SpecDecError, not_utf8
-from specdec_studio.engine.events import (BatchRow, Event, KvSnapshot, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
+from specdec_studio.engine.events import (BatchRow, Event, KvSnapshot, RecurrentState, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
                            StepBatch, StepDone, TokenInfo)
 
 # What a trace keeps: a run's own events (a chat's conversation updates are not part of it)
@@ -150,9 +150,13 @@ class _KvEncoder:
         pos, during, kept, written = state
         cells = [[int(c), int(pos[c]), during[c].tobytes().hex(), kept[c].tobytes().hex(), int(written[c])]
                  for c in changed]
-        return {"step": snap.step, "n_cells": n_cells, "n_seq": n_seq, "used": snap.used, "holes": snap.holes,
+        data = {"step": snap.step, "n_cells": n_cells, "n_seq": n_seq, "used": snap.used, "holes": snap.holes,
                 "largest_free_run": snap.largest_free_run, "seq_pos_min": list(snap.seq_pos_min),
                 "seq_pos_max": list(snap.seq_pos_max), "delta": prev is not None, "cells": cells}
+        if snap.states:  # a hybrid or recurrent model's state slots (older traces have none)
+            data["states"] = [[s.seq, s.n_tokens, s.snapshots, s.snapshots_max, s.checkpoint_at, s.rollback,
+                               s.rolled_back, s.redecoded] for s in snap.states]
+        return data
 
 
 def _packed(snap: KvSnapshot) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -354,7 +358,19 @@ class _KvDecoder:
         return KvSnapshot(_int(data["step"]), seq_of_cell, pos.copy(), _int(data["used"]), _int(data["holes"]),
                           _int(data["largest_free_run"]), tuple(_int(p) for p in _list(data["seq_pos_min"])),
                           tuple(_int(p) for p in _list(data["seq_pos_max"])),
-                          None if same else kept_of_cell, written.copy())
+                          None if same else kept_of_cell, written.copy(),
+                          tuple(_recurrent_state(s) for s in _list(data.get("states", []))[:MAX_SEQUENCES]))
+
+
+def _recurrent_state(record: object) -> RecurrentState:
+    seq, n_tokens, snapshots, snapshots_max, checkpoint_at, how, back, redone = _list(record)
+    if how not in ("", "snapshot", "checkpoint"):
+        raise ValueError(f"a recurrent state's rollback is {str(how)[:20]!r}, not snapshot or checkpoint")
+    count = lambda v, what: _in_range(v, 0, 2**31 - 1, what)  # noqa: E731
+    return RecurrentState(_in_range(seq, 0, MAX_SEQUENCES, "sequence"), count(n_tokens, "state tokens"),
+                          count(snapshots, "snapshots"), count(snapshots_max, "snapshots"),
+                          _in_range(checkpoint_at, -1, 2**31 - 1, "checkpoint"), how, count(back, "rollback"),
+                          count(redone, "re-decoded tokens"))
 
 
 def _seq_bits(hex_text: object, n_bytes: int) -> np.ndarray:

@@ -1,0 +1,110 @@
+"""The real window on hybrid and recurrent models (issue 48), each shot from the X screen:
+
+    xvfb-run -s "-screen 0 1366x768x24" .venv/bin/python scripts/issue48_screenshots.py docs/screenshots
+
+1. llama.cpp's tiny qwen35 (hybrid: attention cells and a recurrent state per sequence) with
+   Mamba-2's tiny model as the draft, Auto run: the map shows the cells and the state slots;
+2. the mode menu opened on it: lookahead disabled, with the refusal as its tooltip;
+3. the tiny mamba2 (recurrent only) with qwen35 as its draft, speculative run: the state slots alone.
+
+The tiny models come from scripts/tiny_archs.sh.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    out = Path(sys.argv[1]).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    archs = Path(subprocess.run([str(ROOT / "scripts" / "tiny_archs.sh")], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.strip())
+    scratch = Path(tempfile.mkdtemp(prefix="shots-"))
+    os.environ["SPECDEC_DATA"] = str(scratch / "data")
+    os.environ["SPECDEC_CACHE"] = str(scratch / "cache")
+
+    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
+
+    app = QtWidgets.QApplication([])
+    screen = app.primaryScreen().geometry()
+    tag = f"{screen.width()}x{screen.height()}"
+
+    def wait(condition, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            app.processEvents()
+            if time.monotonic() > deadline:
+                raise SystemExit("timed out")
+            time.sleep(0.02)
+
+    def settle(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            app.processEvents()
+            time.sleep(0.02)
+
+    def shoot(name: str) -> None:
+        settle(0.6)
+        path = out / f"{tag}-{name}.png"
+        subprocess.run(["import", "-window", "root", str(path)], check=True)
+        print(path)
+
+    def run_on(window, model: str, draft: str, mode: str, prompt: str) -> None:
+        window.load_model(str(archs / f"{model}.gguf"))
+        wait(lambda: window.model_loaded and window.model_path.endswith(f"{model}.gguf") and not window.machine.busy)
+        window.choose_draft(str(archs / f"{draft}.gguf"))
+        wait(lambda: window.draft_path is not None and not window.machine.busy)
+        controls = window.controls
+        controls.mode.setCurrentIndex(controls.mode.findData(mode))
+        window.input.set_text(prompt)
+        window.input.run.click()
+        wait(lambda: window.machine.busy)
+        wait(lambda: not window.machine.busy)
+        window.right_tabs.setCurrentIndex(0)  # Live: the stream, the KV map, the figures
+
+    settings = QtCore.QSettings(str(scratch / "settings.ini"), QtCore.QSettings.IniFormat)
+    settings.setValue("threads", 2)
+    settings.setValue("auto_profile", "false")
+    settings.setValue("chat", "false")
+    window = MainWindow(str(archs / "qwen35-dense.gguf"), settings=settings)
+    window.resize(screen.width(), screen.height())
+    window.move(0, 0)
+    window.show()
+    wait(lambda: window.model_loaded and not window.machine.busy)
+
+    # 1. a hybrid model, Auto with a recurrent draft: cells and state slots
+    run_on(window, "qwen35-dense", "mamba2-dense", "auto", "a b c a b c a b c a b c a b")
+    shoot("issue48-hybrid-auto-cells-and-states")
+
+    # 2. lookahead disabled for it, the reason as the item's tooltip
+    combo = window.controls.mode
+    combo.showPopup()
+    settle(0.5)
+    view = combo.view()
+    row = combo.findData("lookahead")
+    rect = view.visualRect(view.model().index(row, 0))
+    QtWidgets.QToolTip.showText(view.viewport().mapToGlobal(rect.center()),
+                                combo.itemData(row, QtCore.Qt.ToolTipRole), view)
+    shoot("issue48-lookahead-disabled-with-reason")
+    QtWidgets.QToolTip.hideText()
+    combo.hidePopup()
+
+    # 3. a recurrent model: the states alone
+    run_on(window, "mamba2-dense", "qwen35-dense", "speculative", "a b c a b c a b c a b c a b")
+    shoot("issue48-recurrent-states-only")
+    window.close()
+    del QtGui
+
+
+if __name__ == "__main__":
+    main()
