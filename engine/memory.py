@@ -13,7 +13,7 @@ from typing import Protocol
 import llama_cpp as llama
 
 from specdec_studio.engine.batch import Batch
-from specdec_studio.engine.checkpoints import Checkpoints
+from specdec_studio.engine.kv.checkpoints import Checkpoints
 from specdec_studio.engine.events import RecurrentState
 from specdec_studio.engine.native import decode_failure, memory_edit_failure, problem_mark
 
@@ -71,7 +71,7 @@ class Memory:
         # (the session reports it), and decoding goes on.
         self.observer_failures: list[str] = []
         # How a sequence goes back after a verification: a KV cache cuts cells; a recurrent state
-        # uses llama.cpp's per-token snapshots where it keeps them, else a checkpoint (engine.checkpoints).
+        # uses llama.cpp's per-token snapshots where it keeps them, else a checkpoint (engine.kv.checkpoints).
         self.recurrent = recurrent
         self.n_snapshots = llama.llama_n_rs_seq(ctx) if recurrent else 0
         self.checkpoints = Checkpoints(ctx) if recurrent else None

@@ -11,14 +11,15 @@ screen (run under Xvfb at the size wanted):
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from window_shots import Shooter  # noqa: E402
 
 
 def main() -> None:
@@ -69,25 +70,11 @@ def main() -> None:
     window.move(0, 0)
     window.show()
 
-    def wait(condition, timeout_s: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            app.processEvents()
-            if time.monotonic() > deadline:
-                raise SystemExit("timed out")
-            time.sleep(0.02)
-
-    def settle(seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            app.processEvents()
-            time.sleep(0.02)
+    shots = Shooter(app, out, tag)
+    wait, settle = shots.wait, shots.settle
 
     def shoot(name: str) -> None:
-        settle(0.5)
-        path = out / f"{tag}-{name}.png"
-        subprocess.run(["import", "-window", "root", str(path)], check=True)
-        print(path)
+        shots.shoot(name, 0.5)
 
     wait(lambda: window.model_loaded and not window.machine.busy)
     window.left_tabs.setCurrentIndex(1)  # the Chats tab: the saved chat listed

@@ -16,11 +16,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from window_shots import Shooter  # noqa: E402
 
 
 def main() -> None:
@@ -33,31 +35,17 @@ def main() -> None:
     os.environ["SPECDEC_CACHE"] = str(scratch / "cache")
 
     from specdec_studio.app.main_window import MainWindow
-    from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
+    from specdec_studio.app.qt import QtCore, QtWidgets
 
     app = QtWidgets.QApplication([])
     screen = app.primaryScreen().geometry()
     tag = f"{screen.width()}x{screen.height()}"
 
-    def wait(condition, timeout_s: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            app.processEvents()
-            if time.monotonic() > deadline:
-                raise SystemExit("timed out")
-            time.sleep(0.02)
-
-    def settle(seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            app.processEvents()
-            time.sleep(0.02)
+    shots = Shooter(app, out, tag)
+    wait, settle = shots.wait, shots.settle
 
     def shoot(name: str) -> None:
-        settle(0.6)
-        path = out / f"{tag}-{name}.png"
-        subprocess.run(["import", "-window", "root", str(path)], check=True)
-        print(path)
+        shots.shoot(name, 0.6)
 
     def run_on(window, model: str, draft: str, mode: str, prompt: str) -> None:
         window.load_model(str(archs / f"{model}.gguf"))
@@ -103,7 +91,6 @@ def main() -> None:
     run_on(window, "mamba2-dense", "qwen35-dense", "speculative", "a b c a b c a b c a b c a b")
     shoot("issue48-recurrent-states-only")
     window.close()
-    del QtGui
 
 
 if __name__ == "__main__":

@@ -187,6 +187,9 @@ def test_a_draft_with_extra_tokens_proposes_only_ids_the_target_has(monkeypatch)
         def decode(self, batch):
             return 0.0
 
+        def prepare_rollback(self, seq_id, n_past, span, decodes=1):
+            pass  # a KV cache: nothing to save
+
     class Batch:
         def clear(self):
             pass

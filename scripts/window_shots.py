@@ -1,0 +1,34 @@
+"""Helpers the screenshot scripts share: wait on the real window, and shoot the X screen."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+
+class Shooter:
+    """Drives ``app``'s event loop while waiting, and writes ``out/<screen size>-<name>.png``."""
+
+    def __init__(self, app, out: Path, tag: str) -> None:
+        self.app, self.out, self.tag = app, out, tag
+
+    def wait(self, condition, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            self.app.processEvents()
+            if time.monotonic() > deadline:
+                raise SystemExit("timed out")
+            time.sleep(0.02)
+
+    def settle(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.app.processEvents()
+            time.sleep(0.02)
+
+    def shoot(self, name: str, settle_s: float = 0.5) -> None:
+        self.settle(settle_s)
+        path = self.out / f"{self.tag}-{name}.png"
+        subprocess.run(["import", "-window", "root", str(path)], check=True)
+        print(path)
