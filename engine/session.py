@@ -91,9 +91,8 @@ class Session:
     @property
     def n_ctx(self) -> int:
         """The context a run has: the setting, or less where a model's learned positions end."""
-        model, draft = getattr(self, "model", None), getattr(self, "draft_model", None)
-        return usable_n_ctx(self.settings.n_ctx, model.info if model is not None else None,
-                            draft.info if draft is not None else None)
+        draft = self.draft_model
+        return usable_n_ctx(self.settings.n_ctx, self.model.info, draft.info if draft is not None else None)
 
     n_batch = property(lambda self: self.settings.n_batch)
     n_threads = property(lambda self: self.settings.n_threads)

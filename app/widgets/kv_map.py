@@ -257,7 +257,7 @@ class KvMapView(QtWidgets.QWidget):
             self.plot.setXRange(max(0, used_top - self.FOLLOW_CELLS), used_top + 4, padding=0)
         self.frame.setData([0, used_top, used_top, 0, 0], [0, 0, n_seq, n_seq, 0])
         removed = int(snapshot.removed.sum()) if snapshot.kept_seq_of_cell is not None else 0
-        states = getattr(snapshot, "states", ())
+        states = snapshot.states
         self.state_slots.set_states(states, snapshot.step)
         self.state_slots.setVisible(bool(states))
         if states and self.memory_kind == "recurrent":

@@ -141,7 +141,7 @@ class LoadedModel:
         native.ensure_backend()
         self.path = Path(path).expanduser()
         self.n_gpu_layers = n_gpu_layers
-        self.position_rows = check_gguf_file(self.path)
+        position_rows = check_gguf_file(self.path)
         params = llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only  # enough for facts and the draft check; no weights read
@@ -152,9 +152,9 @@ class LoadedModel:
             raise ModelFileError(f"{self.path.name}: could not be loaded, the file is truncated or corrupt ({why})")
         self.ptr = ptr
         self.vocab = llama.llama_model_get_vocab(ptr)
-        self.info = self._read_info(vocab_only)
+        self.info = self._read_info(vocab_only, position_rows)
 
-    def _read_info(self, vocab_only: bool) -> ModelInfo:
+    def _read_info(self, vocab_only: bool, position_rows: int) -> ModelInfo:
         m, v = self.ptr, self.vocab
         # a vocab-only load has no hyper-parameters: llama.cpp aborts if they are asked for
         hp = (lambda f: 0) if vocab_only else (lambda f: f(m))
@@ -187,7 +187,7 @@ class LoadedModel:
             add_eos=bool(llama.llama_vocab_get_add_eos(v)),
             memory_kind="attention" if vocab_only else _memory_kind(m),
             diffusion=bool(llama.llama_model_is_diffusion(m)),
-            n_pos_max=self.position_rows,
+            n_pos_max=position_rows,
         )
 
     def token_text(self, token: int) -> bytes:

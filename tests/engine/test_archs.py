@@ -7,13 +7,9 @@ five-model subset runs in ``make test``; every architecture under ``-m archs``.
 
 from __future__ import annotations
 
-import os
-import subprocess
-from pathlib import Path
-
 import pytest
 
-from tests.conftest import USER_CACHE
+from tests.conftest import tiny_archs_folder
 from tests.engine import archs_matrix
 from tests.engine.archs_matrix import FAST_SUBSET, MODES, run_model, run_model_in_process
 
@@ -40,14 +36,10 @@ def test_every_mode_on_a_few_architectures(tiny_archs, name):
 
 def _all_models() -> list[str]:
     """The folder's models, read at collection without building (the fixture builds them)."""
-    env = {k: v for k, v in os.environ.items() if k != "SPECDEC_CACHE"}
-    env["SPECDEC_TOOLS_NO_BUILD"] = "1"
-    if USER_CACHE:
-        env["SPECDEC_CACHE"] = USER_CACHE
-    done = subprocess.run([str(archs_matrix.ROOT / "scripts" / "tiny_archs.sh")], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
+    folder = tiny_archs_folder(build=False)
+    if folder is None:
         return ["(not built yet: run scripts/tiny_archs.sh)"]
-    return [f.name.removesuffix(".gguf") for f in archs_matrix.model_files(Path(done.stdout.strip()))]
+    return [f.name.removesuffix(".gguf") for f in archs_matrix.model_files(folder)]
 
 
 DIFFUSION = {"dream-dense", "llada-dense", "llada-moe-moe", "rnd1-moe"}
