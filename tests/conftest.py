@@ -123,24 +123,21 @@ def exactness_probe():
     return probe
 
 
-def tiny_archs_folder(build: bool = True) -> Path | None:
-    """The folder of llama.cpp's tiny random model of every architecture, in the user's cache (the
-    tests' own cache is fresh each session), as scripts/tiny_archs.sh prints it; it writes them
-    first unless ``build`` is False (then None if they are not there)."""
+def tiny_archs_folder() -> Path | None:
+    """The folder of llama.cpp's tiny random model of every architecture, in the user's cache
+    where scripts/tiny_archs.sh (run by `scripts/setup.sh --all`) wrote them; None if it has not.
+    Read only: the tests never build into the user's cache."""
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "SPECDEC_CACHE"}
     if USER_CACHE:
         env["SPECDEC_CACHE"] = USER_CACHE
-    if not build:
-        env["SPECDEC_TOOLS_NO_BUILD"] = "1"
+    env["SPECDEC_TOOLS_NO_BUILD"] = "1"
     done = subprocess.run([str(root / "scripts" / "tiny_archs.sh")], cwd=root, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        assert not build, done.stderr[-2000:]
-        return None
-    return Path(done.stdout.strip())
+    return Path(done.stdout.strip()) if done.returncode == 0 else None
 
 
 @pytest.fixture(scope="session")
 def tiny_archs() -> Path:
-    """The tiny models (`scripts/setup.sh --all` writes them before the tests)."""
-    return tiny_archs_folder()
+    folder = tiny_archs_folder()
+    assert folder is not None, "the tiny models are missing: run scripts/tiny_archs.sh (scripts/setup.sh --all does)"
+    return folder

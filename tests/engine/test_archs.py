@@ -36,7 +36,7 @@ def test_every_mode_on_a_few_architectures(tiny_archs, name):
 
 def _all_models() -> list[str]:
     """The folder's models, read at collection without building (the fixture builds them)."""
-    folder = tiny_archs_folder(build=False)
+    folder = tiny_archs_folder()
     if folder is None:
         return ["(not built yet: run scripts/tiny_archs.sh)"]
     return [f.name.removesuffix(".gguf") for f in archs_matrix.model_files(folder)]
