@@ -291,8 +291,8 @@ def test_a_model_with_a_refused_template_opens_in_completion_mode(smollm_path, m
 
     original = LoadedModel._read_info
 
-    def evil_info(self, vocab_only):
-        info = original(self, vocab_only)
+    def evil_info(self, vocab_only, position_rows):
+        info = original(self, vocab_only, position_rows)
         return dataclasses.replace(info, chat_template="{% for i in range(10**5) %}{% for j in range(10**5) %}"
                                                        "{% endfor %}{% endfor %}")
 
