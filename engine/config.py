@@ -16,14 +16,17 @@ def default_threads() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-Mode = Literal["plain", "lookahead", "speculative", "lookup"]
-MODES: tuple[str, ...] = ("plain", "lookahead", "speculative", "lookup", "auto")
+Mode = Literal["plain", "lookahead", "speculative", "lookup", "mtp", "auto"]
+MODES: tuple[str, ...] = ("plain", "lookahead", "speculative", "lookup", "mtp", "auto")
+# The modes that draft k tokens a step from one source and verify them (engine.strategies.verify).
+DRAFT_VERIFY_MODES: tuple[str, ...] = ("speculative", "lookup", "mtp")
 # What each mode is called where a person reads it (the app's mode list).
 MODE_LABELS: dict[str, str] = {
     "plain": "Plain",
     "lookahead": "Lookahead",
     "speculative": "Speculative (draft model)",
     "lookup": "Prompt lookup",
+    "mtp": "MTP head (the model's own)",
     "auto": "Auto",
 }
 # The mode the app and `specdec chat` start in. Auto becomes it once it runs at least 0.98x plain on
@@ -138,7 +141,7 @@ class RunConfig:
         self.sampling.validate()
         if self.mode == "lookahead":
             self.lookahead.validate(n_batch)
-        if self.mode in ("speculative", "lookup", "auto"):
+        if self.mode in (*DRAFT_VERIFY_MODES, "auto"):
             self.speculative.validate()
 
     @property
@@ -151,7 +154,7 @@ class RunConfig:
         """(tokens, logit rows) of the largest target decode one step of this run makes."""
         if self.mode == "lookahead":
             return self.lookahead.batch_size, self.lookahead.logit_rows
-        if self.mode in ("speculative", "lookup"):
+        if self.mode in DRAFT_VERIFY_MODES:
             k = self.speculative.k_max if self.speculative.adaptive != "off" else self.speculative.k
             return k + 1, k + 1
         if self.mode == "auto":
@@ -163,7 +166,7 @@ class RunConfig:
         out: dict = {"mode": self.mode, "max_tokens": self.max_tokens, **dataclasses.asdict(self.sampling)}
         if self.mode == "lookahead":
             out.update(dataclasses.asdict(self.lookahead))
-        elif self.mode in ("speculative", "lookup", "auto"):
+        elif self.mode in (*DRAFT_VERIFY_MODES, "auto"):
             out.update(dataclasses.asdict(self.speculative))
         return out
 

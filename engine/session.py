@@ -78,6 +78,7 @@ class Session:
         self.template_problem: str | None = None  # why the model's own template was refused
         self.draft_model: LoadedModel | None = None
         self.draft: ModelContext | None = None
+        self._mtp = None  # the MTP head on the target context (engine.drafts.mtp), made by the first MTP run
         try:
             self._load_template()
             self._make_context(1)  # checks the memory budget first
@@ -114,6 +115,7 @@ class Session:
         The new context is made before the old one is freed: if it cannot be made, the session
         keeps the context it had and stays usable."""
         target = ModelContext.create(self.model, self.settings, n_seq_max, self.budget, self._abort_cb)
+        self._close_mtp()  # it reads the old context's hidden rows
         if self.target is not None:
             self.target.close()
         self.target = target
@@ -128,6 +130,26 @@ class Session:
             grown = ModelContext.create(self.draft_model, self.settings, n_seq, self.budget, self._abort_cb)
             self.draft.close()
             self.draft = grown
+
+    # ----------------------------------------------------------------------------- MTP head
+    def mtp_head(self):
+        """The target's MTP head, made on first use; raises ConfigError (one sentence) where the
+        model has none or llama.cpp cannot run it."""
+        from specdec_studio.engine.drafts.mtp import MtpHead, mtp_refusal
+
+        info = self.model.info
+        refused = mtp_refusal(info.n_mtp_layers)
+        if refused:
+            raise ConfigError(refused)
+        if self._mtp is None:
+            self._mtp = MtpHead(self.model.ptr, self.target.ctx, n_ctx=self.target.n_ctx, n_batch=self.n_batch,
+                                n_threads=self.n_threads, n_threads_batch=self.n_threads_batch, arch=info.arch)
+        return self._mtp
+
+    def _close_mtp(self) -> None:
+        if self._mtp is not None:
+            self._mtp.close()
+            self._mtp = None
 
     # ----------------------------------------------------------------------------- draft model
     def load_draft(self, path: str | Path, *, n_gpu_layers: int = 0) -> ModelInfo:
@@ -163,6 +185,7 @@ class Session:
         self._runs.clear()
         self._runtime = None
         self.unload_draft()
+        self._close_mtp()
         if self.target is not None:
             self.target.close()
             self.target = None
@@ -260,6 +283,7 @@ class Session:
             raise ConfigError(refused)
         if config.mode == "speculative" and self.draft is None:
             raise ConfigError("speculative decoding needs a draft model; choose one from the target's family")
+        mtp = self.mtp_head() if config.mode == "mtp" else None
         # a recurrent or hybrid model runs Auto on one sequence (no sibling branches): each more
         # would hold a whole recurrent state and its snapshots
         if info.memory_kind == "attention" and config.n_sequences > self.n_seq_max:
@@ -288,6 +312,7 @@ class Session:
             counters=RunCounters(),
             output=output,
             draft=self.draft if config.mode in ("speculative", "auto") else None,
+            mtp=mtp,
             n_reused=n_reused,
             cost_curve=curve,
             draft_token_cost=self._draft_token_cost(curve) if auto and self.draft is not None else 1.0,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Writes llama.cpp's tiny random model of every architecture it knows (its test-llama-archs, built
 # from the same llama-cpp-python sdist and CMake flags as the engine's wheel) into a folder, once
-# per (version, flags); prints the folder. tests/engine/test_archs.py runs every mode on them.
+# per (version, flags), and a qwen35 with an MTP block; prints the folder. tests/engine/test_archs.py runs every mode on them.
 #
 #   scripts/tiny_archs.sh            (builds test-llama-archs first: about 5 minutes on 2 cores)
 #   SPECDEC_TOOLS_NO_BUILD=1 scripts/tiny_archs.sh    print the folder only if already written
@@ -23,5 +23,10 @@ if [[ ! -f "$models/.complete" ]]; then
     rm -rf "$models" && mkdir -p "$models"
     "$root/build/bin/test-llama-archs" -o "$models" >&2
     touch "$models/.complete"
+fi
+# No GGUF with MTP layers is on the registries and test-llama-archs writes none: one is made from
+# its qwen35 with an MTP block added (tests/mtp_model.py), beside the others.
+if [[ ! -f "$models/qwen35-mtp.gguf" && -z "${SPECDEC_TOOLS_NO_BUILD:-}" ]]; then
+    "${SPECDEC_PYTHON:-.venv/bin/python}" -m tests.mtp_model "$models/qwen35-dense.gguf" "$models/qwen35-mtp.gguf" >&2
 fi
 echo "$models"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from specdec_studio.app.qt import QtCore, QtWidgets, Signal
 from specdec_studio.app.widgets.slider_spin import SliderSpin
-from specdec_studio.engine.config import (DEFAULT_K, DEFAULT_MAX_TOKENS_APP, DEFAULT_MODE, DEFAULT_N_BATCH, LOOKAHEAD_APP_DEFAULTS,
-                                          MODE_LABELS, MODES)
+from specdec_studio.engine.config import (DEFAULT_K, DEFAULT_MAX_TOKENS_APP, DEFAULT_MODE, DEFAULT_N_BATCH, DRAFT_VERIFY_MODES,
+                                          LOOKAHEAD_APP_DEFAULTS, MODE_LABELS, MODES)
 
 
 
@@ -191,8 +191,8 @@ class ControlsPanel(QtWidgets.QWidget):
     def _on_change(self, *_args) -> None:
         mode = self.mode.currentData()
         self.lookahead_box.setVisible(mode == "lookahead")
-        self.spec_box.setVisible(mode in ("speculative", "lookup"))
-        self.p_min.setVisible(mode == "speculative")
+        self.spec_box.setVisible(mode in DRAFT_VERIFY_MODES)
+        self.p_min.setVisible(mode in ("speculative", "mtp"))
         self.ngram.setVisible(mode == "lookup")
         self.lookup.setVisible(mode == "lookup")
         self.draft_hint.setVisible(mode == "speculative")

@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+from specdec_studio.engine.config import DRAFT_VERIFY_MODES
 from specdec_studio.engine.errors import SpecDecError, not_utf8
 
 
@@ -166,7 +167,7 @@ def print_stats(config, stats: dict, finish_reason: str) -> None:
     if config.mode == "lookahead":
         la = config.lookahead
         print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=err)
-    if config.mode in ("speculative", "lookup"):
+    if config.mode in DRAFT_VERIFY_MODES:
         print(f"n_draft   = {config.speculative.k}", file=err)
     print(f"n_predict = {stats['n_predict']}", file=err)
     if config.mode != "plain":

@@ -56,6 +56,8 @@ class ModelInfo:
     diffusion: bool = False
     # positions the model can encode at all (a learned position table's rows); 0: no such limit
     n_pos_max: int = 0
+    # multi-token-prediction (NextN) blocks the file carries: the model's own draft head
+    n_mtp_layers: int = 0
 
     @property
     def has_chat_template(self) -> bool:
@@ -80,6 +82,7 @@ class ModelInfo:
             "memory_kind": self.memory_kind,
             "diffusion": self.diffusion,
             "n_pos_max": self.n_pos_max,
+            "n_mtp_layers": self.n_mtp_layers,
             "chat_template": self.has_chat_template,
         }
 
@@ -145,6 +148,9 @@ class LoadedModel:
         params = llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only  # enough for facts and the draft check; no weights read
+        # A file's MTP (NextN) blocks, where it has them, load with it so that they can draft
+        # (engine.drafts.mtp); the target's own decodes never run them.
+        params.load_mtp = True
         native.take_recent_problems()
         ptr = llama.llama_model_load_from_file(str(self.path).encode(), params)
         if not ptr:
@@ -188,6 +194,7 @@ class LoadedModel:
             memory_kind="attention" if vocab_only else _memory_kind(m),
             diffusion=bool(llama.llama_model_is_diffusion(m)),
             n_pos_max=position_rows,
+            n_mtp_layers=hp(llama.llama_model_n_layer_nextn),
         )
 
     def token_text(self, token: int) -> bytes:

@@ -26,6 +26,7 @@ def label(path: Path) -> str:
         return path.stem
     config = header.get("config", {})
     detail = {"lookahead": f"W={config.get('W')} N={config.get('N')} G={config.get('G')}",
-              "lookup": f"k={config.get('k')}", "speculative": f"k={config.get('k')}"}.get(config.get("mode"), "")
+              "lookup": f"k={config.get('k')}", "speculative": f"k={config.get('k')}",
+              "mtp": f"k={config.get('k')}"}.get(config.get("mode"), "")
     what = path.stem.replace("_", " ").capitalize()
     return f"{what} ({detail})" if detail else what

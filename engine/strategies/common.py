@@ -89,6 +89,7 @@ class Runtime:
     counters: RunCounters
     output: Output
     draft: ModelContext | None = None
+    mtp: object | None = None  # the target's MTP head (engine.drafts.mtp.MtpHead) in an MTP run
     # prompt tokens whose cells were kept from the previous run (prefix reuse): not decoded again
     n_reused: int = 0
     t_start: float | None = None  # when the first token was sampled: the generation clock

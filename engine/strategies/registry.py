@@ -24,6 +24,10 @@ def get(mode: str) -> Callable:
         from specdec_studio.engine.strategies.lookup import run_lookup
 
         return run_lookup
+    if mode == "mtp":
+        from specdec_studio.engine.strategies.mtp import run_mtp
+
+        return run_mtp
     if mode == "auto":
         from specdec_studio.engine.strategies.auto import run_auto
 

@@ -100,8 +100,7 @@ class DraftModelDrafter:
         is below ``p_min``, or where ``stop(i, reach)`` says token i, reached with chance
         ``reach`` (the product of the draft's probabilities so far), is not worth its cost."""
         t0 = time.perf_counter()
-        d = self.draft
-        row = self._sync(context)
+        logits = self._first_logits(context)
         tokens: list[int] = []
         dists: list[np.ndarray] = []
         probs: list[float] = []
@@ -109,9 +108,9 @@ class DraftModelDrafter:
         reach = 1.0
         # A draft may have a few more tokens than the target (the vocabulary check allows padding):
         # it proposes only ids the target has.
-        n_shared = min(d.n_vocab, self.n_vocab_target)
+        n_shared = min(self.n_vocab_draft, self.n_vocab_target)
         for i in range(k):
-            logits = logits_row(d.ctx, row, d.n_vocab)[:n_shared]
+            logits = logits[:n_shared]
             if self.sampler.greedy:
                 token = int(np.argmax(logits))
                 if self.p_min > 0.0 or self.keep_probs or stop is not None:
@@ -137,14 +136,28 @@ class DraftModelDrafter:
                 break  # the last proposal needs no draft decode; nothing follows an end of generation
             if self.cancel is not None and self.cancel.is_set():
                 break
-            if i == 0:  # these single-token decodes are undone in part when the target rejects
-                d.memory.prepare_rollback(self.seq, len(self.cached), k - 1, decodes=k - 1)
-            d.batch.clear()
-            row = d.batch.add(token, len(self.cached), (self.seq,), True)
-            self.last_decode_times.append(d.memory.decode(d.batch))
-            self.cached.append(token)
+            logits = self._next_logits(token, i, k)
         self.last_probs = probs
         return Draft(tokens, dists if not self.sampler.greedy else None, time.perf_counter() - t0)
+
+    # The two places a drafter of this kind differs: what gives the first proposal's logits, and
+    # what decodes a proposal to give the next one's.
+    @property
+    def n_vocab_draft(self) -> int:
+        return self.draft.n_vocab
+
+    def _first_logits(self, context: Sequence[int]) -> np.ndarray:
+        return logits_row(self.draft.ctx, self._sync(context), self.draft.n_vocab)
+
+    def _next_logits(self, token: int, i: int, k: int) -> np.ndarray:
+        d = self.draft
+        if i == 0:  # these single-token decodes are undone in part when the target rejects
+            d.memory.prepare_rollback(self.seq, len(self.cached), k - 1, decodes=k - 1)
+        d.batch.clear()
+        row = d.batch.add(token, len(self.cached), (self.seq,), True)
+        self.last_decode_times.append(d.memory.decode(d.batch))
+        self.cached.append(token)
+        return logits_row(d.ctx, row, d.n_vocab)
 
 
 def run_speculative(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:

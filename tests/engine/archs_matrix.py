@@ -39,6 +39,8 @@ MODES: dict[str, tuple[str, ...]] = {
     "auto": ("--mode", "auto"),
     "auto + draft": ("--mode", "auto", "-md", "{other}"),
     "lookahead": ("--mode", "lookahead", "-W", "5", "-N", "3", "-G", "5"),
+    # the model's own MTP head: refused (one sentence) by every model without MTP layers
+    "mtp": ("--mode", "mtp", "-k", "3"),
 }
 
 
@@ -47,8 +49,8 @@ def other_draft(model: Path) -> Path:
     return model.with_name(name)
 
 # The subset `make test` runs: a dense transformer, a hybrid with rollback, a recurrent model and
-# a hybrid without, and a model with learned absolute positions.
-FAST_SUBSET = ("llama-dense", "qwen35-dense", "mamba2-dense", "lfm2-dense", "gpt2-dense")
+# a hybrid without, a model with learned absolute positions, and the qwen35 with an MTP block.
+FAST_SUBSET = ("llama-dense", "qwen35-dense", "mamba2-dense", "lfm2-dense", "gpt2-dense", "qwen35-mtp")
 
 
 @dataclass(frozen=True)
