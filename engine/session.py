@@ -283,7 +283,9 @@ class Session:
             raise ConfigError(refused)
         if config.mode == "speculative" and self.draft is None:
             raise ConfigError("speculative decoding needs a draft model; choose one from the target's family")
-        mtp = self.mtp_head() if config.mode == "mtp" else None
+        # Auto drafts with the model's own MTP head where it has one and no draft model is loaded
+        auto_mtp = config.mode == "auto" and self.draft is None and self.model.info.n_mtp_layers > 0
+        mtp = self.mtp_head() if config.mode == "mtp" or auto_mtp else None
         # a recurrent or hybrid model runs Auto on one sequence (no sibling branches): each more
         # would hold a whole recurrent state and its snapshots
         if info.memory_kind == "attention" and config.n_sequences > self.n_seq_max:
@@ -315,7 +317,7 @@ class Session:
             mtp=mtp,
             n_reused=n_reused,
             cost_curve=curve,
-            draft_token_cost=self._draft_token_cost(curve) if auto and self.draft is not None else 1.0,
+            draft_token_cost=self._auto_draft_cost(curve, mtp) if auto else 1.0,
         )
         started = RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
         events = run_events(rt, strategy, prompt, target, started)
@@ -350,6 +352,17 @@ class Session:
         if self.draft_model is None:
             raise SpecDecError("no draft model is loaded")
         return self._draft_token_cost(self.cost_curve())
+
+    def _auto_draft_cost(self, target_curve, mtp) -> float:
+        """What Auto's decoding source (the draft model, else the MTP head) costs per token at first."""
+        if self.draft is not None:
+            return self._draft_token_cost(target_curve)
+        if mtp is not None:
+            from specdec_studio.engine.drafts.mtp import token_cost_estimate
+
+            info = self.model.info
+            return token_cost_estimate(info.n_params, info.n_layer, info.n_vocab, info.n_embd)
+        return 1.0
 
     def _draft_token_cost(self, target_curve) -> float:
         from specdec_studio.engine.tuning import profile

@@ -11,7 +11,10 @@ vacuous. So the head is built to *know* something: it sees only the next token's
 (``eh_proj`` = [I | 0] plus noise), its block adds nothing (zero attention and FFN outputs), and its
 head normalises as the trunk's does. It then predicts what a pure bigram model would put after the
 token. The trunk's residual branches are scaled by ``trunk_scale``, so the target is mostly bigram
-with context on top: the head is right often but not always, as a trained MTP head is.
+with context on top: the head is right often but not always, as a trained MTP head is. Its head
+norm is ``head_sharpness`` times the trunk's: the same argmax, with the confidence of a trained
+head (the tiny model's own logits are nearly flat, 0.012 at the top over 128 tokens), which a
+source priced by its probabilities (Auto) needs.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ ARCH = "qwen35"
 
 
 def write_mtp_model(src: Path, dst: Path, *, trunk_scale: float = 0.6, noise: float = 0.15,
-                    seed: int = 7) -> Path:
+                    head_sharpness: float = 20.0, seed: int = 7) -> Path:
     """``src`` (llama.cpp's tiny qwen35) with one MTP block added; written to ``dst``."""
     import gguf
 
@@ -80,7 +83,8 @@ def write_mtp_model(src: Path, dst: Path, *, trunk_scale: float = 0.6, noise: fl
     writer.add_tensor(f"{mtp}.nextn.eh_proj.weight", eh_proj.astype(np.float32))
     writer.add_tensor(f"{mtp}.nextn.enorm.weight", np.ones(n_embd, dtype=np.float32))
     writer.add_tensor(f"{mtp}.nextn.hnorm.weight", np.ones(n_embd, dtype=np.float32))
-    writer.add_tensor(f"{mtp}.nextn.shared_head_norm.weight", np.array(tensors["output_norm.weight"].data))
+    head_norm = np.array(tensors["output_norm.weight"].data) * head_sharpness
+    writer.add_tensor(f"{mtp}.nextn.shared_head_norm.weight", head_norm.astype(np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -15,9 +15,10 @@ symbols; llama-cpp-python does not bind them, so this module does, by their mang
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import llama_cpp as llama
 import numpy as np
@@ -83,7 +84,10 @@ class MtpHead:
     ``n_valid`` counts the positions whose entry (x_p, h_{p-1}) the head's cache holds for the
     accepted context; everything past it (the last draft's own steps) is dropped before the head
     next decodes. The target's rows are copied out after each of its decodes (:meth:`on_decode`,
-    as a memory observer of the target's sequence 0) and kept only from ``n_valid - 1`` on.
+    as a memory observer of the target) and kept only from ``n_valid - 1`` on, by (position,
+    token): a tree's branches put other tokens at the same position, and the accepted path may be
+    another sequence's until it is copied into sequence 0. Sequence 0's row is the one kept where
+    two sequences decode the same token at one position (a re-decode in position order is).
     """
 
     def __init__(self, model: llama.llama_model_p, target_ctx: llama.llama_context_p, *, n_ctx: int,
@@ -119,7 +123,7 @@ class MtpHead:
         self.api.set(ctx, True, False)
         self._pos = (llama.llama_pos * 4)()  # M-RoPE models read 4 positions; a text token uses the first
         self.n_valid = 0
-        self.rows: dict[int, np.ndarray] = {}  # position -> the target's hidden row there
+        self.rows: dict[tuple[int, int], np.ndarray] = {}  # (position, token) -> the target's hidden row
         self._zero = np.zeros(self.n_embd, dtype=np.float32)
         self.t_decode_s = 0.0
         self.attached = False
@@ -136,7 +140,7 @@ class MtpHead:
             self.attached = False
 
     def on_decode(self, batch) -> None:
-        """A target decode: copy the hidden rows of sequence 0's tokens the head will need."""
+        """A target decode: copy the hidden rows the head may still need."""
         n = batch.n_tokens
         if n == 0:
             return
@@ -147,15 +151,15 @@ class MtpHead:
         keep_from = self.n_valid - 1
         for i in range(n):
             p = int(batch.pos[i])
-            if p >= keep_from and 0 in batch.seqs_of(i):
-                self.rows[p] = rows[i].copy()
+            if p < keep_from:
+                continue
+            key = (p, int(batch.token[i]))
+            if key not in self.rows or 0 in batch.seqs_of(i):
+                self.rows[key] = rows[i].copy()
 
-    def on_seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
-        if seq_id in (0, -1) and p1 == -1:
-            p0 = max(p0, 0)
-            for p in [p for p in self.rows if p >= p0]:
-                del self.rows[p]
-
+    # Cut cells need nothing here: rows are looked up by the accepted context's own tokens and
+    # pruned by position as the head catches up.
+    def on_seq_rm(self, seq_id: int, p0: int, p1: int) -> None: ...
     def on_seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
     def on_seq_keep(self, seq_id: int) -> None: ...
     def on_seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None: ...
@@ -169,7 +173,8 @@ class MtpHead:
         head keeps as much of its own cache (never more than it holds for sure)."""
         self.n_valid = min(self.n_valid, n_keep)
         llama.llama_memory_seq_rm(self.mem, 0, self.n_valid, -1)
-        self.rows = {p: r for p, r in self.rows.items() if p >= self.n_valid - 1}
+        # rows of the kept prefix still hold (same tokens, same cells); the rest were another context's
+        self.rows = {key: r for key, r in self.rows.items() if self.n_valid - 1 <= key[0] < n_keep}
 
     def _decode(self, entries: Sequence[tuple[int, int, np.ndarray]]) -> int:
         """Decode (token, position, hidden row) entries, logits for the last; return its index."""
@@ -200,14 +205,21 @@ class MtpHead:
         idx = 0
         while start <= last:
             end = min(last + 1, start + self.n_batch)
-            entries = [(int(context[p]), p, self.rows.get(p - 1, self._zero) if p > 0 else self._zero)
-                       for p in range(start, end)]
+            entries = [(int(context[p]), p, self.target_row(p - 1, context)) for p in range(start, end)]
             idx = self._decode(entries)
             start = end
         self.n_valid = last + 1
-        for p in [p for p in self.rows if p < last - 1]:
-            del self.rows[p]
+        for key in [key for key in self.rows if key[0] < last - 1]:
+            del self.rows[key]
         return self.logits(idx), idx
+
+    def target_row(self, p: int, context: Sequence[int]) -> np.ndarray:
+        """The target's hidden row at position ``p`` of ``context`` (zeros before the start, or
+        where it was not seen: a prefix another context decoded; the drafts are then worse, never
+        the output)."""
+        if p < 0:
+            return self._zero
+        return self.rows.get((p, int(context[p])), self._zero)
 
     def next_step(self, token: int, pos: int, after: int) -> tuple[np.ndarray, int]:
         """Decode a proposal at ``pos`` paired with the head's own hidden row of batch index ``after``."""
@@ -227,3 +239,26 @@ class MtpHead:
         if getattr(self, "ctx", None):
             llama.llama_free(self.ctx)
             self.ctx = None
+
+
+@contextlib.contextmanager
+def following(head: MtpHead, memory) -> Iterator[MtpHead]:
+    """While a run uses ``head``: the target extracts its hidden rows and the head sees every
+    decode of the target (``memory``, an engine.memory.Memory), the prompt's included."""
+    head.attach()
+    memory.observers.append(head)
+    try:
+        yield head
+    finally:
+        if head in memory.observers:
+            memory.observers.remove(head)
+        head.detach()
+
+
+def token_cost_estimate(n_params: int, n_layer: int, n_vocab: int, n_embd: int) -> float:
+    """One decode of the MTP head in decodes of the target, before a run has timed its own: a
+    decoder block (about one layer's share of the weights) and the LM head (vocabulary × width),
+    read once each, as a CPU decode of one token reads every weight."""
+    if n_params <= 0 or n_layer <= 0:
+        return 1.0
+    return min(1.0, (n_params / n_layer + n_vocab * n_embd) / n_params)

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from specdec_studio.engine.drafts.mtp import MtpHead
+from specdec_studio.engine.drafts.mtp import MtpHead, following
 from specdec_studio.engine.events import Event
 from specdec_studio.engine.sampling import Sampler
 from specdec_studio.engine.strategies.common import Runtime
@@ -26,12 +26,12 @@ class MtpDrafter(DraftModelDrafter):
     step decodes the last proposal with the head's own hidden row."""
 
     def __init__(self, head: MtpHead, sampler: Sampler, p_min: float, n_vocab_target: int,
-                 is_eog=lambda _token: False, cancel=None) -> None:
+                 is_eog=lambda _token: False, cancel=None, keep_probs: bool = False) -> None:
         self.head = head
         self._pos0 = 0
         self._idx = 0
         super().__init__(draft=None, sampler=sampler, p_min=p_min, n_vocab_target=n_vocab_target,
-                         is_eog=is_eog, cancel=cancel)
+                         is_eog=is_eog, cancel=cancel, keep_probs=keep_probs)
 
     @property
     def n_vocab_draft(self) -> int:
@@ -43,13 +43,19 @@ class MtpDrafter(DraftModelDrafter):
     def settle(self, context: Sequence[int]) -> None:
         """Nothing to trim now: the head drops its draft steps before it next decodes."""
 
+    # Each of the head's decodes is timed (Auto prices the head by them); the first step's
+    # catch-up is counted as one, what it costs on every step but the first.
     def _first_logits(self, context: Sequence[int]) -> np.ndarray:
         self._pos0 = len(context) - 1
+        t0 = self.head.t_decode_s
         logits, self._idx = self.head.first_step(context)
+        self.last_decode_times.append(self.head.t_decode_s - t0)
         return logits
 
     def _next_logits(self, token: int, i: int, k: int) -> np.ndarray:
+        t0 = self.head.t_decode_s
         logits, self._idx = self.head.next_step(token, self._pos0 + 1 + i, self._idx)
+        self.last_decode_times.append(self.head.t_decode_s - t0)
         return logits
 
 
@@ -59,12 +65,5 @@ def run_mtp(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     head.restart(rt.n_reused)
     drafter = MtpDrafter(head, rt.sampler, rt.config.speculative.p_min, rt.vocab.n_tokens,
                          rt.vocab.is_eog, rt.cancel)
-    # The head follows every decode of the target's sequence 0, the prompt's included.
-    head.attach()
-    rt.memory.observers.append(head)
-    try:
+    with following(head, rt.memory):
         yield from run_draft_verify(rt, prompt, drafter)
-    finally:
-        if head in rt.memory.observers:
-            rt.memory.observers.remove(head)
-        head.detach()

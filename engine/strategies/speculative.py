@@ -100,11 +100,11 @@ class DraftModelDrafter:
         is below ``p_min``, or where ``stop(i, reach)`` says token i, reached with chance
         ``reach`` (the product of the draft's probabilities so far), is not worth its cost."""
         t0 = time.perf_counter()
+        self.last_decode_times = []
         logits = self._first_logits(context)
         tokens: list[int] = []
         dists: list[np.ndarray] = []
         probs: list[float] = []
-        self.last_decode_times = []
         reach = 1.0
         # A draft may have a few more tokens than the target (the vocabulary check allows padding):
         # it proposes only ids the target has.

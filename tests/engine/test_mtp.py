@@ -56,8 +56,8 @@ def test_greedy_mtp_drafting_equals_plain(mtp_session, k):
 def test_the_heads_proposals_are_its_forward_pass(mtp_session, tiny_archs):
     """The head's block adds nothing (tests/mtp_model.py), so its logits for token x after the
     target's hidden row h are output · (w ⊙ rms(eh_proj · [rms(E[x]); rms(h)])): numpy computes
-    them from the file's tensors. Every first and chained draft step of a run matches, to 1e-4,
-    and so do the head's own hidden rows that chain the steps (a catch-up batch of several
+    them from the file's tensors. Every first and chained draft step of a run matches
+    (1e-3 on logits of about 5) and so do the head's own hidden rows that chain the steps (a catch-up batch of several
     tokens included: llama.cpp's masked row copy reads the wrong row there)."""
     import gguf
 
@@ -86,9 +86,9 @@ def test_the_heads_proposals_are_its_forward_pass(mtp_session, tiny_archs):
     def first_step(self, context):
         logits, idx = first(self, context)
         p = len(context) - 1
-        h = self.rows.get(p - 1, np.zeros(self.n_embd)) if p > 0 else np.zeros(self.n_embd)
-        ref, hidden = forward(context[-1], h)
-        assert np.abs(logits - ref).max() < 1e-4 and np.abs(own_row(idx) - hidden).max() < 1e-4
+        assert p == 0 or (p - 1, context[p - 1]) in self.rows  # the target's row was seen
+        ref, hidden = forward(context[-1], self.target_row(p - 1, context))
+        assert np.abs(logits - ref).max() < 1e-3 and np.abs(own_row(idx) - hidden).max() < 1e-3
         expected_hidden["last"] = hidden
         checked["first"] += 1
         return logits, idx
@@ -96,7 +96,7 @@ def test_the_heads_proposals_are_its_forward_pass(mtp_session, tiny_archs):
     def next_step(self, token, pos, after):
         logits, idx = nxt(self, token, pos, after)
         ref, hidden = forward(token, expected_hidden["last"])
-        assert np.abs(logits - ref).max() < 1e-4
+        assert np.abs(logits - ref).max() < 1e-3
         expected_hidden["last"] = hidden
         checked["next"] += 1
         return logits, idx
@@ -159,3 +159,26 @@ def test_the_head_rows_follow_the_targets_positions(mtp_session):
     head = mtp_session.mtp_head()
     assert len(head.rows) <= 24  # at most the last verification's rows, never the context's
     assert all(isinstance(r, np.ndarray) and r.shape == (head.n_embd,) for r in head.rows.values())
+
+
+@pytest.mark.parametrize("cheap", (False, True))
+def test_auto_prices_the_mtp_head_as_its_draft(mtp_session, monkeypatch, cheap):
+    """Auto takes the model's MTP head as its decoding source when no draft model is loaded, and
+    stays lossless. On this tiny model a head decode costs about what a target decode does, so its
+    price rules it out; where it is priced as cheap as on a real model (a block of dozens), Auto
+    asks it and its proposals are mostly right."""
+    from specdec_studio.engine.drafts import mtp as mtp_module
+
+    if cheap:
+        monkeypatch.setattr(mtp_module, "token_cost_estimate", lambda *_: 0.02)
+        monkeypatch.setattr("specdec_studio.engine.strategies.auto.draft_price.TRUSTED", 10**6)
+    prompt = "x y z w x y"
+    plain, _ = _ids(mtp_session, "plain", prompt)
+    auto, stats = _ids(mtp_session, "auto", prompt)
+    assert auto == plain
+    draft = stats["auto"]["draft"]
+    assert draft["source"] == "mtp head"
+    if cheap:  # asked, and right more often than not (MTP mode: 97 % at k = 3, 52 % at k = 6)
+        assert draft["steps_asked"] >= 1 and draft["tokens_judged"] >= 1, draft
+        assert draft["tokens_right"] > 0.5 * draft["tokens_judged"], draft
+        assert draft["token_cost"] == 0.02

@@ -19,17 +19,33 @@ from specdec_studio.engine.strategies.common import Runtime, begin_run
 
 
 def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
-    params = rt.config.speculative
-    out, counters, memory, batch = rt.output, rt.counters, rt.memory, rt.batch
-    calibrator = Calibrator()
-    cost = StepCost(rt.cost_curve)
-    draft = price = None
+    """Auto's one drafting source that decodes is the draft model where one is loaded, else the
+    model's own MTP head where it has one (priced the same way: a decode per proposed token)."""
+    k_max = rt.config.speculative.k_max
     if rt.draft is not None:
         from specdec_studio.engine.strategies.speculative import DraftModelDrafter
 
         draft = DraftModelDrafter(rt.draft, rt.sampler, 0.0, rt.vocab.n_tokens, rt.vocab.is_eog, rt.cancel,
                                   rt.n_reused, keep_probs=True)
-        price = DraftPrice(rt.draft_token_cost, params.k_max)
+        yield from _auto_loop(rt, prompt, draft, DraftPrice(rt.draft_token_cost, k_max), "draft model")
+    elif rt.mtp is not None:
+        from specdec_studio.engine.drafts.mtp import following
+        from specdec_studio.engine.strategies.mtp import MtpDrafter
+
+        rt.mtp.restart(rt.n_reused)
+        draft = MtpDrafter(rt.mtp, rt.sampler, 0.0, rt.vocab.n_tokens, rt.vocab.is_eog, rt.cancel, keep_probs=True)
+        with following(rt.mtp, rt.memory):
+            yield from _auto_loop(rt, prompt, draft, DraftPrice(rt.draft_token_cost, k_max), "mtp head")
+    else:
+        yield from _auto_loop(rt, prompt, None, None, None)
+
+
+def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | None,
+               draft_kind: str | None) -> Iterator[Event]:
+    params = rt.config.speculative
+    out, counters, memory, batch = rt.output, rt.counters, rt.memory, rt.batch
+    calibrator = Calibrator()
+    cost = StepCost(rt.cost_curve)
     sources = Sources(prompt, draft)
     # A recurrent state is one per sequence: no sibling branches there, one chain a step (the
     # session made the context with one sequence)
@@ -40,6 +56,7 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     hindsight = Hindsight(calibrator)
 
     draft_read_prompt = False
+    draft_steps = 0  # steps that asked the decoding source
 
     def prepare() -> None:
         # A draft that could not pay even as right as hoped is not asked: it reads the prompt only
@@ -73,6 +90,7 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
             # pay at its price and measured acceptance (auto.draft_price), and rarely re-tried.
             draft_k = price.plan(step, wary, room, min_gain) if price is not None else 0
             use_draft = draft_k > 0
+            draft_steps += use_draft
             if use_draft and not draft_read_prompt:
                 if rt.guarded(lambda: draft.begin(prompt) or True) is None:  # stopped, or the cache is full
                     break
@@ -227,6 +245,10 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         t_prev = now
         step += 1
     counters.extra["auto"] = report.as_dict(calibrator, guard.trust)
+    if draft_kind is not None:  # what the decoding source was, how often it was asked, and its price
+        counters.extra["auto"]["draft"] = {
+            "source": draft_kind, "steps_asked": draft_steps, "tokens_judged": price.offered,
+            "tokens_right": price.accepted, "token_cost": round(price.token_cost(cost), 4)}
 
 
 def judge_draft(price: DraftPrice, drafted: Sequence[int], emitted: Sequence[int]) -> None:
