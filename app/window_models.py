@@ -66,6 +66,7 @@ class ModelsMixin:
             self.controls.set_draft_loaded(False)
             self.controls.set_refused_modes(_refused_modes(event.info))
             self.kv_map.set_memory_kind(str(event.info.get("memory_kind", "attention")))
+            self.model_bar.set_mtp_layers(int(event.info.get("n_mtp_layers", 0)))
             recent = [event.path] + [p for p in self._recent_models() if p != event.path]
             self.settings.setValue("recent_models", recent[:MAX_RECENT])
             self.settings.setValue("last_model", event.path)
@@ -132,6 +133,6 @@ def _refused_modes(info: dict) -> dict[str, str]:
     from specdec_studio.engine.models.loading import mode_refusal
 
     found = {mode: mode_refusal(mode, str(info.get("arch", "")), str(info.get("memory_kind", "attention")),
-                                bool(info.get("diffusion", False)))
+                                bool(info.get("diffusion", False)), int(info.get("n_mtp_layers", 0)))
              for mode in MODES}
     return {mode: why for mode, why in found.items() if why}

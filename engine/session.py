@@ -135,10 +135,10 @@ class Session:
     def mtp_head(self):
         """The target's MTP head, made on first use; raises ConfigError (one sentence) where the
         model has none or llama.cpp cannot run it."""
-        from specdec_studio.engine.drafts.mtp import MtpHead, mtp_refusal
+        from specdec_studio.engine.drafts.mtp import MtpHead
 
         info = self.model.info
-        refused = mtp_refusal(info.n_mtp_layers)
+        refused = mode_refusal("mtp", info.arch, info.memory_kind, info.diffusion, info.n_mtp_layers)
         if refused:
             raise ConfigError(refused)
         if self._mtp is None:
@@ -278,7 +278,7 @@ class Session:
 
         strategy = registry.get(config.mode)
         info = self.model.info
-        refused = mode_refusal(config.mode, info.arch, info.memory_kind, info.diffusion)  # before anything is decoded
+        refused = mode_refusal(config.mode, info.arch, info.memory_kind, info.diffusion, info.n_mtp_layers)  # before anything is decoded
         if refused:
             raise ConfigError(refused)
         if config.mode == "speculative" and self.draft is None:

@@ -5,7 +5,9 @@
 1. llama.cpp's tiny qwen35 (hybrid: attention cells and a recurrent state per sequence) with
    Mamba-2's tiny model as the draft, Auto run: the map shows the cells and the state slots;
 2. the mode menu opened on it: lookahead disabled, with the refusal as its tooltip;
-3. the tiny mamba2 (recurrent only) with qwen35 as its draft, speculative run: the state slots alone.
+3. the tiny mamba2 (recurrent only) with qwen35 as its draft, speculative run: the state slots alone;
+4. the tiny qwen35 with an MTP block (tests/mtp_model.py), no draft model, the MTP mode run: the
+   accepted head proposals in the stream, the model bar's MTP badge with its tooltip.
 
 The tiny models come from scripts/tiny_archs.sh.
 """
@@ -47,11 +49,12 @@ def main() -> None:
     def shoot(name: str) -> None:
         shots.shoot(name, 0.6)
 
-    def run_on(window, model: str, draft: str, mode: str, prompt: str) -> None:
+    def run_on(window, model: str, draft: str | None, mode: str, prompt: str) -> None:
         window.load_model(str(archs / f"{model}.gguf"))
         wait(lambda: window.model_loaded and window.model_path.endswith(f"{model}.gguf") and not window.machine.busy)
-        window.choose_draft(str(archs / f"{draft}.gguf"))
-        wait(lambda: window.draft_path is not None and not window.machine.busy)
+        if draft is not None:
+            window.choose_draft(str(archs / f"{draft}.gguf"))
+            wait(lambda: window.draft_path is not None and not window.machine.busy)
         controls = window.controls
         controls.mode.setCurrentIndex(controls.mode.findData(mode))
         window.input.set_text(prompt)
@@ -90,6 +93,13 @@ def main() -> None:
     # 3. a recurrent model: the states alone
     run_on(window, "mamba2-dense", "qwen35-dense", "speculative", "a b c a b c a b c a b c a b")
     shoot("issue48-recurrent-states-only")
+
+    # 4. the model's own MTP head drafting, and the badge that says the model has one
+    run_on(window, "qwen35-mtp", None, "mtp", "x y z w x y z w x y")
+    badge = window.model_bar.mtp_badge
+    QtWidgets.QToolTip.showText(badge.mapToGlobal(badge.rect().bottomLeft()), badge.toolTip(), badge)
+    shoot("issue48-mtp-head-drafting")
+    QtWidgets.QToolTip.hideText()
     window.close()
 
 

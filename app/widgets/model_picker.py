@@ -49,6 +49,10 @@ class ModelBar(QtWidgets.QWidget):
         self.draft_gpu_layers.setToolTip("The draft model's layers offloaded to the GPU (llama.cpp's -ngld); "
                                          "Auto prices the draft from its own profile on that device")
         self.draft_gpu_label = QtWidgets.QLabel("Draft GPU layers")
+        # shown when the loaded model's file has multi-token-prediction blocks: its own draft head
+        self.mtp_badge = QtWidgets.QLabel("MTP")
+        self.mtp_badge.setStyleSheet("QLabel { background: #dbeafe; color: #1e3a8a; border-radius: 3px; padding: 1px 5px; }")
+        self.mtp_badge.hide()
         self.reload = QtWidgets.QPushButton("Reload")
         self.reload.setToolTip("Load the target (and its draft) again with these threads, context size and GPU layers")
         row = QtWidgets.QHBoxLayout()
@@ -58,6 +62,8 @@ class ModelBar(QtWidgets.QWidget):
                                   ("Context", self.ctx, 0)):
             row.addWidget(QtWidgets.QLabel(label))
             row.addWidget(w, stretch)
+            if w is self.target:
+                row.addWidget(self.mtp_badge)
         row.addWidget(self.gpu_label)
         row.addWidget(self.gpu_layers)
         row.addWidget(self.draft_gpu_label)
@@ -95,6 +101,13 @@ class ModelBar(QtWidgets.QWidget):
         self.reload.clicked.connect(self._reload)
         self.fetch_button.clicked.connect(self.fetch_requested.emit)
         self.open_button.clicked.connect(self.open_file)
+
+    def set_mtp_layers(self, n_layers: int) -> None:
+        """Say whether the loaded model carries MTP (NextN) blocks, and what they are for."""
+        self.mtp_badge.setVisible(n_layers > 0)
+        blocks = "block" if n_layers == 1 else "blocks"
+        self.mtp_badge.setToolTip(f"This model's file has {n_layers} multi-token-prediction (MTP) {blocks}: its own "
+                                  "draft head. Choose the MTP mode, or Auto drafts with it when no draft model is loaded.")
 
     def set_gpu_available(self, available: bool) -> None:
         for widget in (self.gpu_label, self.gpu_layers, self.draft_gpu_label, self.draft_gpu_layers):

@@ -69,14 +69,6 @@ def mtp_layers(model: llama.llama_model_p) -> int:
     return int(llama.llama_model_n_layer_nextn(model))
 
 
-def mtp_refusal(n_mtp_layers: int) -> str | None:
-    """Why MTP drafting cannot run on this model, in one sentence (None: it can)."""
-    if n_mtp_layers <= 0:
-        return ("MTP drafting needs a model whose file has MTP layers (NextN blocks, as Qwen3.5 and GLM-4.5 "
-                "ship), and this one has none; use a draft model, prompt lookup or Auto")
-    return None
-
-
 class MtpHead:
     """The MTP context of one target context: the head's KV cache, its batch, and the hidden rows
     of the target's decodes that it still needs.

@@ -232,12 +232,13 @@ def memory_words(info: ModelInfo, n_snapshots: int = 0) -> str:
             "and no checkpoint was saved before these tokens")
 
 
-def mode_refusal(mode: str, arch: str, memory_kind: str, diffusion: bool = False) -> str | None:
+def mode_refusal(mode: str, arch: str, memory_kind: str, diffusion: bool = False, n_mtp_layers: int = 0) -> str | None:
     """Why a model with this memory cannot run ``mode``, in one sentence (None: it can). Lookahead
     keeps its window and n-grams in several sequences that share the prompt's cells; a recurrent
     state is one per sequence and cannot be shared or cut the way KV cells are. Every mode but
     plain verifies a guess for the next token against the model's prediction there, which a
-    diffusion model does not make: it fills a block of positions at once."""
+    diffusion model does not make: it fills a block of positions at once. MTP drafting needs the
+    file's own multi-token-prediction blocks."""
     if diffusion and mode != "plain":
         return (f"{arch} is a diffusion model, which fills a block of tokens at once instead of predicting each "
                 f"next token; {mode} verifies next-token guesses, so only plain decoding runs it")
@@ -245,6 +246,9 @@ def mode_refusal(mode: str, arch: str, memory_kind: str, diffusion: bool = False
         kind = "a recurrent" if memory_kind == "recurrent" else "a hybrid"
         return (f"lookahead needs KV cells that several sequences share, and {arch} is {kind} model whose "
                 "state is one per sequence; use prompt lookup, a draft model or Auto")
+    if mode == "mtp" and n_mtp_layers <= 0:
+        return ("MTP drafting needs a model whose file has MTP layers (NextN blocks, as Qwen3.5 and GLM-4.5 "
+                "ship), and this one has none; use a draft model, prompt lookup or Auto")
     return None
 
 
