@@ -353,7 +353,10 @@ def test_a_mode_the_loaded_model_cannot_run_is_disabled_with_its_reason(recorded
     assert why and "lfm2 is a hybrid model" in why
     assert not mode.model().item(index).isEnabled()
     assert mode.itemData(index, QtCore.Qt.ToolTipRole) == why[0].upper() + why[1:] + "."
-    assert all(mode.model().item(i).isEnabled() for i in range(mode.count()) if i != index)
+    mtp = mode.findData("mtp")  # the file has no MTP layers either: that mode says so too
+    assert not mode.model().item(mtp).isEnabled()
+    assert mode.itemData(mtp, QtCore.Qt.ToolTipRole).startswith("MTP drafting needs a model whose file has MTP layers")
+    assert all(mode.model().item(i).isEnabled() for i in range(mode.count()) if i not in (index, mtp))
     win.controls.set_values({"mode": "lookahead"})  # a setting restored from an earlier model
     assert win.controls.error.startswith("Lookahead needs KV cells") and not win.input.run.isEnabled()
     win._handle_events(win.loaded_reports)  # a plain transformer again
