@@ -65,6 +65,17 @@ class CostCurve:
     def t_plain_s(self) -> float:
         return self.t_all_logits[0]
 
+    def fitted(self) -> "CostCurve":
+        """This curve with its noise taken out: each variant fitted to a decode's shape (never
+        cheaper for more tokens, never dearer per token; :func:`engine.tuning.shape_fit.physical_fit`),
+        and the one-logit time never above the all-logits time. Plans priced with it do not turn
+        on one size timed while the machine was busy."""
+        from specdec_studio.engine.tuning.shape_fit import physical_fit
+
+        t_all = physical_fit(self.sizes, self.t_all_logits)
+        t_last = np.minimum(physical_fit(self.sizes, self.t_last_logit), t_all)
+        return CostCurve(self.sizes, tuple(t_all.tolist()), tuple(t_last.tolist()))
+
 
 def _interpolate(sizes: Sequence[int], times: Sequence[float], n: int) -> float:
     if n >= sizes[-1] and len(sizes) > 1:

@@ -3,6 +3,8 @@ verifications, and what a decode of B tokens costs relative to one."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, COST_SLOPE, PRIOR_MAX, PRIOR_WEIGHT,
                                                           SCALE_WEIGHT, SHAPE_CHANGE_PRIOR, SOURCES, signal_prior)
 
@@ -113,12 +115,19 @@ class StepCost:
 
     KEEP = 8
     TRUSTED = 3
+    # the run's correction of the profile's extra cost per batch: within these bounds (a run that
+    # measures far outside them is a machine that changed, not a profile's noise), and redrawn
+    # only when it moved by more than SCALE_STEP
+    SCALE_RANGE = (0.5, 2.0)
+    SCALE_STEP = 0.02
 
     def __init__(self, curve=None) -> None:
-        self.curve = curve
+        # priced with the profile's fit, not its raw points: one noisy size must not flip a plan
+        self.curve = curve.fitted() if curve is not None else None
         self.seen: dict[int, list[float]] = {}  # B -> the last KEEP decode times, after the first
         self._first: set[int] = set()
         self._table: list[float] = []
+        self.scale = 1.0  # the run's measured extra cost of a batch over the curve's (see _rescale)
         self._previous = 1
         self._plain_after: dict[bool, list[float]] = {False: [], True: []}  # after a tree step?
 
@@ -134,15 +143,33 @@ class StepCost:
         times = self.seen.setdefault(n_tokens, [])
         times.append(seconds)
         del times[: -self.KEEP]
+        if self.curve is not None and len(times) >= self.TRUSTED:
+            self._rescale()
+
+    def _rescale(self) -> None:
+        """Correct the profile with the run's own clock: T(B)/T(1) - 1, the extra a batch costs,
+        is scaled by the median over the sizes this run has timed of measured extra ÷ the curve's.
+        One factor keeps the fitted shape (and a factor up to 1 keeps the per-token cost falling),
+        so a profile measured a little off from this run's machine, in its unit T(1) or in every
+        size, is corrected from the first few steps instead of being trusted for the whole run."""
+        ratios = []
+        for b in self.seen:
+            measured = self.measured_relative(b)
+            if measured is not None:
+                ratios.append((measured - 1.0) / max(1e-9, self.curve.relative(b, b) - 1.0))
+        if not ratios:
+            return
+        low, high = self.SCALE_RANGE
+        scale = min(high, max(low, float(np.median(ratios))))
+        if abs(scale - self.scale) > self.SCALE_STEP * self.scale:
+            self.scale = scale
+            self._table.clear()
 
     def relative(self, n_tokens: int) -> float:
         if self.curve is not None:
-            while len(self._table) <= n_tokens:  # the curve's values, worked out once per run
+            while len(self._table) <= n_tokens:  # the curve's values, worked out once per scale
                 b = len(self._table)
-                # a decode of more tokens never costs less than one of fewer: a profile's noise that
-                # says otherwise (measured while the machine was busy) is read as a flat stretch
-                floor = self._table[-1] if b > 1 else 1.0
-                self._table.append(max(floor, self.curve.relative(b, b)) if b else 0.0)
+                self._table.append(1.0 + self.scale * (self.curve.relative(b, b) - 1.0) if b else 0.0)
             return self._table[n_tokens]
         measured = self.measured_relative(n_tokens)
         return measured if measured is not None else 1.0 + COST_SLOPE * (n_tokens - 1)

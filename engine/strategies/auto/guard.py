@@ -76,13 +76,15 @@ class Wary:
     def __init__(self, cost: StepCost, trust: float) -> None:
         self.cost, self.trust, self.scale = cost, trust, 1.0 / trust
         self.penalty = cost.return_penalty()
+        self.cost_scale = cost.scale  # the run's correction of the curve when this was worked out
         self._relative: dict[int, float] = {}
         self._needed: dict[tuple[int, float], float] = {}
 
     def current(self, trust: float) -> bool:
         """Whether this is still how the guard sees ``cost`` (a run without a cost curve learns
-        its costs as it goes: then never)."""
-        return self.cost.curve is not None and trust == self.trust and self.cost.return_penalty() == self.penalty
+        its costs as it goes: then never; one with a curve while the run's correction of it holds)."""
+        return (self.cost.curve is not None and trust == self.trust and self.cost.scale == self.cost_scale
+                and self.cost.return_penalty() == self.penalty)
 
     def relative(self, n_tokens: int) -> float:
         found = self._relative.get(n_tokens)

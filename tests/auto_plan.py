@@ -1,0 +1,90 @@
+"""Auto's plan on the code prompt against a given batch-cost profile, on a machine that keeps time.
+
+What Auto decides depends on two clocks: the profile it prices with, and the decode times the run
+measures as it goes (its guard and step-cost correction learn from them). To see what the profile
+alone does to the plan, the run's clock is replaced by a fixed machine: every decode "takes" what
+``machine`` (a cost curve) says a decode of its shape takes. The tokens are real (SmolLM2, greedy),
+so the output still equals plain's; only the timings Auto sees are simulated. Used by
+``tests/engine/test_auto_profile_noise.py`` and, with more seeds, by hand:
+
+    .venv/bin/python -m tests.auto_plan [--seeds 8] [-n 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from specdec_studio.engine.config import RunConfig, SpeculativeParams
+from specdec_studio.engine.session import Session, last_event
+from specdec_studio.engine.tuning.cost_model import CostCurve
+
+# two profiles of the default model measured minutes apart (copied from the project's shared folder):
+# one smooth, one with a bumpy size that flipped Auto's plan before its profile was fitted
+SHARED_PROFILES = Path(__file__).resolve().parent / "data" / "profiles"
+PERTURBATION = 0.08  # each size's times scaled by a factor in [1 - 0.08, 1 + 0.08]
+
+
+def load_curve(path: Path) -> CostCurve:
+    data = json.loads(path.read_text())
+    return CostCurve(tuple(data["sizes"]), tuple(data["t_all_logits_s"]), tuple(data["t_last_logit_s"]))
+
+
+def perturbed(curve: CostCurve, seed: int, spread: float = PERTURBATION) -> CostCurve:
+    """``curve`` with every size's two times scaled by one factor drawn in [1 - spread, 1 + spread]."""
+    factors = np.random.default_rng(seed).uniform(1.0 - spread, 1.0 + spread, len(curve.sizes))
+    return CostCurve(curve.sizes, tuple((np.asarray(curve.t_all_logits) * factors).tolist()),
+                     tuple((np.asarray(curve.t_last_logit) * factors).tolist()))
+
+
+def auto_plan(session: Session, prompt: list[int], priced_with: CostCurve, machine: CostCurve,
+              n_tokens: int) -> tuple[list[int], dict]:
+    """One greedy Auto run priced with ``priced_with`` while every decode is timed as ``machine``
+    says: its tokens and stats (``n_drafted`` is the plan's size)."""
+    memory = session.target.memory
+    real_decode = memory.decode
+
+    def machine_decode(batch) -> float:
+        real_decode(batch)
+        n = batch.n_tokens
+        return machine.seconds(n, int(np.count_nonzero(batch.logits[:n])))
+
+    session.cost_curve = lambda: priced_with  # what the run prices with (read once at its start)
+    memory.decode = machine_decode
+    try:
+        config = RunConfig(mode="auto", max_tokens=n_tokens, speculative=SpeculativeParams())
+        done = last_event(session.run(config, prompt))
+    finally:
+        del memory.decode
+        del session.cost_curve
+    return list(done.token_ids), done.stats
+
+
+def main() -> None:
+    from tests.bench._common import CODE_PROMPT, model_path
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("-n", type=int, default=256)
+    args = ap.parse_args()
+    profiles = {p.stem: load_curve(p) for p in sorted(SHARED_PROFILES.glob("*.json"))}
+    machine = profiles["smollm2-q4_1-smooth"]
+    with Session(model_path(), n_ctx=4096, n_threads=2) as session:
+        prompt = session.tokenize_prompt(CODE_PROMPT)
+        for name, curve in profiles.items():
+            drafted = []
+            for seed in [None, *range(args.seeds)]:
+                priced = curve if seed is None else perturbed(curve, seed)
+                _, stats = auto_plan(session, prompt, priced, machine, args.n)
+                drafted.append(stats["n_drafted"])
+                print(f"{name} seed {seed}: drafted {stats['n_drafted']}, accepted {stats['n_accept']}, "
+                      f"steps {stats['steps']}", flush=True)
+            print(f"{name}: drafted median {statistics.median(drafted)}, min {min(drafted)}, max {max(drafted)}")
+
+
+if __name__ == "__main__":
+    main()
