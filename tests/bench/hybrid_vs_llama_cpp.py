@@ -1,0 +1,105 @@
+"""Drafting on a hybrid model against llama.cpp's ``llama-speculative-simple``, side by side.
+
+On llama.cpp's tiny qwen35 (linear-attention layers with a recurrent state between attention
+layers; from scripts/tiny_archs.sh) and the same model with an MTP block (tests/mtp_model.py):
+
+- prompt lookup (ours, its n-gram cache) against ``--spec-type ngram-simple``;
+- self-draft speculation (the file drafts for itself) against ``--spec-type draft-simple``;
+- MTP drafting against ``--spec-type draft-mtp``.
+
+Each pair runs as fresh processes on the same file and prompt text, greedy, one thread, the same
+k and no probability cut-off, in ABBA order (theirs, ours, ours, theirs). The two sides' sources
+differ in what they propose (and llama.cpp counts one more token), so what is compared is the cost
+of a verified step: generation time over steps, steps being tokens minus accepted drafts. Prints
+each round, the median ratio llama ms per step / ours (>= 1: ours costs no more) and both sides'
+acceptance.
+
+    scripts/build_llama_tools.sh && scripts/tiny_archs.sh      # once
+    .venv/bin/python tests/bench/hybrid_vs_llama_cpp.py [--rounds 3] [-n 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from lookup_vs_llama_cpp import REPO, find_tools, parse
+
+PROMPT = "a b c a b c a b c a b c a b"
+THREADS = 1
+
+# name -> (the file, our arguments after `specdec run -m FILE`, llama-speculative-simple's)
+CASES = {
+    "lookup k=3 / ngram-simple": ("qwen35-dense", ["--mode", "lookup", "-k", "3"],
+                                  ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
+                                   "--spec-ngram-simple-size-m", "3"]),
+    "self-draft k=4 / draft-simple": ("qwen35-dense", ["--mode", "speculative", "-md", "{model}", "-k", "4", "--p-min", "0"],
+                                      ["--spec-type", "draft-simple", "-md", "{model}", "--spec-draft-n-max", "4",
+                                       "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"]),
+    "mtp k=3 / draft-mtp": ("qwen35-mtp", ["--mode", "mtp", "-k", "3", "--p-min", "0"],
+                            ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-p-min", "0"]),
+}
+
+
+def tiny_models() -> Path | None:
+    done = subprocess.run([str(REPO / "scripts/tiny_archs.sh")], capture_output=True, text=True,
+                          env={**os.environ, "SPECDEC_TOOLS_NO_BUILD": "1"})
+    return Path(done.stdout.strip()) if done.returncode == 0 else None
+
+
+def run_theirs(binary: Path, model: Path, args: list[str], n: int) -> dict:
+    cmd = [str(binary), "-m", str(model), "-p", PROMPT, "-n", str(n), "--temp", "0", "--top-k", "1",
+           "-t", str(THREADS), "-td", str(THREADS), "-c", str(n + 128), *[a.replace("{model}", str(model)) for a in args]]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)})
+    if out.returncode != 0:
+        raise RuntimeError(f"{binary.name} failed ({out.returncode}):\n{(out.stdout + out.stderr)[-3000:]}")
+    return parse(out.stdout + out.stderr)
+
+
+def run_ours(model: Path, args: list[str], n: int) -> dict:
+    cmd = [sys.executable, "-m", "specdec_studio.engine.cli", "run", "-m", str(model), "-p", PROMPT,
+           *[a.replace("{model}", str(model)) for a in args], "-n", str(n), "--temp", "0", "-t", str(THREADS),
+           "-c", str(n + 128), "--no-predict"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO)
+    return parse(out.stdout + out.stderr)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3, help="ABBA rounds per case (4 runs each)")
+    ap.add_argument("-n", type=int, default=1024, help="tokens to generate (a tiny model's run of 256 takes 0.1 s: "
+                    "too short to time)")
+    ap.add_argument("--bin", default=None, help="folder with llama-speculative-simple (default: scripts/build_llama_tools.sh)")
+    args = ap.parse_args()
+    tools = find_tools(args.bin)
+    binary = tools / "llama-speculative-simple" if tools else None
+    models = tiny_models()
+    if binary is None or not binary.exists() or models is None:
+        print("needs llama-speculative-simple and the tiny models: run scripts/build_llama_tools.sh and scripts/tiny_archs.sh")
+        return
+    print(f"llama.cpp's tiny qwen35, {THREADS} thread, greedy, {args.n} tokens, prompt {PROMPT!r}")
+    for name, (model_name, ours_args, theirs_args) in CASES.items():
+        model = models / f"{model_name}.gguf"
+        ratios, accept = [], {"llama": [], "ours": []}
+        for r in range(args.rounds):
+            a1 = run_theirs(binary, model, theirs_args, args.n)
+            b1 = run_ours(model, ours_args, args.n)
+            b2 = run_ours(model, ours_args, args.n)
+            a2 = run_theirs(binary, model, theirs_args, args.n)
+            theirs_ms, ours_ms = (a1["ms_per_step"] + a2["ms_per_step"]) / 2, (b1["ms_per_step"] + b2["ms_per_step"]) / 2
+            ratios.append(theirs_ms / ours_ms)
+            for side, run in (("llama", a1), ("ours", b1)):
+                accept[side].append(run["n_accept"] / max(1, run["n_drafted"]))
+            print(f"{name} round {r + 1}: ms per step llama {theirs_ms:.3f}, ours {ours_ms:.3f}, "
+                  f"ratio {ratios[-1]:.3f}", flush=True)
+        print(f"{name}: llama ms per step / ours, median {statistics.median(ratios):.3f} "
+              f"(min {min(ratios):.3f}, max {max(ratios):.3f}); accepted: llama {100 * statistics.median(accept['llama']):.1f} %, "
+              f"ours {100 * statistics.median(accept['ours']):.1f} %", flush=True)
+
+
+if __name__ == "__main__":
+    main()
