@@ -29,6 +29,7 @@ from specdec_studio.engine.models.identity import PROBE_TEXT, build_fingerprint,
 from specdec_studio.engine.jsonfile import write_json
 from specdec_studio.engine.memory import DecodeAborted, Memory
 from specdec_studio.engine.tuning.cost_model import CostCurve
+from specdec_studio.engine.tuning.shape_fit import off_fit, physical_fit
 
 PROFILE_SIZES = (*range(1, 17), 24, 32, 48, 64, 96, 128)  # every B to 16: the kernels make steps (B = 4 < B = 3)
 # Cells already in the cache, like a chat prompt plus some of its answer. Kept under 256 so that
@@ -39,6 +40,12 @@ ROUNDS_SMALL, ROUNDS_LARGE = 5, 3  # timed rounds for B <= LARGE_BATCH and above
 LARGE_BATCH = 32
 PLAIN_REPEATS = 3  # B = 1 is timed this many times a round
 LOW_QUANTILE = 25  # percent: the point of a size's samples the curve takes
+# a size up to LARGE_BATCH whose time is this far (relative) from the curve's fitted shape is
+# timed again, up to REMEASURE_PASSES times; what stays off is kept as measured (the Profile tab
+# shows it, Auto prices with the fit). Larger sizes are not: their per-token cost really does rise
+# on some CPUs (cache sizes), and five more rounds of B = 128 cost seconds
+OFF_FIT_TOLERANCE = 0.08
+REMEASURE_PASSES = 2
 FORMAT_VERSION = 1
 
 
@@ -140,7 +147,8 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
     in sequence 0 and is removed again. One warm-up round decodes every shape once (llama.cpp
     builds and allocates a graph per shape), then every size is timed once per round, so a drift of
     the machine's speed during the measurement hits every size alike; each point is the lower
-    quartile of its rounds. Returns the curve and the number of timed rounds per size.
+    quartile of its rounds. Sizes off the curve's fitted shape get more rounds. Returns the curve
+    and the number of timed rounds per size.
     """
     sizes = [b for b in sizes if b <= batch.capacity]
     fill = len(fill_tokens)
@@ -169,26 +177,49 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
     samples: dict[tuple[int, bool], list[float]] = {(b, v): [] for b in sizes for v in (True, False)}
     work = float(sum(b * (r + 1) for b, r in rounds.items()))
     done = 0.0
+
+    def time_size(b: int, keep: bool) -> None:
+        nonlocal done
+        for all_logits in (True, False):
+            # a single-token decode is cheap and the unit of everything: time it more often
+            for _ in range(PLAIN_REPEATS if b == 1 else 1):
+                dt = timed(b, all_logits)
+                if keep:
+                    samples[(b, all_logits)].append(dt)
+        done += b
+        if progress is not None:
+            progress(min(1.0, done / work))
+
+    # The lower quartile, not the mean: anything else on the machine only ever adds time to a
+    # decode, so the low end of the samples is the decode's own cost.
+    def point(b: int, all_logits: bool) -> float:
+        return float(np.percentile(samples[(b, all_logits)], LOW_QUANTILE))
+
     try:
         for r in range(max(rounds.values()) + 1):  # round 0 is the warm-up
             for b in sizes:
-                if r > rounds[b]:
-                    continue
-                for all_logits in (True, False):
-                    # a single-token decode is cheap and the unit of everything: time it more often
-                    for _ in range(PLAIN_REPEATS if b == 1 else 1):
-                        dt = timed(b, all_logits)
-                        if r > 0:
-                            samples[(b, all_logits)].append(dt)
-                done += b
-                if progress is not None:
-                    progress(done / work)
+                if r <= rounds[b]:
+                    time_size(b, keep=r > 0)
+        # A size far off the decode's shape (shape_fit) was most likely timed while something
+        # else ran: time it again, a few more rounds, before the curve is trusted.
+        for _ in range(REMEASURE_PASSES):
+            off = set()
+            for all_logits in (True, False):
+                times = [point(b, all_logits) for b in sizes]
+                off.update(sizes[i] for i in off_fit(times, physical_fit(sizes, times), OFF_FIT_TOLERANCE)
+                           if sizes[i] <= LARGE_BATCH)
+            if not off:
+                break
+            work += sum(off) * ROUNDS_SMALL
+            for _ in range(ROUNDS_SMALL):
+                for b in sorted(off):
+                    time_size(b, keep=True)
+            for b in off:
+                rounds[b] += ROUNDS_SMALL
     finally:
         memory.clear()
-    # The lower quartile, not the mean: anything else on the machine only ever adds time to a
-    # decode, so the low end of the samples is the decode's own cost.
-    t_all = tuple(float(np.percentile(samples[(b, True)], LOW_QUANTILE)) for b in sizes)
-    t_last = tuple(float(np.percentile(samples[(b, False)], LOW_QUANTILE)) for b in sizes)
+    t_all = tuple(point(b, True) for b in sizes)
+    t_last = tuple(point(b, False) for b in sizes)
     return CostCurve(tuple(sizes), t_all, t_last), tuple(rounds[b] for b in sizes)
 
 

@@ -3,10 +3,15 @@ ends it early (what was trained is kept and loaded as the draft), the window sta
 
 from __future__ import annotations
 
+import pytest
+
 from specdec_studio.app.widgets.model_picker import TRAIN_DRAFT
 from tests.app.conftest import TIMEOUT_MS
 
 
+# About 28 s (it generates, measures and trains for real); the engine's side of training, its Stop
+# included, runs in make test (tests/engine/test_distill.py), the window's under -m slow.
+@pytest.mark.slow
 def test_training_shows_progress_stops_and_loads_the_draft(window, qtbot, smollm_drafts, tmp_path, monkeypatch):
     # the draft menu offers training
     assert window.model_bar.draft.findData(TRAIN_DRAFT) >= 0

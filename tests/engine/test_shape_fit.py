@@ -4,6 +4,7 @@ cost that prices with the fit and corrects it with the run's own clock."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from specdec_studio.engine.strategies.auto.calibration import StepCost
@@ -66,3 +67,47 @@ def test_a_runs_own_timings_correct_the_profiles_extra_cost():
         assert abs(cost.scale - expected_scale) < 0.02
         assert abs(cost.relative(8) - machine.relative(8)) < 0.02 * machine.relative(8)
         assert (cost.relative(8) > before * 1.5) == (expected_scale == 2.0)
+
+
+class _Clock:
+    """A stand-in for engine.memory.Memory whose decodes take what a smooth curve says, except the
+    first ``slow_calls`` decodes of ``slow_size`` tokens (a machine busy while that size was timed)."""
+
+    def __init__(self, slow_size: int, slow_calls: int) -> None:
+        self.slow_size, self.slow_calls = slow_size, slow_calls
+        self.calls: dict[int, int] = {}
+
+    def decode(self, batch) -> float:
+        n = batch.n_tokens
+        self.calls[n] = self.calls.get(n, 0) + 1
+        t = 0.01 * (1.0 + 0.4 * (n - 1))
+        return t * 1.4 if n == self.slow_size and self.calls[n] <= self.slow_calls else t
+
+    def decode_tokens(self, batch, tokens, start_pos, seq_id=0) -> int:
+        return len(tokens) - 1
+
+    def prepare_rollback(self, *_args) -> None: ...
+    def seq_rm(self, *_args) -> None: ...
+    def clear(self) -> None: ...
+
+
+def test_a_size_timed_while_the_machine_was_busy_is_timed_again():
+    from specdec_studio.engine.batch import Batch
+    from specdec_studio.engine.tuning import profile
+
+    sizes = (1, 2, 3, 4, 5, 6, 7, 8)
+    batch = Batch(16, 1)
+    try:
+        # every timed round of B = 5 (and its warm-up), both logit variants, ran slow
+        slow = 2 * (profile.ROUNDS_SMALL + 1)
+        curve, rounds = profile.measure_curve(_Clock(5, slow), batch, list(range(10)), sizes=sizes)
+        assert rounds[sizes.index(5)] > profile.ROUNDS_SMALL
+        # the fit pools a bump with its neighbours, which may be timed again too; the rest are not
+        assert all(r == profile.ROUNDS_SMALL for b, r in zip(sizes, rounds) if abs(b - 5) > 1)
+        assert curve.seconds(5) == pytest.approx(0.01 * (1.0 + 0.4 * 4))
+        # a size that stays off (the machine really is like that) is kept as measured
+        curve, rounds = profile.measure_curve(_Clock(5, 10**6), batch, list(range(10)), sizes=sizes)
+        assert curve.seconds(5) == pytest.approx(1.4 * 0.01 * (1.0 + 0.4 * 4))
+        assert rounds[sizes.index(5)] == profile.ROUNDS_SMALL * (1 + profile.REMEASURE_PASSES)
+    finally:
+        batch.close()
