@@ -16,11 +16,16 @@ import llama_cpp as llama
 
 
 class Batch:
-    """Owns one ``llama_batch`` of ``capacity`` tokens, each in up to ``n_seq_max`` sequences."""
+    """Owns one ``llama_batch`` of ``capacity`` tokens, each in up to ``n_seq_max`` sequences.
 
-    def __init__(self, capacity: int, n_seq_max: int) -> None:
+    ``logits_every_row``: every row asks for logits whatever its caller wants, for a model whose
+    llama.cpp graph ignores which rows asked (``ModelInfo.logits_every_row``); its graph computes
+    them all anyway, so it costs nothing, and a row's logits are then that row's."""
+
+    def __init__(self, capacity: int, n_seq_max: int, logits_every_row: bool = False) -> None:
         self.capacity = capacity
         self.n_seq_max = n_seq_max
+        self.logits_every_row = logits_every_row
         self.raw = llama.llama_batch_init(capacity, 0, n_seq_max)
         self.token = np.ctypeslib.as_array(self.raw.token, shape=(capacity,))
         self.pos = np.ctypeslib.as_array(self.raw.pos, shape=(capacity,))
@@ -43,7 +48,7 @@ class Batch:
         self.pos[i] = pos
         self.n_seq_id[i] = n
         self.seq_id[i][:n] = seq_ids
-        self.logits[i] = want_logits
+        self.logits[i] = want_logits or self.logits_every_row
         self.n_tokens = i + 1
         self.raw.n_tokens = i + 1
         return i
@@ -58,7 +63,7 @@ class Batch:
         self.n_seq_id[i : i + n] = 1
         for row in self.seq_id[i : i + n]:
             row[0] = seq_id
-        self.logits[i : i + n] = 0
+        self.logits[i : i + n] = self.logits_every_row
         if logits_last and n:
             self.logits[i + n - 1] = 1
         self.n_tokens = i + n

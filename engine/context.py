@@ -169,7 +169,7 @@ class ModelContext:
         stack = contextlib.ExitStack()
         stack.callback(llama.llama_free, ctx)
         try:
-            batch = Batch(settings.n_batch, n_seq_max)
+            batch = Batch(settings.n_batch, n_seq_max, model.info.logits_every_row)
             stack.callback(batch.close)
             mirror = KvMirror(llama.llama_n_ctx(ctx), n_seq_max, settings.n_batch, model.info.n_swa)
             verifier = stack.enter_context(KvVerifier(mirror)) if settings.verify_kv else None

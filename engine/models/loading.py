@@ -21,6 +21,12 @@ GGUF_MAGIC = b"GGUF"
 # (padding), and token texts are compared from this id on (the first ids are often special).
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_ID = 5
+# Architectures whose llama.cpp graph does not select the output rows (no ``inp_out_ids`` in
+# vendor/llama.cpp/src/models/<arch>.cpp): a batch that asks for logits at rows 3 and 7 gets rows 0
+# and 1. Plain decoding's prompt (logits for its last token only) then read the first token's
+# logits, and lookahead's re-decoded tokens (no logits, ahead of the verified ones) shifted every
+# verification row. tests/engine/test_archs.py checks the fact against the tiny models.
+ARCHS_LOGITS_EVERY_ROW = frozenset({"cogvlm"})
 F16_BYTES = 2
 
 
@@ -58,6 +64,10 @@ class ModelInfo:
     n_pos_max: int = 0
     # multi-token-prediction (NextN) blocks the file carries: the model's own draft head
     n_mtp_layers: int = 0
+    # llama.cpp's graph for the architecture computes every row's logits and hands back the first
+    # n_outputs of them, not the rows the batch asked for (ARCHS_LOGITS_EVERY_ROW): every row of its
+    # batches must ask for logits, so that row i's logits are row i's
+    logits_every_row: bool = False
 
     @property
     def has_chat_template(self) -> bool:
@@ -195,6 +205,7 @@ class LoadedModel:
             diffusion=bool(llama.llama_model_is_diffusion(m)),
             n_pos_max=position_rows,
             n_mtp_layers=hp(llama.llama_model_n_layer_nextn),
+            logits_every_row=arch in ARCHS_LOGITS_EVERY_ROW,
         )
 
     def token_text(self, token: int) -> bytes:
