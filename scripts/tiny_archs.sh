@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/llama_source.sh
 source scripts/llama_source.sh
 
+# test-llama-archs draws its random weights from std::random_device unless given a seed: a fixed one
+# makes every machine's models (and so the tests' outcomes on them) the same
+readonly SEED=1
 root=$(llama_build_root llama-archs)
-models="$root/models"
+models="$root/models-seed$SEED"
 if [[ ! -f "$models/.complete" ]]; then
     [[ -n "${SPECDEC_TOOLS_NO_BUILD:-}" ]] && exit 1
     llama_source "$root"
@@ -21,7 +24,7 @@ if [[ ! -f "$models/.complete" ]]; then
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF $CMAKE_FLAGS >&2
     cmake --build "$root/build" -j "$(nproc)" --target test-llama-archs >&2
     rm -rf "$models" && mkdir -p "$models"
-    "$root/build/bin/test-llama-archs" -o "$models" >&2
+    "$root/build/bin/test-llama-archs" -s "$SEED" -o "$models" >&2
     touch "$models/.complete"
 fi
 # No GGUF with MTP layers is on the registries and test-llama-archs writes none: one is made from

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.gguf_edit import rewrite_gguf
+
 ARCH = "qwen35"
 
 
@@ -41,56 +43,42 @@ def write_mtp_model(src: Path, dst: Path, *, trunk_scale: float = 0.6, noise: fl
     attn_layer = next(i for i in range(n_layer) if f"blk.{i}.attn_q.weight" in tensors)
     rng = np.random.default_rng(seed)
 
-    partial = dst.with_name(dst.name + ".partial")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(str(partial), ARCH)
-    for key, f in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue
-        value = f.contents()
-        is_array = f.types[0] == gguf.GGUFValueType.ARRAY
-        if is_array and not value:
-            continue  # the writer refuses empty arrays; llama.cpp reads them as absent
+    def field_value(key: str, value):
         if key == f"{ARCH}.block_count":
-            value = n_layer + 1
-        elif key == f"{ARCH}.nextn_predict_layers":
-            value = 1
-        elif key == f"{ARCH}.attention.recurrent_layers":
-            value = [*value, 0]  # the MTP block is attention, not recurrent
-        elif is_array and len(value) == n_layer and key.startswith(ARCH + "."):
-            value = [*value, value[-1]]  # a per-layer value: the MTP block takes the last layer's
-        sub_type = f.types[-1] if is_array else None
-        writer.add_key_value(key, value, f.types[0], sub_type=sub_type)
+            return n_layer + 1
+        if key == f"{ARCH}.nextn_predict_layers":
+            return 1
+        if key == f"{ARCH}.attention.recurrent_layers":
+            return [*value, 0]  # the MTP block is attention, not recurrent
+        if isinstance(value, list) and len(value) == n_layer and key.startswith(ARCH + "."):
+            return [*value, value[-1]]  # a per-layer value: the MTP block takes the last layer's
+        return value
 
     residual_outputs = (".ssm_out.weight", ".attn_output.weight", ".ffn_down.weight")
-    for t in reader.tensors:
-        data = np.array(t.data)
-        if t.name.startswith("blk.") and t.name.endswith(residual_outputs):
-            data = (data * trunk_scale).astype(data.dtype)
-        writer.add_tensor(t.name, data, raw_dtype=t.tensor_type)
+
+    def tensor_data(name: str, data: np.ndarray) -> np.ndarray:
+        if name.startswith("blk.") and name.endswith(residual_outputs):
+            return (data * trunk_scale).astype(data.dtype)
+        return data
 
     mtp = f"blk.{n_layer}"
     prefix = f"blk.{attn_layer}."
+    extra = []
     for name, t in tensors.items():
         if not name.startswith(prefix):
             continue
         data = np.array(t.data)
         if name.endswith((".attn_output.weight", ".ffn_down.weight")):
             data = np.zeros_like(data)  # the block passes its input through
-        writer.add_tensor(mtp + "." + name[len(prefix):], data, raw_dtype=t.tensor_type)
+        extra.append((mtp + "." + name[len(prefix):], data, t.tensor_type))
     eh_proj = np.concatenate([np.eye(n_embd), np.zeros((n_embd, n_embd))], axis=1)
     eh_proj += noise * rng.standard_normal(eh_proj.shape) / np.sqrt(n_embd)
-    writer.add_tensor(f"{mtp}.nextn.eh_proj.weight", eh_proj.astype(np.float32))
-    writer.add_tensor(f"{mtp}.nextn.enorm.weight", np.ones(n_embd, dtype=np.float32))
-    writer.add_tensor(f"{mtp}.nextn.hnorm.weight", np.ones(n_embd, dtype=np.float32))
     head_norm = np.array(tensors["output_norm.weight"].data) * head_sharpness
-    writer.add_tensor(f"{mtp}.nextn.shared_head_norm.weight", head_norm.astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    partial.replace(dst)
-    return dst
+    extra += [(f"{mtp}.nextn.eh_proj.weight", eh_proj.astype(np.float32), None),
+              (f"{mtp}.nextn.enorm.weight", np.ones(n_embd, dtype=np.float32), None),
+              (f"{mtp}.nextn.hnorm.weight", np.ones(n_embd, dtype=np.float32), None),
+              (f"{mtp}.nextn.shared_head_norm.weight", head_norm.astype(np.float32), None)]
+    return rewrite_gguf(src, dst, field_value=field_value, tensor_data=tensor_data, extra_tensors=extra)
 
 
 if __name__ == "__main__":

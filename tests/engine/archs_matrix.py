@@ -14,13 +14,19 @@ with one sentence and exit status 2.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.gguf_edit import write_disagreeing_draft
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "a b c a b c a b c a b c a b"
@@ -28,9 +34,10 @@ N_TOKENS = 64
 
 # mode name in the table -> the command-line arguments after `specdec run -m FILE`;
 # "{model}" is the file itself (self-draft: the target drafts for itself and agrees with every
-# proposal); "{other}" a draft of another architecture, which the target rejects nearly always, so
-# that every step rolls back: mamba2 (a recurrent draft llama.cpp cannot roll back), or for mamba2
-# itself qwen35 (a hybrid one it can)
+# proposal); "{other}" a draft of another architecture whose head is shifted by one token
+# (tests/gguf_edit.py), so the target rejects nearly every proposal and every step rolls back:
+# mamba2 (a recurrent draft llama.cpp cannot roll back), or for mamba2 itself qwen35 (a hybrid
+# one it can)
 MODES: dict[str, tuple[str, ...]] = {
     "plain": ("--mode", "plain"),
     "lookup": ("--mode", "lookup"),
@@ -44,13 +51,29 @@ MODES: dict[str, tuple[str, ...]] = {
 }
 
 
+_drafts_lock = threading.Lock()
+_drafts_folder: Path | None = None
+
+
 def other_draft(model: Path) -> Path:
-    name = "qwen35-dense.gguf" if model.name == "mamba2-dense.gguf" else "mamba2-dense.gguf"
-    return model.with_name(name)
+    """The disagreeing draft for ``model``, written once per process into a temporary folder (never
+    into the tiny models' own)."""
+    global _drafts_folder
+    name = "qwen35-dense" if model.name == "mamba2-dense.gguf" else "mamba2-dense"
+    with _drafts_lock:
+        if _drafts_folder is None:
+            _drafts_folder = Path(tempfile.mkdtemp(prefix="specdec-drafts-"))
+            atexit.register(shutil.rmtree, _drafts_folder, True)
+        shifted = _drafts_folder / f"{name}-shifted.gguf"
+        if not shifted.exists():
+            write_disagreeing_draft(model.with_name(f"{name}.gguf"), shifted)
+    return shifted
 
 # The subset `make test` runs: a dense transformer, a hybrid with rollback, a recurrent model and
-# a hybrid without, a model with learned absolute positions, and the qwen35 with an MTP block.
-FAST_SUBSET = ("llama-dense", "qwen35-dense", "mamba2-dense", "lfm2-dense", "gpt2-dense", "qwen35-mtp")
+# a hybrid without, a model with learned absolute positions, the qwen35 with an MTP block, and a
+# graph that ignores which rows asked for logits (engine.models.loading.ARCHS_LOGITS_EVERY_ROW).
+FAST_SUBSET = ("llama-dense", "qwen35-dense", "mamba2-dense", "lfm2-dense", "gpt2-dense", "qwen35-mtp",
+               "cogvlm-dense")
 
 
 @dataclass(frozen=True)

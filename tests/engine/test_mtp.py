@@ -48,16 +48,19 @@ def test_greedy_mtp_drafting_equals_plain(mtp_session, k):
         assert mtp == plain, f"k={k}, {prompt!r}: first difference at token {next(i for i, (a, b) in enumerate(zip(mtp, plain)) if a != b)}"
         assert stats["n_drafted"] >= stats["steps"] - 2  # every step drafts (not the first token, nor past the budget)
         if k <= 3 and prompt == PROMPTS[0]:
-            # the head predicts what the target's bigram part says (tests/mtp_model.py); on this
-            # prompt llama.cpp's draft-mtp accepts 98 % (k = 1) and 94 % (k = 3) of its drafts
-            assert stats["n_accept"] / stats["n_drafted"] > 0.85, stats
+            # the head predicts what the target's bigram part says (tests/mtp_model.py): on the
+            # seed-1 tiny models it is right 49 % (k = 1) and 66 % (k = 3) of the time here, as
+            # llama.cpp's draft-mtp is on the same file (tests/bench/hybrid_vs_llama_cpp.py: 66.1 %
+            # against our 66.5 % at k = 3 on its prompt); a head fed another position's hidden row,
+            # or its own at the wrong step, is right about one time in the vocabulary's 128
+            assert stats["n_accept"] / stats["n_drafted"] > 0.4, stats
 
 
 def test_the_heads_proposals_are_its_forward_pass(mtp_session, tiny_archs):
     """The head's block adds nothing (tests/mtp_model.py), so its logits for token x after the
     target's hidden row h are output · (w ⊙ rms(eh_proj · [rms(E[x]); rms(h)])): numpy computes
     them from the file's tensors. Every first and chained draft step of a run matches
-    (1e-3 on logits of about 5) and so do the head's own hidden rows that chain the steps (a catch-up batch of several
+    (2e-3 on logits of about 5: float32 sums of 256-wide rows against float64) and so do the head's own hidden rows that chain the steps (a catch-up batch of several
     tokens included: llama.cpp's masked row copy reads the wrong row there)."""
     import gguf
 
@@ -88,7 +91,7 @@ def test_the_heads_proposals_are_its_forward_pass(mtp_session, tiny_archs):
         p = len(context) - 1
         assert p == 0 or (p - 1, context[p - 1]) in self.rows  # the target's row was seen
         ref, hidden = forward(context[-1], self.target_row(p - 1, context))
-        assert np.abs(logits - ref).max() < 1e-3 and np.abs(own_row(idx) - hidden).max() < 1e-3
+        assert np.abs(logits - ref).max() < 2e-3 and np.abs(own_row(idx) - hidden).max() < 2e-3
         expected_hidden["last"] = hidden
         checked["first"] += 1
         return logits, idx
@@ -96,7 +99,7 @@ def test_the_heads_proposals_are_its_forward_pass(mtp_session, tiny_archs):
     def next_step(self, token, pos, after):
         logits, idx = nxt(self, token, pos, after)
         ref, hidden = forward(token, expected_hidden["last"])
-        assert np.abs(logits - ref).max() < 1e-3
+        assert np.abs(logits - ref).max() < 2e-3
         expected_hidden["last"] = hidden
         checked["next"] += 1
         return logits, idx
