@@ -3,7 +3,7 @@ verifications, and what a decode of B tokens costs relative to one."""
 
 from __future__ import annotations
 
-import numpy as np
+import statistics
 
 from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, COST_SLOPE, PRIOR_MAX, PRIOR_WEIGHT,
                                                           SCALE_WEIGHT, SHAPE_CHANGE_PRIOR, SOURCES, signal_prior)
@@ -128,6 +128,7 @@ class StepCost:
         self._first: set[int] = set()
         self._table: list[float] = []
         self.scale = 1.0  # the run's measured extra cost of a batch over the curve's (see _rescale)
+        self._fastest: dict[int, float] = {}  # B -> the fastest timing _rescale last saw
         self._previous = 1
         self._plain_after: dict[bool, list[float]] = {False: [], True: []}  # after a tree step?
 
@@ -143,8 +144,12 @@ class StepCost:
         times = self.seen.setdefault(n_tokens, [])
         times.append(seconds)
         del times[: -self.KEEP]
+        # the run's relative costs are the sizes' fastest timings: redrawn only when one of those moved
         if self.curve is not None and len(times) >= self.TRUSTED:
-            self._rescale()
+            fastest = min(times)
+            if self._fastest.get(n_tokens) != fastest:
+                self._fastest[n_tokens] = fastest
+                self._rescale()
 
     def _rescale(self) -> None:
         """Correct the profile with the run's own clock: T(B)/T(1) - 1, the extra a batch costs,
@@ -160,7 +165,7 @@ class StepCost:
         if not ratios:
             return
         low, high = self.SCALE_RANGE
-        scale = min(high, max(low, float(np.median(ratios))))
+        scale = min(high, max(low, statistics.median(ratios)))
         if abs(scale - self.scale) > self.SCALE_STEP * self.scale:
             self.scale = scale
             self._table.clear()
