@@ -82,7 +82,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "quant": info.quant,
                 },
                 "config": {**config.as_dict(), "n_ctx": args.ctx_size, "n_batch": args.batch_size,
-                           "n_threads": session.n_threads, "chat": args.chat and session.has_chat_template},
+                           "n_threads": session.n_threads, "chat": args.chat and session.has_chat_template,
+                           # the loaded draft, whether or not the mode (Auto) chose to run it
+                           "draft": session.draft_model.info.path if session.draft_model is not None else None},
                 "stats": stats,
             }, indent=2))
         else:

@@ -107,9 +107,15 @@ def test_auto_never_runs_a_draft_model_that_cannot_pay(capsys):
     assert with_draft["config"]["mode"] == "auto" and "k_max" in with_draft["config"]
     assert with_draft["stats"]["auto"]["sources"].get("draft", {}).get("offered", 0) == 0
     assert with_draft["stats"]["n_predict"] == 24
+    # the JSON names the draft and says why it never ran: its price
+    assert with_draft["config"]["draft"].endswith(".draft-Q8_0.gguf")
+    draft = with_draft["stats"]["auto"]["draft"]
+    assert draft["source"] == "draft model" and draft["steps_asked"] == 0
+    assert draft["verdict"].startswith(f"never run: a draft token costs {draft['token_cost']:.2f} target steps")
     assert main(argv) == 0
     alone = json.loads(capsys.readouterr().out)
     assert with_draft["text"] == alone["text"]
+    assert alone["config"]["draft"] is None and "draft" not in alone["stats"]["auto"]
 
 
 def test_auto_settings_survive_the_config_round_trip():

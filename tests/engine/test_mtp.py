@@ -185,3 +185,7 @@ def test_auto_prices_the_mtp_head_as_its_draft(mtp_session, monkeypatch, cheap):
         assert draft["steps_asked"] >= 1 and draft["tokens_judged"] >= 1, draft
         assert draft["tokens_right"] > 0.5 * draft["tokens_judged"], draft
         assert draft["token_cost"] == 0.02
+        assert draft["verdict"] == (f"asked on {draft['steps_asked']} step{'s' * (draft['steps_asked'] != 1)}: "
+                                    f"{draft['tokens_right']} of its {draft['tokens_judged']} judged tokens were right")
+    else:  # priced out, perhaps probed once or twice at the acceptance it hoped for
+        assert draft["verdict"].startswith("asked on" if draft["steps_asked"] else "never run: a draft token costs"), draft

@@ -142,6 +142,20 @@ class DraftPrice:
         self.probe_gap = min(PROBE_MAX, 2 * self.probe_gap)
         return k_hoped if g_hoped >= min_gain else 0
 
+    def verdict(self, cost: StepCost | Wary, min_gain: float, steps_asked: int) -> str:
+        """Why the run did or did not ask the draft, in one sentence for the run's summary."""
+        if steps_asked:
+            return (f"asked on {steps_asked} step{'s' * (steps_asked != 1)}: {self.accepted} of its "
+                    f"{self.offered} judged tokens were right")
+        hoped, token_cost, penalty = self.hopeful_accept(), self.token_cost(cost), cost.return_penalty()
+        k, g = max(((k, self._gain(cost, k, hoped, token_cost, penalty)) for k in range(1, self.k_max + 1)),
+                   key=lambda kg: kg[1])
+        if g < min_gain:
+            return (f"never run: a draft token costs {token_cost:.2f} target steps, so even at {hoped:.0%} "
+                    f"acceptance its best k ({k}) would emit {g:.2f}× a plain step's tokens per unit of "
+                    f"time, under the {min_gain:.2f}× a step must beat")
+        return "never run: it could pay, but the answer ended before its acceptance was worth a try"
+
     def min_reach(self, cost: StepCost | Wary, depth: int, min_gain: float) -> float:
         """The least chance of being reached for which the draft's token at ``depth`` (0-based)
         pays for its own draft decode and verification row."""

@@ -248,7 +248,8 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
     if draft_kind is not None:  # what the decoding source was, how often it was asked, and its price
         counters.extra["auto"]["draft"] = {
             "source": draft_kind, "steps_asked": draft_steps, "tokens_judged": price.offered,
-            "tokens_right": price.accepted, "token_cost": round(price.token_cost(cost), 4)}
+            "tokens_right": price.accepted, "token_cost": round(price.token_cost(cost), 4),
+            "verdict": price.verdict(wary, guard.min_gain(), draft_steps)}
 
 
 def judge_draft(price: DraftPrice, drafted: Sequence[int], emitted: Sequence[int]) -> None:
