@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.gguf_edit import rewrite_gguf
+from specdec_studio.engine.models.rewrite import rewrite_gguf
 
 ARCH = "qwen35"
 

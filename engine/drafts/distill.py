@@ -110,29 +110,19 @@ def keep_first_layers(src: Path, dst: Path, n_layers: int) -> Path:
     """A copy of the F32 model ``src`` with only its first ``n_layers`` transformer blocks."""
     import gguf
 
+    from specdec_studio.engine.models.rewrite import rewrite_gguf
+
     reader = gguf.GGUFReader(str(src))
     arch = str(reader.fields["general.architecture"].contents())
     total = int(reader.fields[f"{arch}.block_count"].contents())
     if not 1 <= n_layers <= total:
         raise SpecDecError(f"--keep-layers must be between 1 and the model's {total} blocks, got {n_layers}")
-    partial = dst.with_name(dst.name + ".partial")
-    writer = gguf.GGUFWriter(str(partial), arch)
-    for key, f in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue
-        value = n_layers if key == f"{arch}.block_count" else f.contents()
-        sub_type = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(key, value, f.types[0], sub_type=sub_type)
-    for t in reader.tensors:
-        if t.name.startswith("blk.") and int(t.name.split(".")[1]) >= n_layers:
-            continue
-        writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    partial.replace(dst)
-    return dst
+
+    def first_blocks(name: str, data: np.ndarray) -> np.ndarray | None:
+        return None if name.startswith("blk.") and int(name.split(".")[1]) >= n_layers else data
+
+    return rewrite_gguf(src, dst, field_value=lambda key, value: n_layers if key == f"{arch}.block_count" else value,
+                        tensor_data=first_blocks)
 
 
 def graph_budget_adapter(model_f32: Path, dst: Path) -> Path:
