@@ -93,6 +93,7 @@ class LookaheadParams:
 # The CLI keeps llama-lookahead's defaults (15, 5, 15) so that its figures compare with llama.cpp's
 # example; the app starts from a setting that can win on a CPU (one decode of 121 tokens costs
 # ~44 single-token decodes on 2 cores, so 15/5/15 runs at ~0.07x plain there).
+LOOKUP_SOURCES: tuple[str, ...] = ("cache", "latest", "simple", "map-k", "map-k4v", "mod")
 LOOKAHEAD_CLI_DEFAULTS = (15, 5, 15)  # W, N, G
 LOOKAHEAD_APP_DEFAULTS = (4, 3, 4)
 
@@ -106,9 +107,10 @@ class SpeculativeParams:
     p_min: float = 0.0
     ngram_max: int = 3  # prompt lookup: longest n-gram matched
     ngram_min: int = 1
-    # prompt lookup: "cache" drafts confident continuations from the context's n-gram counts
-    # (llama-lookup); "latest" copies what followed the most recent match (transformers)
-    lookup: Literal["cache", "latest"] = "cache"
+    # prompt lookup's source: "cache" drafts confident continuations from the context's n-gram
+    # counts (llama-lookup); "latest" copies what followed the most recent match (transformers);
+    # the others are llama.cpp's draftless spec types ngram-simple, -map-k, -map-k4v and -mod
+    lookup: Literal["cache", "latest", "simple", "map-k", "map-k4v", "mod"] = "cache"
 
     def validate(self) -> None:
         if self.k < 1:
@@ -121,8 +123,8 @@ class SpeculativeParams:
             raise ConfigError(f"p_min must be in [0, 1), got {self.p_min}")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ConfigError(f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")
-        if self.lookup not in ("cache", "latest"):
-            raise ConfigError(f"prompt lookup must be cache or latest, got {self.lookup!r}")
+        if self.lookup not in LOOKUP_SOURCES:
+            raise ConfigError(f"prompt lookup's source must be one of {', '.join(LOOKUP_SOURCES)}, got {self.lookup!r}")
 
 
 @dataclass(frozen=True)

@@ -264,10 +264,9 @@ def _drafter(slot: _Slot, session, config: RunConfig):
     if config.mode == "auto":
         return AutoPlanner(slot.job.tokens, session.cost_curve())
     if config.mode == "lookup":
-        from specdec_studio.engine.strategies.lookup import DRAFTERS
+        from specdec_studio.engine.strategies.lookup import make_drafter
 
-        params = config.speculative
-        return DRAFTERS[params.lookup](params.ngram_min, params.ngram_max)
+        return make_drafter(config.speculative)
     if config.mode == "speculative":
         from specdec_studio.engine.strategies.speculative import DraftModelDrafter
 

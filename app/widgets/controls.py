@@ -56,7 +56,7 @@ class ControlsPanel(QtWidgets.QWidget):
 
         self.spec_box = QtWidgets.QGroupBox("Speculative")
         sp = QtWidgets.QVBoxLayout(self.spec_box)
-        self.k = SliderSpin("k", 1, 32, DEFAULT_K, tooltip="tokens drafted per step")
+        self.k = SliderSpin("k", 1, 64, DEFAULT_K, tooltip="tokens drafted per step")
         self.adaptive = QtWidgets.QComboBox()
         for key, label in (("off", "fixed k"), ("tutorial", "adaptive: last-10 acceptance"),
                            ("heuristic", "adaptive: transformers heuristic")):
@@ -66,10 +66,16 @@ class ControlsPanel(QtWidgets.QWidget):
         self.ngram = SliderSpin("n-gram", 1, 8, 3, tooltip="prompt lookup: longest n-gram matched")
         self.lookup = QtWidgets.QComboBox()
         for key, label in (("cache", "confident n-gram counts (llama-lookup)"),
-                           ("latest", "latest match, always k (transformers)")):
+                           ("latest", "latest match, always k (transformers)"),
+                           ("simple", "llama.cpp ngram-simple: 12-token match"),
+                           ("map-k", "llama.cpp ngram-map-k: 12-token key map"),
+                           ("map-k4v", "llama.cpp ngram-map-k4v: dominant of 4 copies"),
+                           ("mod", "llama.cpp ngram-mod: 24-token hash chain")):
             self.lookup.addItem(label, key)
-        self.lookup.setToolTip("How prompt lookup picks what to draft: the most frequent continuation, "
-                               "drafted only while it is confident, or whatever followed the latest match")
+        self.lookup.setToolTip("Where prompt lookup drafts from: the most frequent continuation of the last "
+                               "1-3 tokens, drafted only while it is confident; whatever followed their latest "
+                               "match; or one of llama.cpp's draftless spec types, which match 12 or 24 tokens "
+                               "and then copy up to 48 or 64 (set k high for them: k caps every draft)")
         self.draft_hint = QtWidgets.QLabel()
         self.draft_hint.setWordWrap(True)
         for w in (self.k, self.adaptive, self.p_min, self.ngram, self.lookup, self.draft_hint):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from specdec_studio.app.qt import QtCore, QtWidgets, Qt, Signal
 from specdec_studio.app.widgets.sweep_view import SpeedupCurve, SpeedupHeatmap
+from specdec_studio.engine.config import LOOKUP_SOURCES
 
 SHORT_CATEGORY_LABELS = {
     "chat": "chat", "code_generation": "code", "code_editing": "code edit", "summarisation": "summary",
@@ -56,7 +57,7 @@ class TunePanel(QtWidgets.QWidget):
         form.addWidget(self.wng_row, 1, 0, 1, 4)
         self.axis_edits["k"] = QtWidgets.QLineEdit("0..10")
         self.axis_edits["k"].setToolTip("draft lengths: a list or a range; 0 runs plain decoding (the noise floor)")
-        self.policy_checks = {key: QtWidgets.QCheckBox(key) for key in ("cache", "latest")}
+        self.policy_checks = {key: QtWidgets.QCheckBox(key) for key in LOOKUP_SOURCES}
         self.policy_checks["cache"].setChecked(True)
         self.adaptive_checks = {key: QtWidgets.QCheckBox(key) for key in ("off", "tutorial", "heuristic")}
         self.adaptive_checks["off"].setChecked(True)

@@ -59,7 +59,7 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
-    from specdec_studio.engine.config import DEFAULT_K, DEFAULT_MAX_TOKENS_CLI, LOOKAHEAD_CLI_DEFAULTS, MODES
+    from specdec_studio.engine.config import DEFAULT_K, DEFAULT_MAX_TOKENS_CLI, LOOKAHEAD_CLI_DEFAULTS, LOOKUP_SOURCES, MODES
 
     p.add_argument("-m", "--model", default="default", help="default, gemma, or a path to a .gguf file")
     p.add_argument("--mode", choices=MODES, default="plain")
@@ -106,9 +106,12 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     sp.add_argument("--p-min", type=float, default=0.0)
     sp.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram matched")
     sp.add_argument("--ngram-min", type=int, default=1, help="prompt lookup: shortest n-gram matched")
-    sp.add_argument("--lookup", choices=("cache", "latest"), default="cache",
-                    help="prompt lookup: confident continuations from n-gram counts (llama-lookup) "
-                         "or whatever followed the latest match (transformers)")
+    sp.add_argument("--lookup", choices=LOOKUP_SOURCES, default="cache",
+                    help="prompt lookup's source: confident continuations from n-gram counts (cache, as "
+                         "llama-lookup), whatever followed the latest match (latest, as transformers), or "
+                         "llama.cpp's spec types ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod at their "
+                         "own sizes (simple, map-k, map-k4v, mod; they copy up to 48 or 64 tokens, so give "
+                         "them a large -k)")
 
 
 def config_from(args: argparse.Namespace):

@@ -1,7 +1,9 @@
 """Prompt lookup decoding: draft by copying what followed the last few tokens earlier in the
 context (llama.cpp's ``examples/lookup``, transformers' prompt lookup).
 
-Two ways to pick the continuation, both proposing point masses (no draft distribution):
+Our two ways to pick the continuation, both proposing point masses (no draft distribution), are
+below; llama.cpp's draftless spec types (``simple``, ``map-k``, ``map-k4v``, ``mod``) are in
+:mod:`engine.strategies.lookup_sources`, chosen the same way (``SpeculativeParams.lookup``):
 
 ``cache`` (default, llama-lookup's context n-gram cache): every n-gram of the context counts the
 tokens that followed it. Each draft position takes the longest n-gram whose most frequent
@@ -20,8 +22,10 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from specdec_studio.engine.config import SpeculativeParams
 from specdec_studio.engine.events import Event
 from specdec_studio.engine.strategies.common import Runtime
+from specdec_studio.engine.strategies.lookup_sources import MAP_VALUES_PER_KEY, MapDrafter, ModHashDrafter, SimpleMatchDrafter
 from specdec_studio.engine.strategies.verify import Draft, run_draft_verify
 
 # Confidence a continuation needs before it is drafted, by n-gram length (1, 2, 3 and longer):
@@ -147,10 +151,25 @@ class LatestMatchDrafter:
         return Draft([], None, time.perf_counter() - t0)
 
 
-DRAFTERS = {"cache": NgramCacheDrafter, "latest": LatestMatchDrafter}
+def make_drafter(params: SpeculativeParams):
+    """Prompt lookup's drafter for ``params.lookup``: ours (``cache``, ``latest``, which match
+    ``ngram_min`` to ``ngram_max`` tokens) or one of llama.cpp's draftless types at its own sizes
+    (engine.strategies.lookup_sources)."""
+    source = params.lookup
+    if source == "cache":
+        return NgramCacheDrafter(params.ngram_min, params.ngram_max)
+    if source == "latest":
+        return LatestMatchDrafter(params.ngram_min, params.ngram_max)
+    if source == "simple":
+        return SimpleMatchDrafter()
+    if source == "map-k":
+        return MapDrafter(values_per_key=1)
+    if source == "map-k4v":
+        return MapDrafter(values_per_key=MAP_VALUES_PER_KEY)
+    if source == "mod":
+        return ModHashDrafter()
+    raise ValueError(f"unknown prompt lookup source {source!r}")
 
 
 def run_lookup(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
-    params = rt.config.speculative
-    drafter = DRAFTERS[params.lookup](params.ngram_min, params.ngram_max)
-    yield from run_draft_verify(rt, prompt, drafter)
+    yield from run_draft_verify(rt, prompt, make_drafter(rt.config.speculative))

@@ -266,3 +266,17 @@ def test_stochastic_speculation_is_reproducible(smollm, smollm_drafts):
     a = session.complete(config, PROSE_PROMPT)
     b = session.complete(config, PROSE_PROMPT)
     assert a.token_ids == b.token_ids and a.stats["n_drafted"] > 0
+
+
+@pytest.mark.parametrize("source", ["simple", "map-k", "map-k4v", "mod"])
+def test_llama_cpp_draftless_sources_are_lossless_on_smollm(smollm, source):
+    """llama.cpp's spec types as prompt lookup's source, at their own sizes (12- or 24-token
+    matches, copies of up to 48 or 64 tokens): they draft on the code prompt's rewrite, which
+    copies whole lines of it, and every draft they make is verified like any other."""
+    session, probe, tokens, plain, _ = smollm
+    session.unload_draft()
+    params = SpeculativeParams(k=64, lookup=source)
+    result = session.complete(spec("lookup", params), CODE_PROMPT)
+    assert_lossless(session, tokens, plain, result.token_ids, deviation_for_batch(probe, params.k + 1), source)
+    s = result.stats
+    assert s["n_drafted"] > 0 and s["n_accept"] > 0
