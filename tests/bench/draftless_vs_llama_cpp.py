@@ -1,0 +1,221 @@
+"""Draftless drafting against llama.cpp's own spec types, side by side in one run.
+
+Ours: plain, Auto, and prompt lookup with each of its sources (our n-gram cache and latest
+match, and our versions of llama.cpp's ngram-simple, -map-k, -map-k4v and -mod). Theirs:
+``llama-speculative-simple --spec-type T`` for T in ngram-simple, ngram-map-k, ngram-map-k4v,
+ngram-mod and ngram-cache (built by scripts/build_llama_tools.sh from the same sdist). Every
+setting runs on the same prompt tokens (each shipped category's first prompt in the model's chat
+template, 128 tokens; the code prompt, raw, 256 tokens), greedy, the same threads, in rounds of
+every setting forward and then back, so a drift of the machine's speed hits all alike.
+
+Ours run in this process on one loaded model (no load time either way: both sides report
+the generation alone), theirs as fresh processes. "llama plain" is llama-speculative-simple's
+own loop with nothing ever drafted (ngram-simple with sizes no context of the bench reaches).
+
+The two sides do not generate the same text. SmolLM2's kernels are not batch-invariant with 2
+threads: llama.cpp decodes the prompt but its last token in one batch and that token with the
+first step, we decode the prompt in one batch, and a greedy choice with a small top-2 margin goes
+the other way some tokens in (measured on the chat category: "left alone. It's a sign of a
+healthy cat" there, "left alone. The shelter used to" here, 71 tokens against 128). So every
+output is checked against its own side's plain: ours token by token, theirs as text (its printed
+continuation must start with llama plain's, up to the shorter of the two, since llama.cpp may
+keep accepted drafts past -n). And every setting's speed is given two ways, from each round's
+runs: over our plain's tokens/s, and over its own side's plain (the speed-up it brings to its
+own loop on its own text); the second is the fair comparison of the two sides' drafting, the
+first adds the difference of the loops and of the texts' lengths (mean tokens per run printed).
+
+Lookup's k: 64 for the llama.cpp-style sources (their own caps, 48 or 64, apply inside), 8 for
+the n-gram cache and latest match (llama.cpp's ngram-cache drafts 8).
+
+    scripts/build_llama_tools.sh                                      # once
+    .venv/bin/python tests/bench/draftless_vs_llama_cpp.py [--rounds 2] [--category code_editing ...]
+    .venv/bin/python tests/bench/draftless_vs_llama_cpp.py --only auto,ngram-mod,ngram-map-k
+
+Run it with nothing else on the machine; it measures the batch-cost profile first if none is
+cached (Auto prices its steps with it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import CODE_PROMPT, THREADS, model_path
+from lookup_vs_llama_cpp import find_tools, parse
+
+from specdec_studio.engine.config import RunConfig, SpeculativeParams
+from specdec_studio.engine.events import RunFinished
+from specdec_studio.engine.session import Session
+from specdec_studio.engine.tuning import profile
+from specdec_studio.engine.tuning.cost_model import geometric_mean
+from specdec_studio.engine.tuning.prompts import shipped
+from specdec_studio.engine.tuning.sweep import prompt_tokens
+
+CHAT_TOKENS, CODE_TOKENS = 128, 256
+THEIR_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+LLAMA_PLAIN = "llama plain"
+# llama-speculative-simple needs a spec type: ngram-simple never drafts before the context holds
+# more than key + copy + 1 tokens (2049 here; a run of the bench holds at most about 400)
+THEIR_ARGS = {**{t: ["--spec-type", t] for t in THEIR_TYPES},
+              LLAMA_PLAIN: ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1024",
+                            "--spec-ngram-simple-size-m", "1024"]}
+OUR_LOOKUPS = {"cache": 8, "latest": 8, "simple": 64, "map-k": 64, "map-k4v": 64, "mod": 64}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def our_settings() -> dict[str, RunConfig]:
+    settings = {"plain": RunConfig(), "auto": RunConfig(mode="auto")}
+    for source, k in OUR_LOOKUPS.items():
+        settings[f"lookup {source}"] = RunConfig(mode="lookup", speculative=SpeculativeParams(k=k, lookup=source))
+    return settings
+
+
+def run_ours(session, config: RunConfig, tokens: list[int], n: int) -> tuple[float, int, list[int]]:
+    final = None
+    for event in session.run(RunConfig(mode=config.mode, max_tokens=n, speculative=config.speculative), tokens):
+        if isinstance(event, RunFinished):
+            final = event
+    stats = final.stats
+    return stats["n_predict"] / stats["t_generate_s"], stats["n_predict"], list(final.token_ids)
+
+
+def run_theirs(binary: Path, model: Path, prompt_file: Path, name: str, n: int) -> tuple[float, int, str]:
+    cmd = [str(binary), "-m", str(model), "-f", str(prompt_file), "-n", str(n), "--temp", "0", "--top-k", "1",
+           "-t", str(THREADS), "-tb", str(THREADS), "-c", "4096", "-b", "2048", *THEIR_ARGS[name]]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)})
+    if out.returncode != 0:
+        raise RuntimeError(f"{name} failed ({out.returncode}):\n{(out.stdout + out.stderr)[-3000:]}")
+    run = parse(out.stdout + out.stderr)
+    generated = ANSI.sub("", out.stdout).split(prompt_file.read_text(), 1)[-1].rstrip("\n")
+    return run["tps"], run["tokens"], generated
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=2, help="forward-and-back rounds")
+    ap.add_argument("--category", action="append", help="only these chat categories (repeatable; 'code' is the code prompt)")
+    ap.add_argument("--only", help="comma-separated settings to run besides plain (e.g. auto,ngram-mod)")
+    ap.add_argument("--bin", default=None, help="folder with llama-speculative-simple (default: scripts/build_llama_tools.sh)")
+    args = ap.parse_args()
+
+    tools = find_tools(args.bin)
+    binary = tools / "llama-speculative-simple" if tools else None
+    if binary is None or not binary.exists():
+        print("llama-speculative-simple is not built: run scripts/build_llama_tools.sh first (about 5 minutes)")
+        return 0
+    model = model_path()
+    ours = our_settings()
+    names = [*ours, LLAMA_PLAIN, *THEIR_TYPES]
+    if args.only:
+        wanted = {"plain", LLAMA_PLAIN, *args.only.split(",")}
+        unknown = wanted - set(names)
+        if unknown:
+            ap.error(f"unknown settings {sorted(unknown)}; choose from {', '.join(names)}")
+        names = [name for name in names if name in wanted]
+
+    with Session(model, n_ctx=4096, n_threads=THREADS) as session, tempfile.TemporaryDirectory() as tmp:
+        profile.load_or_measure(session)
+        # category -> (tokens, n, the same prompt as text for llama.cpp)
+        prompts: dict[str, tuple[list[int], int, Path]] = {}
+        firsts = {}
+        for p in shipped():
+            firsts.setdefault(p.category, p)
+        for category, p in firsts.items():
+            prompts[category] = (prompt_tokens(session, p, chat=True), CHAT_TOKENS, None)
+        prompts["code"] = (session.tokenize_prompt(CODE_PROMPT), CODE_TOKENS, None)
+        if args.category:
+            prompts = {c: v for c, v in prompts.items() if c in args.category}
+        for category, (tokens, n, _) in list(prompts.items()):
+            # the prompt as text that llama.cpp tokenizes back to the same ids (specials parsed, BOS added as ours)
+            text = "".join(session.vocab.special_text(t) for t in tokens)
+            path = Path(tmp, f"{category}.txt")
+            path.write_text(text)
+            if session.tokenize_prompt(text) != tokens:
+                print(f"{category}: the prompt's text does not tokenize back to its ids; skipped")
+                del prompts[category]
+                continue
+            prompts[category] = (tokens, n, path)
+
+        print(f"{model.name}, {THREADS} threads, greedy; chat categories {CHAT_TOKENS} tokens, code {CODE_TOKENS}; "
+              f"{args.rounds} rounds of every setting forward and back")
+        # category -> setting -> per round: tokens/s over our plain's, and over its own side's plain
+        over_ours: dict[str, dict[str, list[float]]] = {c: {name: [] for name in names} for c in prompts}
+        over_own: dict[str, dict[str, list[float]]] = {c: {name: [] for name in names} for c in prompts}
+        n_generated: dict[str, list[int]] = {name: [] for name in names}
+        mismatches: list[str] = []
+        for category, (tokens, n, path) in prompts.items():
+            our_plain: list[int] | None = None
+            their_plain: str | None = None
+            for _ in range(args.rounds):
+                speeds: dict[str, list[float]] = {name: [] for name in names}
+                for order in (names, names[::-1]):
+                    for name in order:
+                        if name in ours:
+                            tps, n_tokens, ids = run_ours(session, ours[name], tokens, n)
+                            if our_plain is None and name == "plain":
+                                our_plain = ids
+                            same = our_plain is None or ids == our_plain
+                        else:
+                            tps, n_tokens, text = run_theirs(binary, model, path, name, n)
+                            if their_plain is None and name == LLAMA_PLAIN:
+                                their_plain = text
+                            common = min(len(text), len(their_plain or text))
+                            same = their_plain is None or text[:common] == their_plain[:common]
+                        if not same and f"{category} {name}" not in mismatches:
+                            mismatches.append(f"{category} {name}")
+                        speeds[name].append(tps)
+                        n_generated[name].append(n_tokens)
+                mean = {name: statistics.mean(values) for name, values in speeds.items()}
+                for name in names:
+                    over_ours[category][name].append(mean[name] / mean["plain"])
+                    over_own[category][name].append(mean[name] / mean["plain" if name in ours else LLAMA_PLAIN])
+            row = "  ".join(f"{name} {statistics.median(over_own[category][name]):.3f}"
+                            for name in names if name not in ("plain", LLAMA_PLAIN))
+            print(f"{category:<16} plain {mean['plain']:6.1f} t/s, llama plain {mean[LLAMA_PLAIN] / mean['plain']:.3f}x; "
+                  f"over own plain: {row}", flush=True)
+
+        chat = [c for c in prompts if c != "code"]
+
+        def summary(table: dict[str, dict[str, list[float]]], name: str) -> tuple[float, float, str]:
+            medians = [statistics.median(table[c][name]) for c in chat]
+            worst, where = min(zip(medians, chat))
+            return geometric_mean(medians), worst, where
+
+        print(f"\nmedian of rounds; chat: geometric mean over {len(chat)} categories (worst category); "
+              "code: the code prompt")
+        for label, table in (("over our plain", over_ours), ("over its own side's plain", over_own)):
+            print(f"-- {label}")
+            for name in names:
+                if name == "plain" or (name == LLAMA_PLAIN and table is over_own):
+                    continue
+                line = f"{name:<16} mean {statistics.mean(n_generated[name]):5.1f} tokens/run"
+                if chat:
+                    gm, worst, where = summary(table, name)
+                    line += f"  chat {gm:.3f} (worst {worst:.3f} {where})"
+                if "code" in prompts:
+                    line += f"  code {statistics.median(table['code'][name]):.3f}"
+                print(line)
+            theirs = [t for t in THEIR_TYPES if t in names]
+            if "auto" in names and theirs:
+                if chat:
+                    best = max(theirs, key=lambda t: summary(table, t)[0])
+                    print(f"auto / best llama.cpp type ({best}) on chat: "
+                          f"{summary(table, 'auto')[0] / summary(table, best)[0]:.3f}")
+                if "code" in prompts and "ngram-mod" in names:
+                    print("auto / ngram-mod on code: "
+                          f"{statistics.median(table['code']['auto']) / statistics.median(table['code']['ngram-mod']):.3f}")
+        if mismatches:
+            print("OUTPUT DIFFERS FROM ITS SIDE'S PLAIN: " + ", ".join(mismatches))
+            return 1
+        print("every output equals its side's plain")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
