@@ -97,6 +97,13 @@ class LayoutMixin:
         decisions_legend.setWordWrap(True)
         db.addWidget(decisions_legend)
         db.addWidget(self.decisions)
+        # at the end of a run: every source Auto considered, what it sent, and why one was never sent
+        self.auto_sources = QtWidgets.QLabel("")
+        self.auto_sources.setObjectName("autoSources")
+        self.auto_sources.setStyleSheet("font-size: 9pt;")
+        self.auto_sources.setWordWrap(True)
+        self.auto_sources.setTextInteractionFlags(QtCore.Qt.TextSelectableByMouse)
+        db.addWidget(self.auto_sources)
         self.decisions_box.setVisible(False)
         cl.addWidget(self.decisions_box)
         self.conversation_note = QtWidgets.QLabel("")

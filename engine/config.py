@@ -111,6 +111,9 @@ class SpeculativeParams:
     # counts (llama-lookup); "latest" copies what followed the most recent match (transformers);
     # the others are llama.cpp's draftless spec types ngram-simple, -map-k, -map-k4v and -mod
     lookup: Literal["cache", "latest", "simple", "map-k", "map-k4v", "mod"] = "cache"
+    # Auto: draft also from what past runs of this model generated (an n-gram memory kept per model
+    # in the data folder), and learn this run's output into it
+    ngram_memory: bool = False
 
     def validate(self) -> None:
         if self.k < 1:

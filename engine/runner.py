@@ -20,6 +20,9 @@ def run_events(rt: Runtime, strategy: Callable[[Runtime, Sequence[int]], Iterato
                prompt: list[int], target: ModelContext, started: RunStarted) -> Iterator[Event]:
     memory, output = rt.memory, rt.output
     yield started
+    if rt.ngram_memory is not None and rt.ngram_memory.problem:
+        yield RunWarning(rt.ngram_memory.problem)
+        rt.ngram_memory.problem = None
     step = 0
     failures = memory.observer_failures
     n_failures = len(failures)
@@ -37,13 +40,29 @@ def run_events(rt: Runtime, strategy: Callable[[Runtime, Sequence[int]], Iterato
         if rt.t_start is not None:
             rt.counters.t_generate_s = rt.clock() - rt.t_start
         target.note_cached([*prompt, *output.all_ids()])
+        save_problem = learn_output(rt, prompt)
         if rt.draft is not None and rt.draft.memory.pos_max(0) + 1 != len(rt.draft.cached):
             rt.draft.forget()  # a draft decode stopped part-way: start the draft afresh next time
+    if save_problem:
+        yield RunWarning(save_problem)
     if memory.mirror_ok:
         yield kv_snapshot(target, step, rt.config.n_sequences)
     output.finish(FINISH_LENGTH)  # a strategy that returns without a reason ran out of tokens
     yield RunFinished(output.text(), tuple(output.ids), output.finish_reason or FINISH_LENGTH, rt.counters.as_dict(),
                       output.end_token)
+
+
+def learn_output(rt: Runtime, prompt: list[int]) -> str | None:
+    """The n-gram memory (if the run has one) learns what the run generated and is saved; returns
+    why it could not be saved (a full disk costs the memory's update, never the run)."""
+    if rt.ngram_memory is None or not rt.output.ids:
+        return None
+    rt.ngram_memory.learn([*prompt, *rt.output.all_ids()], len(prompt))
+    try:
+        rt.ngram_memory.save()
+    except OSError as exc:
+        return f"the n-gram memory could not be saved ({exc}); this run's n-grams are kept until the app closes"
+    return None
 
 
 def kv_snapshot(target: ModelContext, step: int, n_seq: int) -> KvSnapshot:

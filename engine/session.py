@@ -79,6 +79,7 @@ class Session:
         self.draft_model: LoadedModel | None = None
         self.draft: ModelContext | None = None
         self._mtp = None  # the MTP head on the target context (engine.drafts.mtp), made by the first MTP run
+        self._ngram_memory = None  # what past runs of this model generated, read by the first run that asks
         try:
             self._load_template()
             self._make_context(1)  # checks the memory budget first
@@ -318,12 +319,25 @@ class Session:
             n_reused=n_reused,
             cost_curve=curve,
             draft_token_cost=self._auto_draft_cost(curve, mtp) if auto else 1.0,
+            ngram_memory=self.ngram_memory() if auto and config.speculative.ngram_memory else None,
         )
         started = RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
         events = run_events(rt, strategy, prompt, target, started)
         self._runtime = rt
         self._runs.add(events)
         return events
+
+    def ngram_memory(self):
+        """The n-gram memory of this model's past runs (engine.strategies.ngram_memory), read from
+        the data folder the first time a run asks for it, keyed by the model file's hash."""
+        if self._ngram_memory is None:
+            from specdec_studio.engine.models.identity import model_sha256
+            from specdec_studio.engine.paths import data_root
+            from specdec_studio.engine.strategies.ngram_memory import NgramMemory
+
+            sha = model_sha256(self.model.path)
+            self._ngram_memory = NgramMemory(data_root() / "ngram-memory" / f"{sha[:16]}.npz", sha)
+        return self._ngram_memory
 
     @contextlib.contextmanager
     def off_the_clock(self):

@@ -54,6 +54,16 @@ class ControlsPanel(QtWidgets.QWidget):
         la.addWidget(self.batch_label)
         layout.addWidget(self.lookahead_box)
 
+        self.auto_box = QtWidgets.QGroupBox("Auto")
+        ab = QtWidgets.QVBoxLayout(self.auto_box)
+        self.ngram_memory = QtWidgets.QCheckBox("remember past runs' n-grams")
+        self.ngram_memory.setChecked(True)
+        self.ngram_memory.setToolTip("Auto also drafts from what this model generated in past runs and turns "
+                                     "(kept per model in the data folder), and learns each run's output. "
+                                     "Verification keeps every run lossless either way.")
+        ab.addWidget(self.ngram_memory)
+        layout.addWidget(self.auto_box)
+
         self.spec_box = QtWidgets.QGroupBox("Speculative")
         sp = QtWidgets.QVBoxLayout(self.spec_box)
         self.k = SliderSpin("k", 1, 64, DEFAULT_K, tooltip="tokens drafted per step")
@@ -114,7 +124,8 @@ class ControlsPanel(QtWidgets.QWidget):
     def _value_widgets(self) -> dict:
         return {"W": self.W, "N": self.N, "G": self.G, "seed_pool": self.seed_pool, "ordered_kv": self.ordered_kv,
                 "k": self.k, "p_min": self.p_min, "ngram": self.ngram, "temperature": self.temperature,
-                "top_p": self.top_p, "seed": self.seed, "max_tokens": self.max_tokens}
+                "top_p": self.top_p, "seed": self.seed, "max_tokens": self.max_tokens,
+                "ngram_memory": self.ngram_memory}
 
     def _combos(self) -> dict[str, QtWidgets.QComboBox]:
         return {"mode": self.mode, "adaptive": self.adaptive, "lookup": self.lookup}
@@ -151,7 +162,8 @@ class ControlsPanel(QtWidgets.QWidget):
                                     seed=None if v["seed"] < 0 else int(v["seed"])),
             lookahead=LookaheadParams(int(v["W"]), int(v["N"]), int(v["G"]), v["seed_pool"], False, v["ordered_kv"]),
             speculative=SpeculativeParams(k=int(v["k"]), adaptive=v["adaptive"], k_max=max(16, int(v["k"])),
-                                          p_min=float(v["p_min"]), ngram_max=int(v["ngram"]), lookup=v["lookup"]),
+                                          p_min=float(v["p_min"]), ngram_max=int(v["ngram"]), lookup=v["lookup"],
+                                          ngram_memory=bool(v["ngram_memory"])),
         )
 
     def validation_error(self) -> str | None:
@@ -198,6 +210,7 @@ class ControlsPanel(QtWidgets.QWidget):
         mode = self.mode.currentData()
         self.lookahead_box.setVisible(mode == "lookahead")
         self.spec_box.setVisible(mode in DRAFT_VERIFY_MODES)
+        self.auto_box.setVisible(mode == "auto")
         self.p_min.setVisible(mode in ("speculative", "mtp"))
         self.ngram.setVisible(mode == "lookup")
         self.lookup.setVisible(mode == "lookup")

@@ -11,11 +11,12 @@ DECISION_COLOURS = {
     "ngram": "#0aa5c0",
     "ngram_alt": "#c9b400",
     "suffix": "#8e44ad",
+    "memory": "#b03a6f",
     "draft": "#2e9d4f",
     "tree": "#e67e22",
 }
 DECISION_LABELS = {"plain": "plain step", "ngram": "n-gram cache", "ngram_alt": "n-gram cache, a less frequent follower",
-                   "suffix": "suffix match", "draft": "draft model",
+                   "suffix": "suffix match", "memory": "n-gram memory of past runs", "draft": "draft model",
                    "tree": "tree of several sources"}
 BAR_WIDTH = 4
 MAX_TOKENS_DRAWN = 8

@@ -18,17 +18,9 @@ from pathlib import Path
 from specdec_studio.engine.chat.conversation import Conversation, new_id
 from specdec_studio.engine.errors import SpecDecError
 from specdec_studio.engine.jsonfile import write_json
+from specdec_studio.engine.paths import data_root
 
 STATE_FILE = "state.json"  # which conversation was open last
-
-
-def data_root() -> Path:
-    root = os.environ.get("SPECDEC_DATA")
-    if root:
-        return Path(root).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("specdec-studio", appauthor=False))
 
 
 class DamagedConversation(SpecDecError):

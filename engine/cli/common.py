@@ -106,6 +106,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     sp.add_argument("--p-min", type=float, default=0.0)
     sp.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram matched")
     sp.add_argument("--ngram-min", type=int, default=1, help="prompt lookup: shortest n-gram matched")
+    sp.add_argument("--ngram-memory", action="store_true",
+                    help="Auto: draft also from the n-grams past runs of this model generated (kept in the data "
+                         "folder, SPECDEC_DATA), and learn this run's output into them")
     sp.add_argument("--lookup", choices=LOOKUP_SOURCES, default="cache",
                     help="prompt lookup's source: confident continuations from n-gram counts (cache, as "
                          "llama-lookup), whatever followed the latest match (latest, as transformers), or "
@@ -128,6 +131,7 @@ def config_from(args: argparse.Namespace):
         speculative=SpeculativeParams(
             k=args.draft, adaptive=args.adaptive, k_min=args.k_min, k_max=args.k_max,
             p_min=args.p_min, ngram_max=args.ngram_max, ngram_min=args.ngram_min, lookup=args.lookup,
+            ngram_memory=args.ngram_memory,
         ),
     )
 
@@ -179,11 +183,12 @@ def print_stats(config, stats: dict, finish_reason: str) -> None:
         if stats["n_drafted"]:
             print(f"accept    = {100.0 * stats['accept_rate']:.3f}%", file=err)
     if config.mode == "auto" and "auto" in stats:
+        from specdec_studio.engine.strategies.auto.report import source_lines
+
         auto = stats["auto"]
         print("decisions = " + ", ".join(f"{d} {n}" for d, n in auto["decisions"].items()), file=err)
-        for source, c in auto["sources"].items():
-            rate = c["accepted"] / c["offered"] if c["offered"] else 0.0
-            print(f"  {source:7s} offered {c['offered']:4d}, accepted {c['accepted']:4d} ({100 * rate:.1f}%)", file=err)
+        for line in source_lines(auto):
+            print(f"  {line}", file=err)
         agreed = auto.get("agreed", {})
         if agreed.get("offered"):
             print(f"  of these, proposed by several sources: offered {agreed['offered']}, "

@@ -101,6 +101,9 @@ class Runtime:
     # one decode of the draft model in decodes of the target (the session's estimate; Auto prices
     # the draft with it until the run has timed its own)
     draft_token_cost: float = 1.0
+    # what past runs generated (engine.strategies.ngram_memory.NgramMemory): an Auto source, and
+    # it learns this run's output at the end; None unless the run's config asks for it
+    ngram_memory: object | None = None
 
     def logits(self, i: int) -> np.ndarray:
         return logits_row(self.ctx, i, self.vocab.n_tokens)

@@ -78,6 +78,10 @@ def test_auto_drafts_on_repetitive_text_and_reports_each_decision(verified):
     # proposals made many steps emit more than one token.
     assert final.stats["n_accept"] >= 16 and final.stats["tokens_per_step"] > 1.2, final.stats
     assert report["sources"] and all(v["offered"] >= v["accepted"] for v in report["sources"].values())
+    assert set(report["sources"]) == {"ngram", "ngram_alt", "suffix"}  # no draft loaded: not a source
+    for source, entry in report["sources"].items():
+        # a source that proposed but was never sent says why; one that was sent, or never proposed, does not
+        assert ("ruled_out" in entry) == (entry["proposed"] > 0 and entry["offered"] == 0), (source, entry)
     steps = [e for e in seen if isinstance(e, StepDone) and "auto" in e.extra]
     for e in steps:
         info = e.extra["auto"]

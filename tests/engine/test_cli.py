@@ -112,6 +112,11 @@ def test_auto_never_runs_a_draft_model_that_cannot_pay(capsys):
     draft = with_draft["stats"]["auto"]["draft"]
     assert draft["source"] == "draft model" and draft["steps_asked"] == 0
     assert draft["verdict"].startswith(f"never run: a draft token costs {draft['token_cost']:.2f} target steps")
+    # every source considered is listed, the draft with the price that ruled it out
+    sources = with_draft["stats"]["auto"]["sources"]
+    assert set(sources) == {"ngram", "ngram_alt", "suffix", "draft"}
+    assert sources["draft"] == {"proposed": 0, "offered": 0, "accepted": 0, "ruled_out": draft["verdict"]}
+    assert sources["suffix"]["proposed"] > 0  # the counting repeats: the suffix match proposed
     assert main(argv) == 0
     alone = json.loads(capsys.readouterr().out)
     assert with_draft["text"] == alone["text"]

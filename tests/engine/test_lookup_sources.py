@@ -53,15 +53,30 @@ def test_map_k4v_drafts_only_a_dominant_continuation():
     assert draft(common, common, rare, rare) == []  # 2 against 2: not
 
 
-def test_mod_chains_lookups_across_passages():
-    drafter = ModHashDrafter(n_match=3, n_min=4, n_max=10)
-    # "1 2 3" was followed by 4 5, and "3 4 5" (elsewhere) by 6 7 8: the chain runs on through both
+def test_mod_chains_lookups_across_passages_and_needs_n_min_tokens():
+    # "1 2 3" was followed by 4 5, and "3 4 5" (later) by 6 7 8: the chain runs on through both,
+    # until "0 1 2", whose follower is not in the table yet (it is the newest text)
     context = [1, 2, 3, 4, 5, 0, 3, 4, 5, 6, 7, 8, 0, 1, 2, 3]
+    drafter = ModHashDrafter(n_match=3, n_min=4, n_max=10)
     drafter.begin(context[:-1])
-    assert drafter.propose(context, 10).tokens == [4, 5, 6, 7, 8, 0, 1, 2, 3, 4]
-    assert drafter.propose(context, 3).tokens == [4, 5, 6]  # k caps the draft
+    assert drafter.propose(context, 10).tokens == [4, 5, 6, 7, 8, 0, 1, 2]
+    assert drafter.propose(context, 3).tokens == [4, 5, 6]  # k caps the draft; n_min judges the whole chain
     # the context's last n-gram never occurred before: nothing to chain from
     assert drafter.propose([*context, 9, 9], 10).tokens == []
+    # a chain of 8 is shorter than n_min 9: not drafted
+    strict = ModHashDrafter(n_match=3, n_min=9, n_max=10)
+    strict.begin(context[:-1])
+    assert strict.propose(context, 10).tokens == []
+
+
+def test_mod_takes_new_ngrams_in_chunks_of_32():
+    drafter = ModHashDrafter(n_match=2, n_min=1, n_max=1)
+    prompt = [7, 8, *range(100, 120)]
+    drafter.begin(prompt)
+    text = [*prompt, 5, 6, 9]  # "5 6" followed by 9, after the prompt
+    assert drafter.propose([*text, 5, 6], 1).tokens == []  # 4 new tokens: not in the table yet
+    text += range(200, 230)
+    assert drafter.propose([*text, 5, 6], 1).tokens == [9]  # over 32 new: now they are
 
 
 def test_mod_learns_the_newest_follower_of_each_ngram():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-SOURCES = ("ngram", "ngram_alt", "suffix", "draft")
+SOURCES = ("ngram", "ngram_alt", "suffix", "memory", "draft")
 NGRAM_MIN, NGRAM_MAX = 1, 4
 ALT_BRANCHES = 2  # the n-gram cache's 2nd and 3rd followers
 ALT_MIN_COUNT = 2  # a follower seen once is no evidence of a second way
@@ -35,7 +35,7 @@ PRIOR_MAX = 0.95
 # was right 90 % of the time, one that only one of them proposed 50 %: a token's bins are split by
 # whether another family agreed. (Raising the prior of an agreed token did not pay: the short
 # answers, where the prior decides, lost more than the long ones won.)
-FAMILY = {"ngram": "ngram", "ngram_alt": "ngram", "suffix": "suffix", "draft": "draft"}
+FAMILY = {"ngram": "ngram", "ngram_alt": "ngram", "suffix": "suffix", "memory": "memory", "draft": "draft"}
 
 
 def signal_prior(source: str, signal: tuple) -> float:
@@ -43,6 +43,9 @@ def signal_prior(source: str, signal: tuple) -> float:
         return SUFFIX_PRIOR[signal[0]]
     if source == "draft":
         return DRAFT_PRIOR[signal[0]]
+    if source == "memory":  # n-gram size (2-4), share bucket (0-2), follower count bucket (0-3)
+        size, share, count = signal
+        return min(0.8, 0.3 + 0.1 * (size - 2) + 0.08 * share + 0.04 * count)
     # n-gram size, follower share bucket (0-3), follower count bucket (0-3), follower rank (0 = most frequent)
     size, share, count, rank = signal
     if rank:

@@ -1,10 +1,32 @@
-"""What Auto did, counted for ``--json`` and the app: decisions, offers and acceptances per source."""
+"""What Auto did, counted for ``--json`` and the app: decisions, and per source what it proposed,
+what was sent and accepted, and for a source never sent what ruled it out."""
 
 from __future__ import annotations
 
 from specdec_studio.engine.strategies.auto.calibration import Calibrator
 from specdec_studio.engine.strategies.auto.priors import SOURCES
+from specdec_studio.engine.strategies.auto.sources import Proposal
 from specdec_studio.engine.strategies.auto.tree import Node
+
+SOURCE_NAMES = {"ngram": "n-gram cache", "ngram_alt": "n-gram cache's other followers", "suffix": "suffix match",
+                "memory": "n-gram memory of past runs", "draft": "draft model"}
+
+
+class Considered:
+    """One source's proposals over the run's planning steps: on how many it proposed, and the
+    likeliest first token it ever offered against the chance a step then needed to pay."""
+
+    __slots__ = ("steps", "best_chance", "needed")
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.best_chance = 0.0
+        self.needed = 1.0  # the chance a one-node tree needed on the step of best_chance
+
+    def add(self, chance: float, needed: float) -> None:
+        self.steps += 1
+        if chance > self.best_chance:
+            self.best_chance, self.needed = chance, needed
 
 
 class AutoReport:
@@ -15,6 +37,13 @@ class AutoReport:
         self.accepted: dict[str, int] = {}
         self.decisions: dict[str, int] = {}
         self.agreed = [0, 0]  # offered, accepted: tokens sources of two families proposed
+        self.considered: dict[str, Considered] = {}
+
+    def consider(self, proposals: list[Proposal], chances: list[float], needed: float) -> None:
+        """A planning step's proposals (at its first, cheapest test), with their first tokens'
+        calibrated chances and the chance a step needed to pay (``StepCost.first_chance_needed``)."""
+        for proposal, chance in zip(proposals, chances):
+            self.considered.setdefault(proposal.source, Considered()).add(chance, needed)
 
     @staticmethod
     def count(table: dict[str, int], key: str) -> None:
@@ -35,11 +64,57 @@ class AutoReport:
         self.count(self.decisions, decision)
         return decision
 
-    def as_dict(self, calibrator: Calibrator, trust: float | None = None) -> dict:
-        """``trust``: the guard's at the end of the run (None where there is no guard)."""
+    def ruled_out(self, source: str) -> str | None:
+        """Why a source that proposed was never sent, in one sentence; None if it was sent or never proposed."""
+        seen = self.considered.get(source)
+        if seen is None or self.offered.get(source):
+            return None
+        steps = f"proposed on {seen.steps} planning step{'s' * (seen.steps != 1)}, never sent: "
+        if seen.best_chance <= seen.needed:
+            return (steps + f"its likeliest first token had a {seen.best_chance:.0%} chance, under the "
+                    f"{seen.needed:.0%} a step needed to pay for its batch")
+        return steps + "its first tokens were likely enough, but no chain of it promised enough tokens for its batch's cost"
+
+    def as_dict(self, calibrator: Calibrator, trust: float | None = None, draft: bool = False,
+                memory: bool = False) -> dict:
+        """``trust``: the guard's at the end of the run (None where there is no guard). ``draft``: a
+        decoding source (draft model or MTP head) was loaded, so it is one of the sources considered;
+        ``memory``: the n-gram memory of past runs was, likewise.
+        Every source considered is listed: proposed (planning steps it proposed on), offered (its
+        tokens sent to verification), accepted, and for one never sent, ``ruled_out``."""
         extra = {} if trust is None else {"trust": round(trust, 3)}
-        return {**extra, "decisions": dict(sorted(self.decisions.items())),
-                "sources": {s: {"offered": self.offered.get(s, 0), "accepted": self.accepted.get(s, 0)}
-                            for s in SOURCES if self.offered.get(s)},
+        sources = {}
+        for s in SOURCES:
+            if (s == "draft" and not draft) or (s == "memory" and not memory):
+                continue
+            seen = self.considered.get(s)
+            entry = {"proposed": seen.steps if seen else 0, "offered": self.offered.get(s, 0),
+                     "accepted": self.accepted.get(s, 0)}
+            why = self.ruled_out(s)
+            if why is not None:
+                entry["ruled_out"] = why
+            sources[s] = entry
+        return {**extra, "decisions": dict(sorted(self.decisions.items())), "sources": sources,
                 "agreed": {"offered": self.agreed[0], "accepted": self.agreed[1]},
                 "calibration": calibrator.table()}
+
+
+def source_lines(auto: dict) -> list[str]:
+    """One line per source of a finished run's ``stats["auto"]`` (:meth:`AutoReport.as_dict`):
+    what it proposed, what was sent and accepted, and why a source never sent was ruled out.
+    Shared by the CLI's summary and the window's."""
+    lines = []
+    for source, c in auto.get("sources", {}).items():
+        name = SOURCE_NAMES.get(source, source)
+        if source == "draft" and "draft" in auto:
+            name = auto["draft"].get("source", name)
+        line = f"{name}: "
+        if "proposed" in c:  # (a trace recorded before the report counted proposals has offers only)
+            line += f"proposed on {c['proposed']} step{'s' * (c['proposed'] != 1)}, "
+        line += f"{c['accepted']} of {c['offered']} sent tokens accepted"
+        if c["offered"]:
+            line += f" ({100 * c['accepted'] / c['offered']:.0f} %)"
+        if "ruled_out" in c:
+            line += f"; {c['ruled_out']}"
+        lines.append(line)
+    return lines

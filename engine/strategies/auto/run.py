@@ -14,7 +14,7 @@ from specdec_studio.engine.strategies.auto.draft_price import DraftPrice
 from specdec_studio.engine.strategies.auto.priors import MIN_GAIN
 from specdec_studio.engine.strategies.auto.report import AutoReport
 from specdec_studio.engine.strategies.auto.sources import Sources
-from specdec_studio.engine.strategies.auto.tree import Node, build_tree, could_pay
+from specdec_studio.engine.strategies.auto.tree import Node, build_tree, could_pay, first_chances
 from specdec_studio.engine.strategies.common import Runtime, begin_run
 
 
@@ -46,7 +46,7 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
     out, counters, memory, batch = rt.output, rt.counters, rt.memory, rt.batch
     calibrator = Calibrator()
     cost = StepCost(rt.cost_curve)
-    sources = Sources(prompt, draft)
+    sources = Sources(prompt, draft, memory=rt.ngram_memory)
     # A recurrent state is one per sequence: no sibling branches there, one chain a step (the
     # session made the context with one sequence)
     n_seq = 1 if rt.memory.recurrent else rt.config.n_sequences
@@ -109,11 +109,16 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                         drafted = next((p.tokens for p in chains if p.source == "draft"), [])
                 else:
                     chains = sources.chains(context, cut)
+                if chains and not passed:  # the step's first test: what each source offered, for the report
+                    report.consider(chains, first_chances(chains, calibrator), wary.first_chance_needed(room, min_gain))
                 if chains is None or not could_pay(chains, calibrator, wary, room, min_gain, None if cut == room else cut):
                     break
                 passed += 1
             else:
-                proposals = (chains + sources.siblings(context, room, chains))[:n_seq]
+                siblings = sources.siblings(context, room, chains)
+                if siblings:
+                    report.consider(siblings, first_chances(siblings, calibrator), wary.first_chance_needed(room, min_gain))
+                proposals = (chains + siblings)[:n_seq]
                 nodes, gain = build_tree(proposals, calibrator, wary, room, min_gain)
                 if nodes:  # what the tree leaves out of each proposal, hindsight judges
                     hindsight.keep(proposals, sent_lengths(proposals, nodes))
@@ -244,12 +249,15 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                                      "predicted_gain": round(gain, 3), "proposers": tuple(proposers)}})
         t_prev = now
         step += 1
-    counters.extra["auto"] = report.as_dict(calibrator, guard.trust)
+    counters.extra["auto"] = report.as_dict(calibrator, guard.trust, draft=draft_kind is not None,
+                                            memory=rt.ngram_memory is not None)
     if draft_kind is not None:  # what the decoding source was, how often it was asked, and its price
+        verdict = price.verdict(wary, guard.min_gain(), draft_steps)
         counters.extra["auto"]["draft"] = {
             "source": draft_kind, "steps_asked": draft_steps, "tokens_judged": price.offered,
-            "tokens_right": price.accepted, "token_cost": round(price.token_cost(cost), 4),
-            "verdict": price.verdict(wary, guard.min_gain(), draft_steps)}
+            "tokens_right": price.accepted, "token_cost": round(price.token_cost(cost), 4), "verdict": verdict}
+        if not draft_steps:  # its price ruled it out before it proposed anything
+            counters.extra["auto"]["sources"]["draft"]["ruled_out"] = verdict
 
 
 def judge_draft(price: DraftPrice, drafted: Sequence[int], emitted: Sequence[int]) -> None:

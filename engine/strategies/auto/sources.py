@@ -1,5 +1,6 @@
-"""The candidate sources of a run (the n-gram cache and its sibling branches, the suffix match, a
-draft model), kept up to date with the context, each proposing a continuation with its signals."""
+"""The candidate sources of a run (the n-gram cache and its sibling branches, the suffix match, the
+n-gram memory of past runs, a draft model), kept up to date with the context, each proposing a
+continuation with its signals."""
 
 from __future__ import annotations
 
@@ -22,12 +23,13 @@ class Sources:
     """The candidate sources of one run, kept up to date with the context. ``alternatives``
     adds the n-gram cache's sibling branches (a step whose tree has one sequence cannot use them)."""
 
-    def __init__(self, prompt: Sequence[int], draft=None, alternatives: bool = True) -> None:
+    def __init__(self, prompt: Sequence[int], draft=None, alternatives: bool = True, memory=None) -> None:
         self.ngrams = NgramCacheDrafter(NGRAM_MIN, NGRAM_MAX)
         self.ngrams.begin(prompt)
         self.suffix = SuffixMatcher(prompt)
         self.draft = draft  # a DraftModelDrafter, or None
         self.alternatives = alternatives
+        self.memory = memory  # an NgramMemory of past runs (engine.strategies.ngram_memory), or None
 
     def advance(self, context: Sequence[int]) -> None:
         self.suffix.extend(context[len(self.suffix.tokens):])
@@ -43,6 +45,8 @@ class Sources:
         while ``draft_stop(depth, reach)`` is false."""
         self.ngrams.count(context)
         out = [self._ngram(context, k), self._suffix(k)]
+        if self.memory is not None:
+            out.append(self._memory(context, k))
         if self.draft is not None and draft_k > 0:
             out.append(self._draft(context, draft_k, draft_stop))
         return [p for p in out if p.tokens]
@@ -121,6 +125,11 @@ class Sources:
         tokens, length = self.suffix.continuation(k, MIN_SUFFIX_MATCH)
         signal = (bucket(length, (3, 5, 9, 17, 33)),)
         return Proposal("suffix", tokens, [signal] * len(tokens))
+
+    def _memory(self, context: Sequence[int], k: int) -> Proposal:
+        tokens, evidence = self.memory.propose(context, k)
+        signals = [(size, bucket(share, (0.75, 0.9)), bucket(total, (4, 8, 16))) for size, share, total in evidence]
+        return Proposal("memory", tokens, signals)
 
     def _draft(self, context: Sequence[int], k: int, stop=None) -> Proposal:
         draft = self.draft.propose(context, k, stop)

@@ -50,6 +50,16 @@ def support_of(proposals: list[Proposal]) -> list[list[tuple[str, ...]]]:
     return [[tuple(sorted(families[path])) for path in prop_paths] for prop_paths in paths]
 
 
+def first_chances(proposals: list[Proposal], calibrator: Calibrator) -> list[float]:
+    """Each proposal's calibrated chance that its first token is accepted (agreed where a source
+    of another family proposed the same first token)."""
+    first_families: dict[int, set[str]] = {}  # first token -> the families proposing it
+    for p in proposals:
+        first_families.setdefault(p.tokens[0], set()).add(FAMILY[p.source])
+    return [calibrator.probability(p.source, p.signals[0], 0, len(first_families[p.tokens[0]]) > 1)
+            for p in proposals]
+
+
 def could_pay(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost, room: int,
               min_gain: float = MIN_GAIN, cut: int | None = None) -> bool:
     """Whether any tree of these proposals could beat ``min_gain``: an upper bound on
@@ -67,11 +77,7 @@ def could_pay(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost,
     if room <= 0 or not proposals:
         return False
     if cut == 1:  # every node as likely as the likeliest first token: one threshold to pass
-        first_families: dict[int, set[str]] = {}  # first token -> the families proposing it
-        for p in proposals:
-            first_families.setdefault(p.tokens[0], set()).add(FAMILY[p.source])
-        first = max(calibrator.probability(p.source, p.signals[0], 0, len(first_families[p.tokens[0]]) > 1)
-                    for p in proposals)
+        first = max(first_chances(proposals, calibrator))
         return first >= MIN_REACH and first > cost.first_chance_needed(room, min_gain)
     reaches: list[float] = []
     at: list[int | None] = [-1] * len(proposals)  # each proposal's node one depth up (-1: the input token)

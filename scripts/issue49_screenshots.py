@@ -1,0 +1,90 @@
+"""The real window for issue 49's parts, each shot from the X screen:
+
+    xvfb-run -s "-screen 0 1366x768x24" .venv/bin/python scripts/issue49_screenshots.py docs/screenshots
+
+1. Auto on the default model with the Q8_0 copy as its draft and the n-gram memory on, after its
+   third run of the code prompt (two to remember the answer): under the decision strip, every
+   source it considered, what each sent and had accepted, and the price that ruled the draft out;
+2. prompt lookup's source menu opened: our n-gram cache and latest match, and llama.cpp's
+   ngram-simple, -map-k, -map-k4v and -mod;
+3. a lookup run with ngram-mod as the source (k 64) on the same prompt.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests" / "bench"))
+
+from window_shots import Shooter  # noqa: E402
+
+from _common import CODE_PROMPT  # noqa: E402
+
+
+def main() -> None:
+    out = Path(sys.argv[1]).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="shots-"))
+    os.environ["SPECDEC_DATA"] = str(scratch / "data")  # a memory of this script's runs alone
+
+    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.qt import QtCore, QtWidgets
+    from specdec_studio.engine.models import catalog
+
+    app = QtWidgets.QApplication([])
+    screen = app.primaryScreen().geometry()
+    tag = f"{screen.width()}x{screen.height()}"
+    shots = Shooter(app, out, tag)
+    wait = shots.wait
+
+    settings = QtCore.QSettings(str(scratch / "settings.ini"), QtCore.QSettings.IniFormat)
+    settings.setValue("threads", 2)
+    settings.setValue("auto_profile", "false")
+    settings.setValue("chat", "false")
+    window = MainWindow(str(catalog.resolve("default")), settings=settings)
+    window.resize(screen.width(), screen.height())
+    window.move(0, 0)
+    window.show()
+    wait(lambda: window.model_loaded and not window.machine.busy)
+    controls = window.controls
+
+    def run(mode: str) -> None:
+        controls.mode.setCurrentIndex(controls.mode.findData(mode))
+        window.input.set_text(CODE_PROMPT)
+        window.input.run.click()
+        wait(lambda: window.machine.busy)
+        wait(lambda: not window.machine.busy, 300)
+        window.right_tabs.setCurrentIndex(0)
+
+    # 1. Auto with a draft it prices out and the n-gram memory, third run of the prompt
+    window.choose_draft(str(catalog.resolve("default-q8_0")))
+    wait(lambda: window.draft_path is not None and not window.machine.busy, 300)
+    controls.max_tokens.setValue(160)
+    controls.ngram_memory.setChecked(True)
+    for _ in range(3):
+        run("auto")
+    shots.shoot("issue49-auto-sources-summary", 0.8)
+
+    # 2. prompt lookup's source menu
+    controls.mode.setCurrentIndex(controls.mode.findData("lookup"))
+    controls.lookup.setCurrentIndex(controls.lookup.findData("mod"))
+    controls.k.setValue(64)
+    shots.settle(0.3)
+    controls.lookup.showPopup()
+    shots.shoot("issue49-lookup-source-menu", 0.8)
+    controls.lookup.hidePopup()
+
+    # 3. a lookup run with llama.cpp's ngram-mod as the source
+    run("lookup")
+    shots.shoot("issue49-lookup-ngram-mod-run", 0.8)
+    window.close()
+
+
+if __name__ == "__main__":
+    main()
