@@ -29,7 +29,7 @@ from specdec_studio.app.window_state import WindowState
 from specdec_studio.app.window_tuning import TuningMixin
 from specdec_studio.app.window_jobs import JobsMixin
 from specdec_studio.engine.events import KvSnapshot, RejectedDraft, RunFinished, RunStarted, StepBatch, StepDone
-from specdec_studio.engine.strategies.auto.report import source_lines
+from specdec_studio.engine.strategies.auto.report import source_counts, source_lines
 
 # On a 2-core machine every millisecond the GUI thread works is taken from llama.cpp's threads (and
 # one of them preempted stalls the other at the next barrier): the window drains the engine's events
@@ -351,6 +351,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.kv_map.set_memory_kind(str(event.model.get("memory_kind", "attention")))
         self.decisions.clear()
         self.auto_sources.clear()
+        self.auto_sources.setToolTip("")
         self.decisions_box.setVisible(self.last_run_mode == "auto")
         self.inspector.paused_run = False
         self.inspector.set_record(self.record)
@@ -388,8 +389,10 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
                 self._render_all()  # the engine's record of the turn (sent just before) replaces the live one
             else:
                 self.stream.append_text("\n" + figures_line(turn.mode, event.stats, event.finish_reason), "meta", 0)
-        if "auto" in event.stats:
-            self.auto_sources.setText("Sources: " + " · ".join(source_lines(event.stats["auto"])))
+        if "auto" in event.stats:  # a line of counts; hover for each source's whole account
+            auto = event.stats["auto"]
+            self.auto_sources.setText("Sources, accepted/sent: " + source_counts(auto) + " — hover for why")
+            self.auto_sources.setToolTip("\n".join(source_lines(auto)))
         self.stats.refresh()
         self.stats.finish(event.stats, self.baselines.get(self.last_run_key),
                           self.predicted_speedup(event.stats, self.last_run_mode))

@@ -4,7 +4,8 @@
 
 1. Auto on the default model with the Q8_0 copy as its draft and the n-gram memory on, after its
    third run of the code prompt (two to remember the answer): under the decision strip, every
-   source it considered, what each sent and had accepted, and the price that ruled the draft out;
+   source it considered, what each sent and had accepted; hovered, the price that ruled the draft
+   out and what held the other sources back;
 2. prompt lookup's source menu opened: our n-gram cache and latest match, and llama.cpp's
    ngram-simple, -map-k, -map-k4v and -mod;
 3. a lookup run with ngram-mod as the source (k 64) on the same prompt.
@@ -70,6 +71,10 @@ def main() -> None:
     for _ in range(3):
         run("auto")
     shots.shoot("issue49-auto-sources-summary", 0.8)
+    label = window.auto_sources  # its tooltip: each source's whole account
+    QtWidgets.QToolTip.showText(label.mapToGlobal(QtCore.QPoint(0, label.height())), label.toolTip(), label)
+    shots.shoot("issue49-auto-sources-tooltip", 0.8)
+    QtWidgets.QToolTip.hideText()
 
     # 2. prompt lookup's source menu
     controls.mode.setCurrentIndex(controls.mode.findData("lookup"))

@@ -82,6 +82,10 @@ class ControlsPanel(QtWidgets.QWidget):
                            ("map-k4v", "llama.cpp ngram-map-k4v: dominant of 4 copies"),
                            ("mod", "llama.cpp ngram-mod: 24-token hash chain")):
             self.lookup.addItem(label, key)
+        # the labels are long: the closed combo takes the panel's width, its list as wide as they need
+        self.lookup.setSizeAdjustPolicy(QtWidgets.QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.lookup.setMinimumContentsLength(12)
+        self.lookup.view().setMinimumWidth(self.lookup.view().sizeHintForColumn(0) + 24)
         self.lookup.setToolTip("Where prompt lookup drafts from: the most frequent continuation of the last "
                                "1-3 tokens, drafted only while it is confident; whatever followed their latest "
                                "match; or one of llama.cpp's draftless spec types, which match 12 or 24 tokens "
@@ -212,7 +216,8 @@ class ControlsPanel(QtWidgets.QWidget):
         self.spec_box.setVisible(mode in DRAFT_VERIFY_MODES)
         self.auto_box.setVisible(mode == "auto")
         self.p_min.setVisible(mode in ("speculative", "mtp"))
-        self.ngram.setVisible(mode == "lookup")
+        # llama.cpp's draftless types match n-grams of their own sizes
+        self.ngram.setVisible(mode == "lookup" and self.lookup.currentData() in ("cache", "latest"))
         self.lookup.setVisible(mode == "lookup")
         self.draft_hint.setVisible(mode == "speculative")
         self.draft_hint.setText("" if self.draft_loaded else "Choose a draft model in the model bar.")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specdec_studio.engine.strategies.auto.calibration import Calibrator
-from specdec_studio.engine.strategies.auto.report import AutoReport, source_lines
+from specdec_studio.engine.strategies.auto.report import AutoReport, source_counts, source_lines
 from specdec_studio.engine.strategies.auto.sources import Proposal
 
 
@@ -20,4 +20,12 @@ def test_a_source_never_sent_is_ruled_out_by_its_chance_or_by_its_chains():
     assert "ruled_out" not in auto["sources"]["ngram_alt"] and auto["sources"]["ngram_alt"]["proposed"] == 0
     assert "draft" not in auto["sources"]
     lines = source_lines(auto)
-    assert lines[0].startswith("n-gram cache: proposed on 1 step, 0 of 0 sent tokens accepted; proposed on 1")
+    assert lines[0].startswith("n-gram cache: proposed on 1 step, 0 of 0 sent tokens accepted; never sent: its likeliest")
+
+
+def test_the_short_form_gives_counts_or_says_never_sent():
+    report = AutoReport()
+    report.consider([Proposal("suffix", [5], [(2,)])], [0.3], 0.4)
+    auto = report.as_dict(Calibrator())
+    assert source_counts(auto) == ("n-gram cache: never sent · n-gram cache's other followers: never sent · "
+                                   "suffix match: never sent")

@@ -69,11 +69,10 @@ class AutoReport:
         seen = self.considered.get(source)
         if seen is None or self.offered.get(source):
             return None
-        steps = f"proposed on {seen.steps} planning step{'s' * (seen.steps != 1)}, never sent: "
         if seen.best_chance <= seen.needed:
-            return (steps + f"its likeliest first token had a {seen.best_chance:.0%} chance, under the "
+            return (f"never sent: its likeliest first token had a {seen.best_chance:.0%} chance, under the "
                     f"{seen.needed:.0%} a step needed to pay for its batch")
-        return steps + "its first tokens were likely enough, but no chain of it promised enough tokens for its batch's cost"
+        return "never sent: its first tokens were likely enough, but no chain of it promised enough tokens for its batch's cost"
 
     def as_dict(self, calibrator: Calibrator, trust: float | None = None, draft: bool = False,
                 memory: bool = False) -> dict:
@@ -118,3 +117,15 @@ def source_lines(auto: dict) -> list[str]:
             line += f"; {c['ruled_out']}"
         lines.append(line)
     return lines
+
+
+def source_counts(auto: dict) -> str:
+    """The short form of :func:`source_lines`, for one line of the window: each source's accepted
+    and sent tokens, or that it was never sent."""
+    parts = []
+    for source, c in auto.get("sources", {}).items():
+        name = SOURCE_NAMES.get(source, source)
+        if source == "draft" and "draft" in auto:
+            name = auto["draft"].get("source", name)
+        parts.append(f"{name} {c['accepted']}/{c['offered']}" if c["offered"] else f"{name}: never sent")
+    return " · ".join(parts)
