@@ -194,6 +194,10 @@ def print_stats(config, stats: dict, finish_reason: str) -> None:
             print(f"  of these, proposed by several sources: offered {agreed['offered']}, "
                   f"accepted {agreed['accepted']}", file=err)
     print(f"steps     = {stats['steps']}", file=err)
+    if stats.get("steps", 0) > 1 and stats.get("t_generate_s"):
+        step_ms = 1e3 * stats["t_generate_s"] / (stats["steps"] - 1)
+        print(f"host      = {stats['host_ms_per_step']:.3f} ms/step outside the target's decodes "
+              f"({100 * stats['host_ms_per_step'] / step_ms:.0f}% of a step)", file=err)
     print(f"tokens/step = {stats['tokens_per_step']:.3f}", file=err)
     print(f"finish    = {finish_reason}", file=err)
     if stats.get("predicted_speedup") is not None or "measured_speedup" in stats:

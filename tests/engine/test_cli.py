@@ -29,6 +29,9 @@ def test_run_json_has_every_field():
         assert key in stats
     assert stats["n_predict"] == 24 and stats["steps"] == 24
     assert stats["predicted_speedup"] == 1.0  # plain is plain: no batch-cost profile measured for it
+    # the host's share: the generation's time outside the 23 decodes after the prompt's, per step
+    host = stats["t_generate_s"] - stats["t_decode_s"]
+    assert stats["host_ms_per_step"] > 0 and abs(stats["host_ms_per_step"] - 1e3 * host / 23) < 1e-6
 
 
 def test_run_prints_llama_cpp_style_figures():
