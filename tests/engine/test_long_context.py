@@ -37,14 +37,22 @@ def long_chat(smollm_path, exactness_probe):
     RunConfig(mode="lookahead", max_tokens=N_TOKENS, lookahead=LookaheadParams(3, 3, 3)),
     RunConfig(mode="auto", max_tokens=N_TOKENS),
     RunConfig(mode="auto", max_tokens=N_TOKENS),
-], ids=["lookup-cache", "lookup-latest", "self-draft", "lookahead-3-3-3", "auto", "auto-drafting"])
-def test_strategies_stay_lossless_past_512_cells(long_chat, config, request, monkeypatch):
+    RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=48, lookup="simple")),
+    RunConfig(mode="auto", max_tokens=N_TOKENS, speculative=SpeculativeParams(ngram_memory=True)),
+], ids=["lookup-cache", "lookup-latest", "self-draft", "lookahead-3-3-3", "auto", "auto-drafting",
+        "lookup-ngram-simple", "auto-memory"])
+def test_strategies_stay_lossless_past_512_cells(long_chat, config, request, monkeypatch, tmp_path):
     from specdec_studio.engine.strategies.auto.draft_price import DraftPrice
 
     session, probe, tokens, plain_ids = long_chat
     drafting = request.node.callspec.id == "auto-drafting"
     if drafting:  # the self-draft priced as on a machine where it is cheap, so that Auto runs it here
         monkeypatch.setattr(DraftPrice, "token_cost", lambda self, cost: 0.05)
+    remembering = config.speculative.ngram_memory
+    if remembering:  # past runs generated this answer twice: the memory proposes it from the first token
+        monkeypatch.setenv("SPECDEC_DATA", str(tmp_path))
+        for _ in range(2):
+            session.ngram_memory().learn([*tokens, *plain_ids], len(tokens))
     result = [e for e in session.run(config, tokens)][-1]
     batch = config.step_shape()[0]
     deviation = deviation_for_batch(probe, batch, n_cells=len(tokens) + N_TOKENS)
@@ -55,6 +63,8 @@ def test_strategies_stay_lossless_past_512_cells(long_chat, config, request, mon
         assert result.stats["n_drafted"] > 0  # it really verified candidates there
     if drafting:
         assert result.stats["auto"]["sources"]["draft"]["offered"] > 0  # the draft model's among them
+    if remembering:
+        assert result.stats["auto"]["sources"]["memory"]["accepted"] > 0  # the memory's among them
 
 
 def test_the_probe_covers_long_contexts_and_says_what_to_expect(long_chat):
