@@ -1,6 +1,6 @@
 """Where the engine keeps what it can make again: the cache root (measurements, verdicts, hashes)
-and the model cache; and what it cannot: the data root (conversations, the n-gram memory). Below every module that reads or writes them, so none imports another's
-package just to find a folder."""
+and the model cache; and what it cannot: the data root (conversations, the n-gram memory). Below
+every module that reads or writes them, so none imports another's package just to find a folder."""
 
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ else platformdirs' user data directory.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path

@@ -98,16 +98,20 @@ class AutoReport:
                 "calibration": calibrator.table()}
 
 
+def _name(source: str, auto: dict) -> str:
+    """A source as the summaries name it (the decoding source as what it was: draft model or MTP head)."""
+    if source == "draft" and "draft" in auto:
+        return auto["draft"].get("source", SOURCE_NAMES["draft"])
+    return SOURCE_NAMES.get(source, source)
+
+
 def source_lines(auto: dict) -> list[str]:
     """One line per source of a finished run's ``stats["auto"]`` (:meth:`AutoReport.as_dict`):
     what it proposed, what was sent and accepted, and why a source never sent was ruled out.
     Shared by the CLI's summary and the window's."""
     lines = []
     for source, c in auto.get("sources", {}).items():
-        name = SOURCE_NAMES.get(source, source)
-        if source == "draft" and "draft" in auto:
-            name = auto["draft"].get("source", name)
-        line = f"{name}: "
+        line = f"{_name(source, auto)}: "
         if "proposed" in c:  # (a trace recorded before the report counted proposals has offers only)
             line += f"proposed on {c['proposed']} step{'s' * (c['proposed'] != 1)}, "
         line += f"{c['accepted']} of {c['offered']} sent tokens accepted"
@@ -124,8 +128,6 @@ def source_counts(auto: dict) -> str:
     and sent tokens, or that it was never sent."""
     parts = []
     for source, c in auto.get("sources", {}).items():
-        name = SOURCE_NAMES.get(source, source)
-        if source == "draft" and "draft" in auto:
-            name = auto["draft"].get("source", name)
+        name = _name(source, auto)
         parts.append(f"{name} {c['accepted']}/{c['offered']}" if c["offered"] else f"{name}: never sent")
     return " · ".join(parts)

@@ -109,9 +109,12 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                         drafted = next((p.tokens for p in chains if p.source == "draft"), [])
                 else:
                     chains = sources.chains(context, cut)
+                chances = None
                 if chains and not passed:  # the step's first test: what each source offered, for the report
-                    report.consider(chains, first_chances(chains, calibrator), wary.first_chance_needed(room, min_gain))
-                if chains is None or not could_pay(chains, calibrator, wary, room, min_gain, None if cut == room else cut):
+                    chances = first_chances(chains, calibrator)
+                    report.consider(chains, chances, wary.first_chance_needed(room, min_gain))
+                if chains is None or not could_pay(chains, calibrator, wary, room, min_gain, None if cut == room else cut,
+                                                   chances if cut == 1 else None):
                     break
                 passed += 1
             else:

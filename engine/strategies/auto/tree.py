@@ -61,7 +61,7 @@ def first_chances(proposals: list[Proposal], calibrator: Calibrator) -> list[flo
 
 
 def could_pay(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost, room: int,
-              min_gain: float = MIN_GAIN, cut: int | None = None) -> bool:
+              min_gain: float = MIN_GAIN, cut: int | None = None, chances: list[float] | None = None) -> bool:
     """Whether any tree of these proposals could beat ``min_gain``: an upper bound on
     :func:`build_tree`'s gain, several times cheaper than building the tree (and the sibling
     branches, which are asked for only when it passes).
@@ -73,11 +73,12 @@ def could_pay(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost,
     ``cut``: the proposals were asked for at most ``cut`` tokens, so a proposal that long may go
     on; every node deeper than that is counted as likely as the likeliest node at depth ``cut``
     (no node is likelier than its parent). The run asks with cut 1, then 4, then in full: most of
-    a chat's steps fail the first test and cost no more than plain decoding's."""
+    a chat's steps fail the first test and cost no more than plain decoding's. ``chances``: the
+    proposals' :func:`first_chances`, if the caller has them already."""
     if room <= 0 or not proposals:
         return False
     if cut == 1:  # every node as likely as the likeliest first token: one threshold to pass
-        first = max(first_chances(proposals, calibrator))
+        first = max(chances if chances is not None else first_chances(proposals, calibrator))
         return first >= MIN_REACH and first > cost.first_chance_needed(room, min_gain)
     reaches: list[float] = []
     at: list[int | None] = [-1] * len(proposals)  # each proposal's node one depth up (-1: the input token)
