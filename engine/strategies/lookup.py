@@ -26,7 +26,7 @@ from specdec_studio.engine.config import SpeculativeParams
 from specdec_studio.engine.events import Event
 from specdec_studio.engine.strategies.common import Runtime
 from specdec_studio.engine.strategies.lookup_sources import MAP_VALUES_PER_KEY, MapDrafter, ModHashDrafter, SimpleMatchDrafter
-from specdec_studio.engine.strategies.verify import Draft, run_draft_verify
+from specdec_studio.engine.strategies.verify import ContextOnlyDrafter, Draft, run_draft_verify
 
 # Confidence a continuation needs before it is drafted, by n-gram length (1, 2, 3 and longer):
 # how many times the n-gram must have been followed by anything, and the share (percent) the most
@@ -120,19 +120,13 @@ class NgramCacheDrafter:
         return Draft(seq[n_tail:], None, time.perf_counter() - t0)
 
 
-class LatestMatchDrafter:
+class LatestMatchDrafter(ContextOnlyDrafter):
     """Matches the longest n-gram (``ngram_max`` down to ``ngram_min`` tokens) that ends the
     context against all earlier text, takes its most recent occurrence, and proposes the tokens
     that followed it."""
 
     def __init__(self, ngram_min: int, ngram_max: int) -> None:
         self.ngram_min, self.ngram_max = ngram_min, ngram_max
-
-    def begin(self, prompt: Sequence[int]) -> None:
-        pass
-
-    def settle(self, context: Sequence[int]) -> None:
-        pass
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
         t0 = time.perf_counter()

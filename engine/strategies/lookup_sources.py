@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specdec_studio.engine.strategies.verify import Draft
+from specdec_studio.engine.strategies.verify import ContextOnlyDrafter, Draft
 
 # llama.cpp's defaults (common/common.h): the key n-gram and the longest copied m-gram
 MAP_KEY, MAP_VALUE = 12, 48
@@ -69,19 +69,13 @@ class _LastDraft:
         return n
 
 
-class SimpleMatchDrafter:
+class SimpleMatchDrafter(ContextOnlyDrafter):
     """``ngram-simple``: the newest earlier occurrence of the context's last ``size_key`` tokens,
     and up to ``size_value`` tokens that followed it, drafted only if at least ``size_key`` did
     (a short tail is a loop about to close on itself, rarely worth a batch)."""
 
     def __init__(self, size_key: int = MAP_KEY, size_value: int = MAP_VALUE) -> None:
         self.size_key, self.size_value = size_key, size_value
-
-    def begin(self, prompt: Sequence[int]) -> None:
-        pass
-
-    def settle(self, context: Sequence[int]) -> None:
-        pass
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
         t0 = time.perf_counter()
@@ -215,7 +209,7 @@ class ModHashDrafter:
         self._add(prompt)
 
     def settle(self, context: Sequence[int]) -> None:
-        pass
+        pass  # the table only grows, and only with verified text
 
     def _add(self, tokens: Sequence[int]) -> None:
         """Every n-gram of ``tokens`` whose follower is in ``tokens``."""

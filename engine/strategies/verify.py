@@ -42,6 +42,17 @@ class Drafter(Protocol):
         """Called after verification: drop whatever the drafter cached beyond ``context``."""
 
 
+class ContextOnlyDrafter:
+    """A drafter that reads everything it needs from the context at each proposal: nothing to set
+    up from the prompt, nothing cached to drop after verification."""
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def settle(self, context: Sequence[int]) -> None:
+        pass
+
+
 class AdaptiveK:
     """The draft length for the next step: fixed, or adapted to recent acceptance.
 

@@ -107,3 +107,16 @@ def test_a_damaged_memory_file_is_one_warning_and_the_run_goes_on(smollm_path, m
     assert final.token_ids == plain
     assert len(warnings) == 1 and "could not be read" in warnings[0].message and "set aside" in warnings[0].message
     assert path.exists()  # a new memory, with this run's output
+
+
+def test_a_memory_that_cannot_be_saved_is_one_warning_and_keeps_its_ngrams(smollm_path, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDEC_DATA", str(tmp_path))
+    (tmp_path / "ngram-memory").write_text("a file where the memory's folder should be")
+    config = RunConfig(mode="auto", max_tokens=24, speculative=SpeculativeParams(ngram_memory=True))
+    with Session(smollm_path, n_ctx=1024, n_threads=N_THREADS) as session:
+        events = list(session.run(config, session.tokenize_prompt(PROSE_PROMPT)))
+        plain = session.complete(RunConfig(max_tokens=24), PROSE_PROMPT).token_ids
+        kept = len(session.ngram_memory())
+    warnings = [e for e in events if isinstance(e, RunWarning)]
+    assert len(warnings) == 1 and "could not be saved" in warnings[0].message
+    assert events[-1].token_ids == plain and kept > 0  # the run and what it taught the memory are kept
