@@ -137,6 +137,10 @@ class RunConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     lookahead: LookaheadParams = field(default_factory=LookaheadParams)
     speculative: SpeculativeParams = field(default_factory=SpeculativeParams)
+    # give every generated token an Explanation (the target's top tokens, the proposer's, the
+    # verdict in numbers): about 0.1 ms a token on a 49k vocabulary, so only where it is shown or
+    # recorded (the app, a trace), never in a benchmark
+    explain: bool = False
 
     def validate(self, n_batch: int | None = None) -> None:
         if self.mode not in MODES:
@@ -173,6 +177,8 @@ class RunConfig:
             out.update(dataclasses.asdict(self.lookahead))
         elif self.mode in (*DRAFT_VERIFY_MODES, "auto"):
             out.update(dataclasses.asdict(self.speculative))
+        if self.explain:  # absent when off, as in every config written before it existed
+            out["explain"] = True
         return out
 
     @classmethod
@@ -195,7 +201,8 @@ class RunConfig:
             raise ConfigError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         config = cls(mode=mode, max_tokens=_checked_value("max_tokens", data.get("max_tokens", 128), 128),
                      sampling=pick(SamplingParams), lookahead=pick(LookaheadParams),
-                     speculative=pick(SpeculativeParams))
+                     speculative=pick(SpeculativeParams),
+                     explain=_checked_value("explain", data.get("explain", False), False))
         config.validate()
         return config
 

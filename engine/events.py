@@ -13,11 +13,44 @@ import numpy as np
 TokenSource = Literal["prompt", "sampled", "accepted_ngram", "accepted_draft"]
 
 
+# A token as an explanation lists it: id, text, probability (rounded to 4 significant digits)
+Ranked = tuple[int, str, float]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a generated token is the one it is, in numbers (made only when a run asks for them:
+    ``RunConfig.explain``).
+
+    ``top`` is the target's top tokens at the token's position under the distribution verification
+    read: at temperature 0 the model's own softmax, otherwise the sampler's filtered, tempered one.
+    Where something was proposed at this position, ``proposed`` is it and ``proposer`` names who
+    proposed it; a rejected proposal's explanation is that of the token that replaced it. Greedy
+    verification accepts a proposal that equals the target's argmax; sampled verification draws
+    ``draw`` uniform in [0, 1) and accepts where ``draw * q < p`` (q = 1 for a proposal without a
+    distribution), so ``min(1, p / q)`` is the chance it had.
+    """
+
+    top: tuple[Ranked, ...]
+    p_chosen: float  # the target's probability of the emitted token (a sampled token may be outside top)
+    proposed: int = -1  # -1: nothing was proposed here (a plain step, or past the last proposal)
+    proposed_text: str = ""
+    proposer: str = ""  # "draft", "mtp", "lookup:cache", "lookahead", Auto's "ngram", "suffix", …
+    accepted: bool = False
+    proposer_top: tuple[Ranked, ...] = ()  # a draft model's (or MTP head's) top tokens, q
+    matched: str = ""  # the context text an n-gram proposal continued (where the proposer matched)
+    sampled: bool = False  # verification drew (temperature > 0) rather than compared with the argmax
+    p: float | None = None  # sampled: the target's probability of the proposal
+    q: float | None = None  # sampled: the proposer's probability of it (1 for a point mass)
+    draw: float | None = None  # sampled: the uniform draw the rule compared (None: q was 0, no draw)
+
+
 @dataclass(frozen=True)
 class TokenInfo:
     id: int
     text: str
     source: TokenSource
+    why: Explanation | None = None  # only in runs that explain their tokens
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ class Sampler:
         params.validate()
         self.params = params
         self.rng = np.random.default_rng(params.seed)
+        self.last_draw: float | None = None  # accept_draft's uniform draw, for the token's explanation
 
     @property
     def greedy(self) -> bool:
@@ -110,8 +111,11 @@ class Sampler:
         """
         p_x = p[token]
         q_x = 1.0 if q is None else q[token]
-        if q_x > 0.0 and self.rng.random() * q_x < p_x:
-            return True, token
+        self.last_draw = None
+        if q_x > 0.0:
+            self.last_draw = self.rng.random()
+            if self.last_draw * q_x < p_x:
+                return True, token
         if q is None:
             residual = p.copy()
             residual[token] = 0.0

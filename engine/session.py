@@ -20,6 +20,7 @@ from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConf
 from specdec_studio.engine.context import ContextSettings, MemoryBudget, ModelContext, usable_n_ctx
 from specdec_studio.engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
 from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted
+from specdec_studio.engine.explain import Explainer
 from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, check_draft_vocab, mode_refusal
 from specdec_studio.engine.runner import kv_snapshot, run_events
 from specdec_studio.engine.sampling import Sampler
@@ -302,6 +303,7 @@ class Session:
         output = Output(self.vocab, config.max_tokens)
         auto = config.mode == "auto"
         curve = self.cost_curve() if auto else None  # read once: Auto prices its steps and its draft with it
+        sampler = Sampler(config.sampling)
         rt = Runtime(
             ctx=target.ctx,
             memory=target.memory,
@@ -310,7 +312,7 @@ class Session:
             n_ctx=self.n_ctx,
             n_batch=self.n_batch,
             config=config,
-            sampler=Sampler(config.sampling),
+            sampler=sampler,
             cancel=self._cancel,
             counters=RunCounters(),
             output=output,
@@ -320,6 +322,7 @@ class Session:
             cost_curve=curve,
             draft_token_cost=self._auto_draft_cost(curve, mtp) if auto else 1.0,
             ngram_memory=self.ngram_memory() if auto and config.speculative.ngram_memory else None,
+            explainer=Explainer(self.vocab.piece, sampler.greedy, sampler.distribution) if config.explain else None,
         )
         started = RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
         events = run_events(rt, strategy, prompt, target, started)

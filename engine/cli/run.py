@@ -42,6 +42,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             ensure_profile(session)  # Auto prices its steps with it
         final: RunFinished | None = None
         recorder = TraceRecorder() if args.trace else None
+        explained: list[dict] = []  # --explain --json: every generated token's explanation
         for event in session.run(config, tokens, prompt_text=prompt, fresh_cancel=False):
             if recorder is not None:
                 recorder.add(event)
@@ -50,6 +51,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             if isinstance(event, RunStarted) and not args.json and config.mode == "lookahead":
                 la = config.lookahead
                 print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=sys.stderr)
+            if isinstance(event, StepDone) and config.explain and args.json:
+                explained.extend({"id": t.id, "text": t.text, "source": t.source,
+                                  "why": trace.why_record(t.why) if t.why else None} for t in event.tokens)
             elif isinstance(event, StepDone) and not args.json:
                 write_tokens(event, args.color)
                 if args.kv_dump:
@@ -86,6 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                            # the loaded draft, whether or not the mode (Auto) chose to run it
                            "draft": session.draft_model.info.path if session.draft_model is not None else None},
                 "stats": stats,
+                **({"tokens": explained} if config.explain else {}),
             }, indent=2))
         else:
             print_stats(config, stats, final.finish_reason)

@@ -6,10 +6,14 @@ every other line is one event with its time in seconds since the run started:
     {"format": "specdec-trace", "version": 1, "created": "…", "app": "0.1.0", "config": {…}, "model": {…}}
     {"t": 0.0, "type": "RunStarted", "data": {…}}
     {"t": 0.012, "type": "StepBatch", "data": {"step": 1, "rows": [[token, text, pos, [seqs], logits, role, verdict], …]}}
-    {"t": 0.012, "type": "StepDone", "data": {…, "tokens": [[id, text, source], …]}}
+    {"t": 0.012, "type": "StepDone", "data": {…, "tokens": [[id, text, source(, why)], …]}}
     {"t": 0.05, "type": "KvSnapshot", "data": {…, "n_cells": 4096, "n_seq": 1, "cells": [[cell, pos, seqs, kept, step], …]}}
     …
     {"t": 2.31, "type": "RunFinished", "data": {…}}
+
+A token of a run that explained its tokens (version 2) carries its explanation as a fourth field:
+``{"top": [[id, text, p], …], "p": p_chosen, "proposed": [id, text], "by": proposer, "ok": accepted,
+"qtop": […], "matched": text, "rule": [p, q, draw]}``, the fields that do not apply left out.
 
 A KV snapshot stores only the cells that changed since the trace's previous snapshot (a cell's
 sequences as a hex bitmask); loading rebuilds every snapshot in full. A trace loads whole or not
@@ -34,13 +38,17 @@ import numpy as np
 from specdec_studio.engine import __version__
 from specdec_studio.engine.config import MAX_SEQUENCES, RunConfig
 from specdec_studio.engine.errors import ConfigError, SpecDecError, not_utf8
-from specdec_studio.engine.events import (BatchRow, Event, KvSnapshot, RecurrentState, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
+from specdec_studio.engine.explain import TOP_N
+from specdec_studio.engine.events import (BatchRow, Event, Explanation, KvSnapshot, RecurrentState, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
                            StepBatch, StepDone, TokenInfo)
 
 # What a trace keeps: a run's own events (a chat's conversation updates are not part of it)
 TRACE_EVENTS = (RunStarted, StepDone, StepBatch, RejectedDraft, KvSnapshot, RunFinished, RunFailed, RunWarning)
 FORMAT = "specdec-trace"
-VERSION = 1
+VERSION = 2  # 2: tokens may carry their explanation
+READS_VERSIONS = (1, 2)  # a version-1 trace loads whole; its tokens explain nothing beyond their source
+MAX_TOKEN_TEXT = 64  # characters of a listed token's text kept from a trace (a crafted file may hold more)
+MAX_MATCHED_TEXT = 400
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0)
 MAX_KV_CELLS = 1 << 20  # a trace's KV map is at most this many cells wide (llama.cpp contexts here are far smaller)
 
@@ -123,12 +131,26 @@ def _plain(event: Event) -> dict:
     out = {}
     for f in fields(event):
         value = getattr(event, f.name)
-        if f.name == "tokens":  # TokenInfo: [id, text, source]
-            value = [[t.id, t.text, t.source] for t in value]
+        if f.name == "tokens":  # TokenInfo: [id, text, source] and, where the run explained it, its why
+            value = [[t.id, t.text, t.source] + ([why_record(t.why)] if t.why is not None else []) for t in value]
         elif f.name == "rows":  # BatchRow: [token, text, pos, seqs, logits, role, verdict]
             value = [[r.token, r.text, r.pos, list(r.seqs), r.logits, r.role, r.verdict] for r in value]
         out[f.name] = value
     return out
+
+
+def why_record(why: Explanation) -> dict:
+    """An explanation as a compact object; fields that do not apply (NaN, empty) are left out."""
+    record: dict = {"top": [list(r) for r in why.top], "p": why.p_chosen}
+    if why.proposed >= 0:
+        record.update({"proposed": [why.proposed, why.proposed_text], "by": why.proposer, "ok": why.accepted})
+    if why.proposer_top:
+        record["qtop"] = [list(r) for r in why.proposer_top]
+    if why.matched:
+        record["matched"] = why.matched
+    if why.sampled:  # the sampling rule's three numbers, exact: they reproduce its decision
+        record["rule"] = [why.p, why.q, why.draw]
+    return record
 
 
 class _KvEncoder:
@@ -190,9 +212,9 @@ def parse(lines: Iterable[str], name: str = "trace") -> Trace:
     header = _json(lines[0], name, 1)
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise TraceError(f"{name} is not a SpecDec Studio trace (its first line has no \"format\": \"{FORMAT}\")")
-    if header.get("version") != VERSION:
+    if header.get("version") not in READS_VERSIONS:
         raise TraceError(f"the trace {name} has format version {str(header.get('version'))[:20]!r}; "
-                         f"this version of the app reads version {VERSION}")
+                         f"this version of the app reads versions {READS_VERSIONS[0]} to {READS_VERSIONS[-1]}")
     try:
         _check_header(header)
     except (ConfigError, TypeError, ValueError) as exc:
@@ -280,9 +302,39 @@ def _in_range(value: object, low: int, high: int, what: str) -> int:
 def _tokens(rows: object) -> tuple[TokenInfo, ...]:
     out = []
     for row in _list(rows):
-        token, text, source = _list(row)
-        out.append(TokenInfo(_int(token), _string(text), _string(source)))
+        row = _list(row)
+        if len(row) not in (3, 4):
+            raise ValueError(f"a token has {len(row)} fields, not 3 or 4")
+        why = _why(_object(row[3])) if len(row) == 4 else None
+        out.append(TokenInfo(_int(row[0]), _string(row[1]), _string(row[2]), why))
     return tuple(out)
+
+
+def _ranked(value: object) -> tuple[tuple[int, str, float], ...]:
+    out = []
+    for entry in _list(value)[:TOP_N]:
+        token, text, p = _list(entry)
+        out.append((_int(token), _string(text)[:MAX_TOKEN_TEXT], _probability(p)))
+    return tuple(out)
+
+
+def _probability(value: object) -> float:
+    p = _number(value)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"a probability of {p}")
+    return p
+
+
+def _why(record: dict) -> Explanation:
+    proposed, proposed_text = _list(record["proposed"]) if "proposed" in record else (-1, "")
+    rule = _list(record["rule"]) if "rule" in record else []
+    if rule and len(rule) != 3:
+        raise ValueError("a sampling rule needs p, q and the draw")
+    p, q, draw = (None if x is None else _number(x) for x in rule) if rule else (None,) * 3
+    return Explanation(_ranked(record["top"]), _probability(record["p"]), _int(proposed),
+                       _string(proposed_text)[:MAX_TOKEN_TEXT], _string(record.get("by", ""))[:40],
+                       bool(record.get("ok", False)), _ranked(record.get("qtop", [])),
+                       _string(record.get("matched", ""))[:MAX_MATCHED_TEXT], bool(rule), p, q, draw)
 
 
 def _event(kind: str, data: dict, kv: "_KvDecoder") -> Event:

@@ -15,7 +15,8 @@ import llama_cpp as llama
 from specdec_studio.engine.batch import Batch
 from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.context import ModelContext
-from specdec_studio.engine.events import BatchRow, Event, StepBatch, StepDone, TokenInfo, TokenSource
+from specdec_studio.engine.events import BatchRow, Event, Explanation, StepBatch, StepDone, TokenInfo, TokenSource
+from specdec_studio.engine.explain import Explainer
 from specdec_studio.engine.memory import DecodeAborted, Memory, NoKvSlot
 from specdec_studio.engine.sampling import Sampler, logits_row
 from specdec_studio.engine.stats import RunCounters
@@ -46,8 +47,9 @@ class Output:
     def done(self) -> bool:
         return self.finish_reason is not None
 
-    def push(self, token: int, source: TokenSource) -> TokenInfo | None:
-        """Append a generated token; return it for the event, or None if it ended the run."""
+    def push(self, token: int, source: TokenSource, why: Explanation | None = None) -> TokenInfo | None:
+        """Append a generated token (with its explanation, in a run that makes them); return it for
+        the event, or None if it ended the run."""
         if self.done:
             return None
         if self.vocab.is_eog(token):
@@ -59,7 +61,7 @@ class Output:
         self.pieces.append(text)
         if len(self.ids) >= self.max_tokens:
             self.finish_reason = FINISH_LENGTH
-        return TokenInfo(token, text, source)
+        return TokenInfo(token, text, source, why)
 
     def finish(self, reason: str) -> None:
         if self.finish_reason is None:
@@ -104,6 +106,9 @@ class Runtime:
     # what past runs generated (engine.strategies.ngram_memory.NgramMemory): an Auto source, and
     # it learns this run's output at the end; None unless the run's config asks for it
     ngram_memory: object | None = None
+    # makes each generated token's Explanation (engine.explain.Explainer); None unless the run's
+    # config asks for explanations
+    explainer: Explainer | None = None
 
     def logits(self, i: int) -> np.ndarray:
         return logits_row(self.ctx, i, self.vocab.n_tokens)
@@ -193,18 +198,19 @@ def begin_run(rt: Runtime, prompt: Sequence[int], *, prepare: Callable[[], None]
         rt.guarded(prepare)
         if rt.output.done:
             return None
-    token, info = first_token(rt.sampler, rt.output, rt.counters, rt.logits(row))
+    token, info = first_token(rt.sampler, rt.output, rt.counters, rt.logits(row), rt.explainer)
     rt.t_start = rt.clock()
     if info is not None:
         yield StepDone(0, (info,), 0, 0, 0.0, 0.0, dict(extra or {}))
     return Start(token, len(prompt))
 
 
-def first_token(sampler, output: Output, counters, logits) -> tuple[int, TokenInfo | None]:
+def first_token(sampler, output: Output, counters, logits, explainer: Explainer | None = None
+                ) -> tuple[int, TokenInfo | None]:
     """The token sampled from the prompt's logits, pushed to ``output`` and counted as step 0
     (its TokenInfo is None if it ended the generation)."""
     token = sampler.sample(logits)
-    info = output.push(token, "sampled")
+    info = output.push(token, "sampled", explainer.explain(logits, token) if explainer else None)
     counters.record_step(1 if info else 0, 0, 0, 0.0)
     return token, info
 

@@ -173,11 +173,18 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                     break
                 g_best = int(live[0])
                 verify_row = int(cand_rows[g_best, v - 1])
-                verdicts[verify_row] = "accepted"
                 seq_best = W + 1 + g_best
+            logits = rt.logits(verify_row)
+            token = rt.sampler.sample(logits)
+            # the target's choice is accepted where an n-gram still in play proposed it (the first
+            # such n-gram carries the verification on)
+            hits = np.flatnonzero(active & (candidates[:, v] == token)) if g_cur and v < N - 1 else ()
+            hit = len(hits) > 0
+            if hit:
+                verdicts[int(cand_rows[hits[0], v])] = "accepted"
                 n_accepted += 1
-            token = rt.sampler.sample(rt.logits(verify_row))
-            info = out.push(token, "sampled" if v == 0 else "accepted_ngram")
+            why = _explain(rt, logits, token, candidates, active, v) if rt.explainer is not None else None
+            info = out.push(token, "accepted_ngram" if hit else "sampled", why)
             if info is not None:
                 emitted.append(info)
                 n_past += 1
@@ -218,6 +225,22 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
                            {"n_ngrams": g_cur, "pool_size": pool.n_total})
         t_prev = now
         step += 1
+
+
+def _explain(rt: Runtime, logits: np.ndarray, token: int, candidates: np.ndarray, active: np.ndarray, v: int):
+    """The explanation of the token chosen at depth ``v``: the n-gram still in play that proposed
+    it (or the first one in play, rejected here), and the pooled n-gram's tokens before it (its
+    key is the step's input token, the context's last)."""
+    proposed, accepted, matched = -1, False, ""
+    live = np.flatnonzero(active) if v < candidates.shape[1] else np.zeros(0, dtype=np.int64)
+    if live.size:
+        hits = live[candidates[live, v] == token]
+        g = int(hits[0]) if hits.size else int(live[0])
+        proposed, accepted = int(candidates[g, v]), bool(hits.size)
+        key = rt.output.ids[len(rt.output.ids) - v - 1] if len(rt.output.ids) > v else -1
+        matched = "".join(rt.explainer.text(t) for t in ([key] if key >= 0 else []) + candidates[g, :v].tolist())
+    return rt.explainer.explain(logits, token, proposed=proposed, proposer="lookahead", accepted=accepted,
+                                matched=matched)
 
 
 def _advance_window(rt: Runtime, window: np.ndarray, pool: NgramPool, last_level_rows: np.ndarray, *,

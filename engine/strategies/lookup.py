@@ -102,22 +102,20 @@ class NgramCacheDrafter:
         """The tokens seen after ``ngram`` so far, or None if it never occurred."""
         return self.followers.get(ngram)
 
-    def _confident_follower(self, seq: list[int]) -> int | None:
-        found = self.confident(seq)
-        return found[1].best if found is not None else None
-
     def propose(self, context: Sequence[int], k: int) -> Draft:
         t0 = time.perf_counter()
         self.count(context)
         # the tail of the context the n-grams can reach, extended by each proposal in turn
         seq = list(context[max(0, len(context) - self.ngram_max) :])
         n_tail = len(seq)
+        n_matched = 0  # the size of the n-gram the first proposal followed
         while len(seq) - n_tail < k:
-            token = self._confident_follower(seq)
-            if token is None:
+            found = self.confident(seq)
+            if found is None:
                 break
-            seq.append(token)
-        return Draft(seq[n_tail:], None, time.perf_counter() - t0)
+            n_matched = n_matched or found[0]
+            seq.append(found[1].best)
+        return Draft(seq[n_tail:], None, time.perf_counter() - t0, matched=n_matched)
 
 
 class LatestMatchDrafter(ContextOnlyDrafter):
@@ -141,7 +139,7 @@ class LatestMatchDrafter(ContextOnlyDrafter):
                 start = int(hits[-1]) + size
                 proposal = ids[start : start + k].tolist()
                 if proposal:
-                    return Draft(proposal, None, time.perf_counter() - t0)
+                    return Draft(proposal, None, time.perf_counter() - t0, matched=size)
         return Draft([], None, time.perf_counter() - t0)
 
 

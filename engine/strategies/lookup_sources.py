@@ -79,7 +79,8 @@ class SimpleMatchDrafter(ContextOnlyDrafter):
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
         t0 = time.perf_counter()
-        return Draft(self._continuation(context)[:k], None, time.perf_counter() - t0)
+        tokens = self._continuation(context)[:k]
+        return Draft(tokens, None, time.perf_counter() - t0, matched=self.size_key if tokens else 0)
 
     def _continuation(self, context: Sequence[int]) -> list[int]:
         n, m = self.size_key, self.size_value
@@ -143,7 +144,7 @@ class MapDrafter:
         t0 = time.perf_counter()
         tokens = self._draft(context)[:k]
         self.last.made(len(context), tokens)
-        return Draft(tokens, None, time.perf_counter() - t0)
+        return Draft(tokens, None, time.perf_counter() - t0, matched=self.size_key if tokens else 0)
 
     def _draft(self, context: Sequence[int]) -> list[int]:
         n, m = self.size_key, self.size_value
@@ -241,4 +242,4 @@ class ModHashDrafter:
                 seq.append(token)
             if len(tokens) < self.n_min:
                 tokens = []
-        return Draft(tokens[:k], None, time.perf_counter() - t0)
+        return Draft(tokens[:k], None, time.perf_counter() - t0, matched=n if tokens else 0)

@@ -65,5 +65,6 @@ def run_mtp(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     head.restart(rt.n_reused)
     drafter = MtpDrafter(head, rt.sampler, rt.config.speculative.p_min, rt.vocab.n_tokens,
                          rt.vocab.is_eog, rt.cancel)
+    drafter.explainer = rt.explainer
     with following(head, rt.memory):
         yield from run_draft_verify(rt, prompt, drafter)

@@ -22,8 +22,9 @@ def run_plain(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         if t_decode is None:
             break
         n_past += 1
-        token = rt.sampler.sample(rt.logits(row))
-        info = rt.output.push(token, "sampled")
+        logits = rt.logits(row)
+        token = rt.sampler.sample(logits)
+        info = rt.output.push(token, "sampled", rt.explainer.explain(logits, token) if rt.explainer else None)
         now = rt.clock()
         rt.counters.record_step(1 if info else 0, 0, 0, t_decode)
         if info is not None:

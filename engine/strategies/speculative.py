@@ -49,6 +49,7 @@ class DraftModelDrafter:
         self.p_min = p_min
         self.n_vocab_target = n_vocab_target
         self.last_decode_times: list[float] = []  # the last proposal's single-token draft decodes (s)
+        self.explainer = None  # set in a run that explains its tokens: each proposal's top tokens are kept
 
     @property
     def cached(self) -> list[int]:
@@ -105,6 +106,7 @@ class DraftModelDrafter:
         tokens: list[int] = []
         dists: list[np.ndarray] = []
         probs: list[float] = []
+        tops: list[tuple] | None = [] if self.explainer is not None else None
         reach = 1.0
         # A draft may have a few more tokens than the target (the vocabulary check allows padding):
         # it proposes only ids the target has.
@@ -131,6 +133,8 @@ class DraftModelDrafter:
                     break
                 dists.append(self._target_sized(q))
                 probs.append(float(q[token]))
+            if tops is not None:
+                tops.append(self.explainer.proposer_top(logits, None if self.sampler.greedy else q))
             tokens.append(token)
             if i == k - 1 or self.is_eog(token):
                 break  # the last proposal needs no draft decode; nothing follows an end of generation
@@ -138,7 +142,7 @@ class DraftModelDrafter:
                 break
             logits = self._next_logits(token, i, k)
         self.last_probs = probs
-        return Draft(tokens, dists if not self.sampler.greedy else None, time.perf_counter() - t0)
+        return Draft(tokens, dists if not self.sampler.greedy else None, time.perf_counter() - t0, tops)
 
     # The two places a drafter of this kind differs: what gives the first proposal's logits, and
     # what decodes a proposal to give the next one's.
@@ -164,4 +168,5 @@ def run_speculative(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     assert rt.draft is not None, "the session checks that a draft model is loaded"
     drafter = DraftModelDrafter(rt.draft, rt.sampler, rt.config.speculative.p_min, rt.vocab.n_tokens,
                                 rt.vocab.is_eog, rt.cancel, rt.n_reused)
+    drafter.explainer = rt.explainer
     yield from run_draft_verify(rt, prompt, drafter)

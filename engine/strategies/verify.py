@@ -29,6 +29,10 @@ class Draft:
     # None means a point mass on the proposal (prompt lookup)
     dists: list[np.ndarray] | None
     t_draft_s: float
+    # explanations only: the drafter's top tokens at each proposal (a draft model's, an MTP
+    # head's), and how many of the context's last tokens the proposal continued (an n-gram's key)
+    tops: list[tuple] | None = None
+    matched: int = 0
 
 
 class Drafter(Protocol):
@@ -94,6 +98,7 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
     t_prev = rt.t_start
     k_control = AdaptiveK(params)
     step = 1
+    proposer = {"lookup": f"lookup:{params.lookup}", "mtp": "mtp"}.get(rt.config.mode, "draft")
 
     while not rt.should_stop(n_past, 1):
         # ---- draft: at most k, and no more than the context or the token budget can take ------
@@ -115,7 +120,11 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         if t_decode is None:
             break
 
-        emitted, n_accepted = verify_proposals(sampler, rt.logits, 0, proposals, draft.dists, out, context)
+        why = None
+        if rt.explainer is not None:
+            why = Why(rt.explainer, proposer, draft.tops, rt.explainer.matched_text(context, draft.matched))
+        emitted, n_accepted = verify_proposals(sampler, rt.logits, 0, proposals, draft.dists, out, context,
+                                               why=why)
 
         # ---- the target's cache keeps the input token and the accepted proposals ----------------
         n_past += 1 + n_accepted
@@ -145,17 +154,40 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
             break
 
 
+@dataclass(frozen=True)
+class Why:
+    """What explaining a step's verified tokens needs beside the logits: the explainer, who
+    proposed, the drafter's top tokens per proposal and the context text its n-gram matched."""
+
+    explainer: object  # engine.explain.Explainer
+    proposer: str
+    tops: list[tuple] | None
+    matched: str
+
+    def explain(self, logits: np.ndarray, chosen: int, proposals: Sequence[int], i: int, accepted: bool,
+                p: np.ndarray | None, q: np.ndarray | None, draw: float | None):
+        if i >= len(proposals):  # the target's own token after every proposal was accepted
+            return self.explainer.explain(logits, chosen, dist=p)
+        proposed = int(proposals[i])
+        top = self.tops[i] if self.tops is not None and i < len(self.tops) else ()
+        q_x = None if p is None else (1.0 if q is None else float(q[proposed]))
+        return self.explainer.explain(logits, chosen, dist=p, proposed=proposed, proposer=self.proposer,
+                                      accepted=accepted, proposer_top=top, matched=self.matched, q=q_x, draw=draw)
+
+
 def verify_proposals(sampler, logits_of_row, first_row: int, proposals: Sequence[int],
                      dists: list[np.ndarray] | None, out, context: list[int],
-                     accepted_source: str = "accepted_draft") -> tuple[list, int]:
+                     accepted_source: str = "accepted_draft", why: Why | None = None) -> tuple[list, int]:
     """Verify ``proposals``, decoded in batch rows ``first_row + 1 …`` after the input token's
     row ``first_row``: keep each while the target agrees (greedy: its argmax; stochastic: the
     speculative sampling rule with the drafter's ``dists``), then add the target's own token.
-    Pushes the emitted tokens to ``out`` and ``context``; returns them and the accepted count."""
+    Pushes the emitted tokens to ``out`` and ``context`` (explained, with ``why``); returns them
+    and the accepted count."""
     emitted = []
     n_accepted = 0
     for i in range(len(proposals) + 1):
         logits = logits_of_row(first_row + i)
+        p = q = draw = None
         if i == len(proposals):  # every proposal accepted: the target adds one of its own
             chosen, accepted = sampler.sample(logits), False
         elif sampler.greedy:
@@ -163,8 +195,11 @@ def verify_proposals(sampler, logits_of_row, first_row: int, proposals: Sequence
             accepted = chosen == proposals[i]
         else:
             q = dists[i] if dists is not None else None
-            accepted, chosen = sampler.accept_draft(sampler.distribution(logits), q, proposals[i])
-        info = out.push(chosen, accepted_source if accepted else "sampled")
+            p = sampler.distribution(logits)
+            accepted, chosen = sampler.accept_draft(p, q, proposals[i])
+            draw = sampler.last_draw
+        explanation = why.explain(logits, chosen, proposals, i, accepted, p, q, draw) if why is not None else None
+        info = out.push(chosen, accepted_source if accepted else "sampled", explanation)
         if info is not None:
             emitted.append(info)
         context.append(chosen)

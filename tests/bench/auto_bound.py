@@ -82,9 +82,10 @@ def chain(ngrams: NgramCacheDrafter, context: list[int], first: int | None, k: i
     seq = [*context, first]
     out = [first]
     while len(out) < k:
-        token = ngrams._confident_follower(seq[-ngrams.ngram_max:])
-        if token is None:
+        found = ngrams.confident(seq[-ngrams.ngram_max:])
+        if found is None:
             break
+        token = found[1].best
         seq.append(token)
         out.append(token)
     return out

@@ -18,9 +18,10 @@ from tests.conftest import CODE_PROMPT
 
 CONFIGS = {
     "plain": RunConfig(max_tokens=24),
-    "lookahead": RunConfig(mode="lookahead", max_tokens=40, lookahead=LookaheadParams(4, 3, 4)),
-    "lookup": RunConfig(mode="lookup", max_tokens=40, speculative=SpeculativeParams(k=4)),
-    "auto": RunConfig(mode="auto", max_tokens=40),
+    # the others explain their tokens, as a recorded trace does: the explanations survive the file too
+    "lookahead": RunConfig(mode="lookahead", max_tokens=40, lookahead=LookaheadParams(4, 3, 4), explain=True),
+    "lookup": RunConfig(mode="lookup", max_tokens=40, speculative=SpeculativeParams(k=4), explain=True),
+    "auto": RunConfig(mode="auto", max_tokens=40, explain=True),
 }
 
 
@@ -109,7 +110,7 @@ def test_damaged_trace_is_refused_with_one_sentence(recorded, tmp_path, damage):
     elif damage == "garbage_line":
         text = "\n".join(lines[:3] + ["{not json"] + lines[3:])
     elif damage == "bad_version":
-        text = "\n".join([lines[0].replace('"version": 1', '"version": 99')] + lines[1:])
+        text = "\n".join([lines[0].replace(f'"version": {trace.VERSION}', '"version": 99')] + lines[1:])
     elif damage == "not_a_trace":
         text = '{"hello": 1}\n' + "\n".join(lines[1:])
     elif damage == "empty":

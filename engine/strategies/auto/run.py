@@ -141,8 +141,9 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                 break
             cost.observe(1, t_decode)
             n_past += 1
-            token = rt.sampler.sample(rt.logits(0))
-            info = out.push(token, "sampled")
+            logits = rt.logits(0)
+            token = rt.sampler.sample(logits)
+            info = out.push(token, "sampled", rt.explainer.explain(logits, token) if rt.explainer else None)
             context.append(token)
             hindsight.see(token)
             if draft is not None:
@@ -187,7 +188,8 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
         verdicts: dict[int, str] = {}
         row, parent = input_row, -1
         while True:
-            chosen = rt.sampler.sample(rt.logits(row))
+            logits = rt.logits(row)
+            chosen = rt.sampler.sample(logits)
             children = [i for i, n in enumerate(nodes) if n.parent == parent]
             match = next((i for i in children if nodes[i].token == chosen), None)
             for i in children:  # every child offered here was tested against the target's choice
@@ -201,7 +203,12 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                 proposer = nodes[match].proposer
                 label = "accepted_draft" if nodes[match].source == "draft" else "accepted_ngram"
                 accepted_nodes.append(nodes[match])
-            info = out.push(chosen, label)
+            why = None
+            if rt.explainer is not None:  # the child that matched, or the first child offered here
+                shown = nodes[match] if match is not None else (nodes[children[0]] if children else None)
+                why = rt.explainer.explain(logits, chosen, proposed=shown.token if shown else -1,
+                                           proposer=shown.proposer if shown else "", accepted=match is not None)
+            info = out.push(chosen, label, why)
             context.append(chosen)
             hindsight.see(chosen)
             if info is not None:

@@ -1,0 +1,165 @@
+"""Explanations of generated tokens on real runs: what they say about the target is what plain
+decoding chose, what they say about verification reproduces its decisions, and they survive a trace
+file (an older trace, without them, still loads)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
+from specdec_studio.engine.events import StepDone
+from specdec_studio.engine.explain import TOP_N, top_indices
+from specdec_studio.engine.records import trace
+from specdec_studio.engine.records.trace import TraceRecorder
+from specdec_studio.engine.sampling import SamplingParams
+from tests.conftest import CODE_PROMPT
+
+N_TOKENS = 48
+GREEDY = {
+    "plain": RunConfig(max_tokens=N_TOKENS),
+    "lookahead": RunConfig(mode="lookahead", max_tokens=N_TOKENS, lookahead=LookaheadParams(4, 3, 4)),
+    "lookup-cache": RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4)),
+    "lookup-latest": RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4, lookup="latest")),
+    "speculative": RunConfig(mode="speculative", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4)),
+    "auto": RunConfig(mode="auto", max_tokens=N_TOKENS),
+}
+
+
+@given(st.integers(1, 6000), st.integers(1, 1000), st.integers(0, 2**32 - 1))
+@settings(max_examples=80, deadline=None)
+def test_top_indices_are_the_largest_first_ties_to_the_lower_index(size, spread, seed):
+    """Sizes on both sides of the block search's threshold (2,112 values), from all-tied values
+    (spread 1) to nearly distinct ones."""
+    values = np.random.default_rng(seed).integers(0, spread, size).astype(np.float32)
+    expected = np.lexsort((np.arange(values.size), -values.astype(np.float64)))[:TOP_N]
+    assert top_indices(values).tolist() == expected.tolist()
+    assert top_indices(values)[0] == np.argmax(values)
+
+
+def _tokens(session, config: RunConfig) -> list:
+    out = []
+    for event in session.run(config, session.tokenize_prompt(CODE_PROMPT)):
+        if isinstance(event, StepDone):
+            out.extend(event.tokens)
+    return out
+
+
+@pytest.fixture(scope="module")
+def explained(smollm_session, smollm_drafts):
+    session = smollm_session
+    session.load_draft(smollm_drafts["default-q2_k"])  # a weak draft: rejections to explain
+    plain = [t.id for t in _tokens(session, GREEDY["plain"])]
+    runs = {name: _tokens(session, RunConfig(**{**config.__dict__, "explain": True}))
+            for name, config in GREEDY.items()}
+    return plain, runs
+
+
+@pytest.mark.parametrize("name", list(GREEDY))
+def test_greedy_explanations_name_the_token_plain_decoding_chose(explained, name):
+    plain, runs = explained
+    tokens = runs[name]
+    assert [t.id for t in tokens] == plain  # below 512 cells SmolLM2's kernels are batch-invariant
+    for i, t in enumerate(tokens):
+        why = t.why
+        assert why is not None and len(why.top) == TOP_N
+        assert why.top[0][0] == plain[i] == t.id, f"token {i}: the explained argmax is not plain's token"
+        probs = [p for _, _, p in why.top]
+        assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1.0005
+        assert why.p_chosen == why.top[0][2] and not why.sampled
+        # the verdict agrees with the token's colour, and an accepted proposal is the token itself
+        if t.source in ("accepted_draft", "accepted_ngram"):
+            assert why.accepted and why.proposed == t.id
+        else:
+            assert not why.accepted
+        if why.proposed >= 0 and not why.accepted:
+            assert why.proposed != t.id  # a rejected proposal: what replaced it is this token
+    if name != "plain":
+        assert any(t.why.accepted for t in tokens), "nothing accepted: the run explains nothing of interest"
+
+
+def test_a_draft_models_explanations_hold_its_own_top_tokens_and_rejections(explained):
+    _, runs = explained
+    proposed = [t.why for t in runs["speculative"] if t.why.proposed >= 0]
+    assert proposed and all(w.proposer == "draft" and len(w.proposer_top) == TOP_N for w in proposed)
+    # greedy drafting proposes the draft's argmax
+    assert all(w.proposer_top[0][0] == w.proposed for w in proposed)
+    assert any(not w.accepted for w in proposed), "the q2_k draft had no rejection on this prompt"
+
+
+@pytest.mark.parametrize("name", ["lookup-cache", "lookup-latest", "lookahead"])
+def test_an_ngram_proposal_names_the_text_it_continued(explained, name):
+    _, runs = explained
+    proposed = [t.why for t in runs[name] if t.why.proposed >= 0]
+    assert proposed and all(w.matched for w in proposed)
+    if name.startswith("lookup"):  # the matched n-gram occurred earlier in the context
+        context = CODE_PROMPT + "".join(t.text for t in runs[name])
+        assert all(context.count(w.matched) >= 2 for w in proposed)
+
+
+@pytest.mark.parametrize("mode", ["speculative", "lookup"])
+def test_sampled_explanations_reproduce_every_accept_decision(smollm_session, smollm_drafts, mode):
+    session = smollm_session
+    session.load_draft(smollm_drafts["default-q3_k_m"])
+    config = RunConfig(mode=mode, max_tokens=64, speculative=SpeculativeParams(k=4), explain=True,
+                       sampling=SamplingParams(temperature=0.8, seed=7))
+    decided = [t for t in _tokens(session, config) if t.why.proposed >= 0]
+    assert decided and {t.why.accepted for t in decided} == {True, False}
+    for t in decided:
+        w = t.why
+        assert w.sampled and w.p is not None and w.q is not None
+        if w.draw is None:  # q was 0: no draw, rejected
+            assert w.q == 0 and not w.accepted
+        else:
+            assert (w.draw * w.q < w.p) == w.accepted  # the rule, from the recorded numbers alone
+        assert (t.id == w.proposed) == w.accepted or w.proposed == t.id  # a replacement may redraw it
+        if mode == "lookup":
+            assert w.q == 1.0  # a point mass: accepted with probability p
+
+
+def test_explanations_survive_a_trace_and_an_old_trace_still_loads(smollm_session, tmp_path):
+    config = RunConfig(mode="lookup", max_tokens=24, speculative=SpeculativeParams(k=4), explain=True)
+    recorder = TraceRecorder()
+    for event in smollm_session.run(config, smollm_session.tokenize_prompt(CODE_PROMPT)):
+        recorder.add(event)
+    path = tmp_path / "run.jsonl"
+    trace.save(recorder.trace(), path)
+    loaded = trace.load(path)
+    steps = lambda t: [e for _, e in t.events if isinstance(e, StepDone)]  # noqa: E731
+    assert [s.tokens for s in steps(loaded)] == [s.tokens for s in steps(recorder.trace())]
+    assert all(tok.why is not None for s in steps(loaded) for tok in s.tokens)
+
+    # the same run as version 1 wrote it: no explanations, and it loads, explaining nothing
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = json.loads(lines[0])
+    header["version"] = 1
+    old = [json.dumps(header)]
+    for line in lines[1:]:
+        record = json.loads(line)
+        if record["type"] == "StepDone":
+            record["data"]["tokens"] = [row[:3] for row in record["data"]["tokens"]]
+        old.append(json.dumps(record))
+    old_path = tmp_path / "old.jsonl"
+    old_path.write_text("\n".join(old) + "\n", encoding="utf-8")
+    old_trace = trace.load(old_path)
+    assert [[t.id for t in s.tokens] for s in steps(old_trace)] == [[t.id for t in s.tokens] for s in steps(loaded)]
+    assert all(tok.why is None for s in steps(old_trace) for tok in s.tokens)
+
+
+def test_a_damaged_explanation_is_a_damaged_trace(smollm_session, tmp_path):
+    config = RunConfig(max_tokens=4, explain=True)
+    recorder = TraceRecorder()
+    for event in smollm_session.run(config, smollm_session.tokenize_prompt(CODE_PROMPT)):
+        recorder.add(event)
+    path = tmp_path / "run.jsonl"
+    trace.save(recorder.trace(), path)
+    text = path.read_text(encoding="utf-8")
+    assert '"top": [[' in text
+    damaged = text.replace('"top": [[', '"top": [["x", ', 1)
+    path.write_text(damaged, encoding="utf-8")
+    with pytest.raises(trace.TraceError, match="corrupted at line"):
+        trace.load(path)
