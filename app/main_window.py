@@ -9,6 +9,7 @@ beside a run (race, batch, draft training) in :mod:`app.window_jobs`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from specdec_studio.app.activity import Activity, Facts, Trigger, allowed_controls, refusal
@@ -131,14 +132,19 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         return (self.model_path, text, bool(self.input.chat_mode.isChecked()), config.max_tokens,
                 config.sampling.temperature, config.sampling.seed)
 
-    def _valid_config(self):
-        """The next run's config, or None (with the reason shown) if the controls are invalid."""
+    def _valid_config(self, explain: bool = False):
+        """The next run's config, or None (with the reason shown) if the controls are invalid.
+
+        ``explain``: the run explains its tokens (the stream's tooltips, a saved trace's). A run
+        the window shows token by token does; a race or a batch, which are timed against plain
+        decoding or show no tokens, does not pay the ~0.1 ms a token."""
         error = self.controls.error
         if error:
             self.error_label.setText(error)
             return None
         self.error_label.setText("")
-        return self.controls.config()
+        config = self.controls.config()
+        return dataclasses.replace(config, explain=True) if explain else config
 
     def _launch(self, turn: Turn, config, text: str, *, regenerate: bool = False,
                 edit_index: int | None = None) -> None:
@@ -162,7 +168,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         if not text.strip():
             self.error_label.setText("Type a message or a prompt first.")
             return
-        config = self._valid_config()
+        config = self._valid_config(explain=True)
         if config is None:
             return
         chat = self._chat_shown()
@@ -364,13 +370,14 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         rejected = self._pending_rejected.pop(event.step, ())
         auto = event.extra.get("auto")
         proposers = auto["proposers"] if auto else ("",) * len(event.tokens)
-        runs = [(t.text, t.source, event.step, t.id, acceptance, p if p != "target" else "")
+        runs = [(t.text, t.source, event.step, t.id, acceptance, p if p != "target" else "", t.why)
                 for t, p in zip(event.tokens, proposers)]
         if auto:
             self.decisions.add(event.step, auto, len(event.tokens))
         self.kv_map.add_tokens(t.source for t in event.tokens)
-        if rejected:  # the drafts were tried where the target's own token now stands
-            ghosts = [(text, "rejected", event.step, -1, acceptance, "") for text in rejected]
+        if rejected:  # the drafts were tried where the target's own token now stands, which explains them
+            replaced_by = event.tokens[-1].why
+            ghosts = [(text, "rejected", event.step, -1, acceptance, "", replaced_by) for text in rejected]
             runs = runs[:-1] + ghosts + runs[-1:]
         for run in runs:
             turn.runs.append(run)

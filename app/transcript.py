@@ -17,8 +17,9 @@ class Turn:
     user: str
     chat: bool
     mode: str = "plain"
-    # text, source, step, id, step acceptance, proposer (Auto's source of an accepted token, or "")
-    runs: list[tuple[str, str, int, int, float, str]] = field(default_factory=list)
+    # text, source, step, id, step acceptance, proposer (Auto's source of an accepted token, or ""),
+    # why (the token's Explanation, or None)
+    runs: list[tuple] = field(default_factory=list)
     stats: dict | None = None
     finish: str | None = None
     text: str = ""
@@ -35,10 +36,10 @@ def figures_line(mode: str, stats: dict, finish: str | None) -> str:
 
 
 def render_run(stream: TokenStream, text: str, source: str, step: int, token_id: int, acceptance: float,
-               proposer: str = "") -> None:
+               proposer: str = "", why=None) -> None:
     if source == "rejected" and not stream.show_rejected:
         return
-    stream.append_text(text, source, step, token_id, acceptance, proposer)
+    stream.append_text(text, source, step, token_id, acceptance, proposer, why)
 
 
 def _separate(stream: TokenStream, gap: str) -> None:
@@ -117,8 +118,9 @@ def _render_answer(stream: TokenStream, m, live: Turn | None) -> None:
     if m.dropped:
         stream.append_text(m.content, "dropped", 0)
         return
-    runs = [(str(p[0]), str(p[1]), int(p[2]), int(p[3]), float(p[4]), str(p[5]) if len(p) > 5 else "")
-            for p in m.pieces] or [(m.content, "sampled", 0, -1, 0.0, "")]  # re-encoded: its text only
+    runs = [(str(p[0]), str(p[1]), int(p[2]), int(p[3]), float(p[4]), str(p[5]) if len(p) > 5 else "",
+             p[6] if len(p) > 6 else None)  # an explanation while the app that ran it is open
+            for p in m.pieces] or [(m.content, "sampled", 0, -1, 0.0, "", None)]  # re-encoded: its text only
     if not stream.show_tokens:  # a finished answer as the reader wants it: rendered, still coloured
         stream.append_markdown([run for run in runs if run[1] != "rejected"])
     else:

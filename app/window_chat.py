@@ -23,7 +23,7 @@ class ChatMixin:
         index = self._last_user_index()
         if self.running or index is None or not self._chat_shown():
             return
-        config = self._valid_config()
+        config = self._valid_config(explain=True)
         if config is None:
             return
         user = self.conversation.messages[index].content

@@ -262,6 +262,7 @@ class DemoMixin:
         font.setPointSizeF(base.pointSizeF() * (1.25 * scale if self.presenting else 1.0))
         self.centralWidget().setFont(font)
         self.statusBar().setFont(font)
+        QtWidgets.QToolTip.setFont(font)  # a token's explanation reads from the back of the room too
         stream_font = self.stream.font()
         stream_font.setPointSizeF(11 * (1.6 * scale if self.presenting else 1.0))
         self.stream.setFont(stream_font)

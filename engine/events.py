@@ -33,6 +33,7 @@ class Explanation:
 
     top: tuple[Ranked, ...]
     p_chosen: float  # the target's probability of the emitted token (a sampled token may be outside top)
+    chosen_text: str  # the emitted token's text: what replaced a rejected proposal
     proposed: int = -1  # -1: nothing was proposed here (a plain step, or past the last proposal)
     proposed_text: str = ""
     proposer: str = ""  # "draft", "mtp", "lookup:cache", "lookahead", Auto's "ngram", "suffix", …

@@ -80,7 +80,8 @@ class Explainer:
         """The explanation of ``chosen``, emitted at the position whose target logits are ``logits``."""
         ids, p = self.target_probs(logits, dist)
         p_proposed = float(p[proposed]) if proposed >= 0 and not self.greedy else None
-        return Explanation(self.ranked(p, ids), rounded(float(p[chosen])), int(proposed),
+        # the chosen token's text is the one the output shows: Output.push puts it in
+        return Explanation(self.ranked(p, ids), rounded(float(p[chosen])), "", int(proposed),
                            self.text(proposed) if proposed >= 0 else "", proposer if proposed >= 0 else "",
                            bool(accepted), proposer_top,
                            matched, not self.greedy, p_proposed, q, draw)
@@ -114,3 +115,54 @@ class _Softmax:
     def __getitem__(self, token) -> float:
         return math.exp(float(self.logits[int(token)]) - self.top - self.log_total)
 
+
+
+# ----------------------------------------------------------------------------- words
+PROPOSER_NAMES = {
+    "draft": "the draft model", "mtp": "the MTP head", "lookahead": "a lookahead n-gram",
+    "lookup:cache": "prompt lookup (n-gram cache)", "lookup:latest": "prompt lookup (latest match)",
+    "lookup:simple": "ngram-simple", "lookup:map-k": "ngram-map-k", "lookup:map-k4v": "ngram-map-k4v",
+    "lookup:mod": "ngram-mod",
+    # Auto's sources
+    "ngram": "the context n-gram cache", "ngram_alt": "the context n-gram cache (a less frequent follower)",
+    "suffix": "the suffix match", "memory": "the n-gram memory", "target": "the target",
+}
+
+
+def proposer_name(proposer: str) -> str:
+    """"ngram+suffix" (Auto's sources that proposed the same token) as words."""
+    names = [PROPOSER_NAMES.get(p, p) for p in proposer.split("+") if p]
+    return names[0] if len(names) == 1 else " and ".join(names) + ", which agreed" if names else ""
+
+
+def shown(text: str) -> str:
+    """A token's text quoted so that its spaces and line breaks can be seen."""
+    return repr(text)[1:-1].join("''") if text else "''"
+
+
+def verdict(why: Explanation, rejected_ghost: bool = False) -> str:
+    """Verification's decision at the token's position in one sentence, with its numbers.
+
+    ``rejected_ghost``: said of the rejected proposal itself (the stream's struck-out token),
+    rather than of the token that replaced it."""
+    chosen = f"{shown(why.chosen_text)} (p {why.p_chosen:.2f})"
+    if why.proposed < 0:
+        kind = "argmax" if not why.sampled else "draw"
+        return f"Nothing was proposed here: the target's {kind} was {chosen}."
+    by = proposer_name(why.proposer) or "the proposer"
+    q_top = dict((t, q) for t, _, q in why.proposer_top)
+    q_text = f" (q {q_top[why.proposed]:.2f})" if why.proposed in q_top else ""
+    proposal = f"{by} proposed {shown(why.proposed_text)}{q_text}"
+    if not why.sampled:
+        outcome = "accepted" if why.accepted else f"rejected; {shown(why.chosen_text)} replaced it"
+        return f"Greedy: the target's argmax was {chosen}; {proposal}: {outcome}."
+    if why.draw is None:
+        rule = "it had q 0, so no chance"
+    else:
+        chance = 1.0 if why.p >= why.q else why.p / why.q
+        rule = (f"accepted with probability min(1, p/q) = min(1, {why.p:.3f}/{why.q:.3f}) = {chance:.2f}; "
+                f"drew {why.draw:.2f}")
+    outcome = "accepted" if why.accepted else f"rejected; {chosen} was drawn from what remained"
+    if rejected_ghost and not why.accepted:
+        outcome = f"rejected; {chosen} took its place"
+    return f"Sampled: {proposal}, {rule}: {outcome}."

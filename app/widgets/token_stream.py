@@ -6,6 +6,8 @@ import bisect
 from dataclasses import dataclass
 
 from specdec_studio.app.qt import QtGui, QtWidgets
+from specdec_studio.app.widgets.token_explain import tooltip_html
+from specdec_studio.engine.events import Explanation
 
 # Colours per token source; chosen to read on light and dark backgrounds.
 SOURCE_COLOURS = {
@@ -38,19 +40,6 @@ SOURCE_LABELS = {
     "accepted_draft": "accepted from the draft",
     "rejected": "rejected draft (tried, not kept)",
 }
-# Auto's candidate sources, as the tooltip names them
-PROPOSER_LABELS = {"ngram": "the context n-gram cache",
-                   "ngram_alt": "the context n-gram cache (a less frequent follower)",
-                   "suffix": "the suffix match", "draft": "the draft model",
-                   "target": "the target itself"}
-
-
-def proposer_label(proposer: str) -> str:
-    """"ngram+suffix" (sources that proposed the same token) as words."""
-    names = [PROPOSER_LABELS.get(p, p) for p in proposer.split("+")]
-    return names[0] if len(names) == 1 else " and ".join(names) + ", which agreed"
-
-
 # A per-token property so tests and tooltips can read back what a character came from.
 SOURCE_PROPERTY = QtGui.QTextFormat.UserProperty + 1
 STEP_PROPERTY = QtGui.QTextFormat.UserProperty + 2
@@ -80,9 +69,11 @@ class TokenStream(QtWidgets.QTextEdit):
         self.mark_steps = False
         self.show_tokens = False  # finished answers as tokens instead of rendered Markdown
         self.colours = SOURCE_COLOURS  # or PRESENTATION_COLOURS
-        # per token: (start, end, source, id, step, step acceptance, proposer); starts kept apart
-        # for bisect. The proposer is the Auto source that proposed an accepted token ("" otherwise).
-        self._token_meta: list[tuple[int, int, str, int, int, float, str]] = []
+        # per token: (start, end, source, id, step, step acceptance, proposer, why); starts kept
+        # apart for bisect. The proposer is the Auto source that proposed an accepted token (""
+        # otherwise); why, the token's Explanation where the run made one (a rejected draft's: the
+        # explanation of the token that replaced it).
+        self._token_meta: list[tuple] = []
         self._generated: list[str] = []  # every generated token's text, in order, however it is shown
         self._token_starts: list[int] = []
 
@@ -125,22 +116,22 @@ class TokenStream(QtWidgets.QTextEdit):
         return fmt
 
     def append_text(self, text: str, source: str, step: int, token_id: int = -1, acceptance: float = 0.0,
-                    proposer: str = "") -> None:
+                    proposer: str = "", why: Explanation | None = None) -> None:
         if not text:
             return
         cursor = self.textCursor()
         cursor.movePosition(QtGui.QTextCursor.End)
         start = cursor.position()
         cursor.insertText(text, self._format(source, step))
-        self._token_meta.append((start, cursor.position(), source, token_id, step, acceptance, proposer))
+        self._token_meta.append((start, cursor.position(), source, token_id, step, acceptance, proposer, why))
         self._token_starts.append(start)
         if source in TOKEN_SOURCES:
             self._generated.append(text)
 
-    def append_markdown(self, pieces: list[tuple[str, str, int, int, float, str]]) -> None:
+    def append_markdown(self, pieces: list[tuple]) -> None:
         """A finished answer rendered as Markdown (:mod:`app.widgets.rendered_markdown`): its
-        tokens (text, source, step, id, step acceptance, proposer) keep their colours and their
-        tooltips where their text lands in the rendered document."""
+        tokens (text, source, step, id, step acceptance, proposer, why) keep their colours and
+        their tooltips where their text lands in the rendered document."""
         from specdec_studio.app.widgets import rendered_markdown
 
         texts = [piece[0] for piece in pieces]
@@ -151,9 +142,10 @@ class TokenStream(QtWidgets.QTextEdit):
         offset = cursor.position()
         cursor.insertFragment(QtGui.QTextDocumentFragment(doc))
         for run in runs:
-            text, source, step, token_id, acceptance, proposer = pieces[run.piece]
+            text, source, step, token_id, acceptance, proposer, *why = pieces[run.piece]  # why: optional
+            why = why[0] if why else None
             start = offset + run.start
-            self._token_meta.append((start, offset + run.end, source, token_id, step, acceptance, proposer))
+            self._token_meta.append((start, offset + run.end, source, token_id, step, acceptance, proposer, why))
             self._token_starts.append(start)
         self._generated.extend(piece[0] for piece in pieces if piece[1] in TOKEN_SOURCES)
 
@@ -171,6 +163,22 @@ class TokenStream(QtWidgets.QTextEdit):
             return self._token_meta[i]
         return None
 
+    def tooltip_of(self, meta: tuple) -> str:
+        """The tooltip of one token (a ``token_at`` record): its step and source, and its
+        explanation where the run made one."""
+        start, end, source, token_id, step, acceptance, proposer, why = meta
+        head = f"step {step} · {SOURCE_LABELS.get(source, source)}"
+        if token_id >= 0:
+            head += f" · token id {token_id}"
+        head += f" · step acceptance {acceptance:.0%}"
+        ghost = ""
+        if source == "rejected":
+            cursor = QtGui.QTextCursor(self.document())
+            cursor.setPosition(start)
+            cursor.setPosition(end, QtGui.QTextCursor.KeepAnchor)
+            ghost = cursor.selectedText()
+        return tooltip_html(head, why, self.colours, ghost=ghost, proposer=proposer)
+
     def loadResource(self, kind: int, name):  # noqa: N802 - Qt's name
         """Nothing the stream shows is loaded from disk or the network (an answer is data)."""
         return None
@@ -180,14 +188,7 @@ class TokenStream(QtWidgets.QTextEdit):
             cursor = self.cursorForPosition(ev.pos())
             meta = self.token_at(cursor.position())
             if meta and meta[2] in (*TOKEN_SOURCES, "rejected"):
-                start, end, source, token_id, step, acceptance, proposer = meta
-                by = f"\nproposed by: {proposer_label(proposer)}" if proposer else ""
-                QtWidgets.QToolTip.showText(
-                    ev.globalPos(),
-                    f"step {step} · {SOURCE_LABELS.get(source, source)}\n"
-                    f"token id {token_id} · step acceptance {acceptance:.0%}{by}",
-                    self,
-                )
+                QtWidgets.QToolTip.showText(ev.globalPos(), self.tooltip_of(meta), self)
             else:
                 QtWidgets.QToolTip.hideText()
             return True

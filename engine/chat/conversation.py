@@ -42,6 +42,7 @@ class Message:
     tokens: list[int] = field(default_factory=list)
     produced: list[int] | None = None  # assistant: the ids the model generated (end token included)
     # assistant: what the stream showed, token by token: [text, source, step, id, step acceptance]
+    # and, where they apply, [proposer] and [why] (an engine.events.Explanation, never saved)
     pieces: list[list] = field(default_factory=list)
     state: str = DONE  # DONE, STREAMING (a run is writing it) or INTERRUPTED (stopped, failed, killed)
     finish_reason: str | None = None
@@ -50,7 +51,8 @@ class Message:
 
     def to_dict(self) -> dict:
         return {"role": self.role, "content": self.content, "tokens": self.tokens, "produced": self.produced,
-                "pieces": self.pieces, "state": self.state, "finish_reason": self.finish_reason,
+                # a piece's explanation (a seventh field) lives only in memory: a saved chat stays small
+                "pieces": [p[:6] for p in self.pieces], "state": self.state, "finish_reason": self.finish_reason,
                 "figures": self.figures, "created": self.created}
 
     @classmethod

@@ -207,8 +207,14 @@ def _add_pieces(answer: Message, event: StepDone, rejected: tuple[str, ...]) -> 
     for piece, proposer in zip(pieces, proposers):
         if proposer != "target":
             piece.append(proposer)
+    if event.tokens and event.tokens[0].why is not None:
+        # the explanation rides along while the app runs (Message.to_dict leaves it out of the file)
+        for piece, t in zip(pieces, event.tokens):
+            piece[5:] = [piece[5] if len(piece) > 5 else "", t.why]
     if rejected:  # the drafts were tried where the target's own token now stands
-        pieces[-1:-1] = [[text, "rejected", event.step, -1, acceptance] for text in rejected]
+        why = event.tokens[-1].why if event.tokens else None
+        pieces[-1:-1] = [[text, "rejected", event.step, -1, acceptance] + (["", why] if why else [])
+                         for text in rejected]
     answer.pieces.extend(pieces)
     answer.content += "".join(t.text for t in event.tokens)
 

@@ -305,8 +305,9 @@ def _tokens(rows: object) -> tuple[TokenInfo, ...]:
         row = _list(row)
         if len(row) not in (3, 4):
             raise ValueError(f"a token has {len(row)} fields, not 3 or 4")
-        why = _why(_object(row[3])) if len(row) == 4 else None
-        out.append(TokenInfo(_int(row[0]), _string(row[1]), _string(row[2]), why))
+        text = _string(row[1])
+        why = _why(_object(row[3]), text) if len(row) == 4 else None
+        out.append(TokenInfo(_int(row[0]), text, _string(row[2]), why))
     return tuple(out)
 
 
@@ -325,13 +326,14 @@ def _probability(value: object) -> float:
     return p
 
 
-def _why(record: dict) -> Explanation:
+def _why(record: dict, chosen_text: str) -> Explanation:
+    """An explanation as :func:`why_record` wrote it; the chosen token's text is the token's own."""
     proposed, proposed_text = _list(record["proposed"]) if "proposed" in record else (-1, "")
     rule = _list(record["rule"]) if "rule" in record else []
     if rule and len(rule) != 3:
         raise ValueError("a sampling rule needs p, q and the draw")
     p, q, draw = (None if x is None else _number(x) for x in rule) if rule else (None,) * 3
-    return Explanation(_ranked(record["top"]), _probability(record["p"]), _int(proposed),
+    return Explanation(_ranked(record["top"]), _probability(record["p"]), chosen_text, _int(proposed),
                        _string(proposed_text)[:MAX_TOKEN_TEXT], _string(record.get("by", ""))[:40],
                        bool(record.get("ok", False)), _ranked(record.get("qtop", [])),
                        _string(record.get("matched", ""))[:MAX_MATCHED_TEXT], bool(rule), p, q, draw)

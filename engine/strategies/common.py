@@ -3,6 +3,7 @@ sampled, the clock started) and the output it builds."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -57,6 +58,8 @@ class Output:
             self.end_token = token
             return None
         text = self.detok.feed(token)
+        if why is not None:
+            why = dataclasses.replace(why, chosen_text=text)
         self.ids.append(token)
         self.pieces.append(text)
         if len(self.ids) >= self.max_tokens:

@@ -12,7 +12,7 @@ import pytest
 from specdec_studio.app.main_window import MainWindow
 from specdec_studio.app.qt import QtCore, Qt
 from specdec_studio.app.widgets import kv_map
-from specdec_studio.app.widgets.token_stream import PRESENTATION_COLOURS
+from specdec_studio.app.widgets.token_stream import PRESENTATION_COLOURS, TOKEN_SOURCES
 from specdec_studio.engine.records import demo_traces
 from specdec_studio.engine.records import trace
 from tests.app.test_main_window import colours_by_source, run
@@ -262,6 +262,10 @@ def test_shipped_demo_traces_play_without_a_model(qtbot, tmp_path, monkeypatch):
         _finish_replay(win, qtbot)
         assert win.stream.generated_text() == recorded.finished.text
         assert win.last_finished.stats == recorded.finished.stats
+        # the shipped traces were recorded with explanations: every token of the replay explains itself
+        tips = [win.stream.tooltip_of(m) for m in win.stream._token_meta if m[2] in TOKEN_SOURCES]
+        assert tips and all("target p" in tip and "did not record why" not in tip for tip in tips)
+        assert any(": accepted." in tip for tip in tips)
     # the "no model on disk" banner offers the same demos
     offers = win.model_bar.demo_button.menu().actions()
     assert len(offers) == len(shipped)

@@ -9,7 +9,8 @@ import pytest
 
 from specdec_studio.app.main_window import MainWindow
 from specdec_studio.app.qt import QtCore, QtGui
-from specdec_studio.app.widgets.token_stream import SOURCE_COLOURS, SOURCE_PROPERTY, proposer_label
+from specdec_studio.app.widgets.token_stream import SOURCE_COLOURS, SOURCE_PROPERTY
+from specdec_studio.engine.explain import proposer_name
 from specdec_studio.engine.models import catalog
 from tests.conftest import CODE_PROMPT
 
@@ -84,6 +85,14 @@ def test_speculative_and_lookup_colour_drafts(window, qtbot, smollm_drafts):
     colours = colours_by_source(window)
     assert colours["accepted_draft"] == {SOURCE_COLOURS["accepted_draft"]}
     assert "rejected" in colours  # ghosts shown where drafts were tried
+    # every token explains itself: the draft's accepted tokens and its rejected proposals
+    tips = {source: [window.stream.tooltip_of(m) for m in window.stream._token_meta if m[2] == source]
+            for source in ("accepted_draft", "rejected", "sampled")}
+    assert all("target p" in tip and "the draft model q" in tip and "Greedy: the target&#x27;s argmax was" in tip
+               and ": accepted." in tip for tip in tips["accepted_draft"])
+    first_ghosts = [tip for tip in tips["rejected"] if "Never compared" not in tip]
+    assert first_ghosts and all("rejected;" in tip and "took its place" not in tip for tip in first_ghosts)
+    assert any("replaced it" in tip for tip in tips["sampled"])  # the token that replaced a rejected draft
     for lookup in ("cache", "latest"):
         run(window, qtbot, CODE_PROMPT, mode="lookup", lookup=lookup, k=4, ngram=3, max_tokens=60)
         assert not window.controls.lookup.isHidden()  # the policy combo shows in lookup mode only
@@ -113,7 +122,7 @@ def test_auto_shows_its_decisions_proposers_and_calibration(window, qtbot, monke
     # every accepted token names its source, joined by the others that proposed it too
     assert proposers and {p for joined in proposers for p in joined.split("+")} <= {"ngram", "ngram_alt", "suffix"}
     assert any("+" in p for p in proposers)  # the code prompt repeats itself: both sources saw the same tokens
-    assert proposer_label("ngram+suffix") == "the context n-gram cache and the suffix match, which agreed"
+    assert proposer_name("ngram+suffix") == "the context n-gram cache and the suffix match, which agreed"
     assert not window.stats.calibration_plot.isHidden()
     run(window, qtbot, "Hello", mode="plain", max_tokens=4)
     assert window.decisions_box.isHidden() and window.stats.calibration_plot.isHidden()
