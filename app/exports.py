@@ -29,7 +29,17 @@ def pictures(window) -> dict[str, bytes]:
                           ("Auto calibration", stats.calibration_plot)):
         if plot.isVisible() or plot is not stats.calibration_plot:
             out[caption] = plot_png(plot)
+    if stats.speedup_plot.curves is not None:
+        out["speed-up curve"] = plot_png(stats.speedup_plot.plot)
     return out
+
+
+def speedup(window) -> dict | None:
+    """The speed-up curve and the run's point, as the report and the figures file hold them."""
+    from specdec_studio.engine.records.report import speedup_section
+
+    plot = window.stats.speedup_plot
+    return speedup_section(plot.curves, plot.run_point)
 
 
 def write(window, kind: str, path: Path) -> list[Path]:
@@ -38,13 +48,13 @@ def write(window, kind: str, path: Path) -> list[Path]:
 
     trace = window.last_trace
     if kind == "report":
-        path.write_text(report.run_report(trace, pictures(window)), encoding="utf-8")
+        path.write_text(report.run_report(trace, pictures(window), speedup(window)), encoding="utf-8")
         return [path]
     if kind == "transcript":
         path.write_text(report.transcript_html(trace), encoding="utf-8")
         return [path]
     if kind == "figures":
-        path.write_text(report.figures_json(trace), encoding="utf-8")
+        path.write_text(report.figures_json(trace, speedup(window)), encoding="utf-8")
         return [path]
     if kind == "kv_png":
         path.write_bytes(plot_png(window.kv_map.plot))

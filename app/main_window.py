@@ -290,6 +290,8 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
                 self.kv_map.set_snapshot(self._latest_snapshot)
                 self._latest_snapshot = None
             self.stats.refresh()
+            if self.tune.speedup_plot.run_point is not self.stats.speedup_plot.run_point:
+                self.tune.speedup_plot.set_point(self.stats.speedup_plot.run_point)
             self.decisions.update()
             if self.right_tabs.currentWidget() is self.inspector_page:  # its pictures cost GUI time the engine needs
                 self.inspector.refresh()
@@ -345,6 +347,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.baselines[event.key] = event.tokens_per_second
         if self.last_finished is not None and event.key == self.last_run_key:
             self.stats.set_speedup(self.last_finished.stats["tokens_per_second"], event.tokens_per_second)
+            self.tune.speedup_plot.set_point(self.stats.speedup_plot.run_point)
         self.statusBar().showMessage(f"Plain baseline: {event.tokens_per_second:.1f} tok/s")
 
     def _on_started(self, event) -> None:
@@ -403,6 +406,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self.stats.refresh()
         self.stats.finish(event.stats, self.baselines.get(self.last_run_key),
                           self.predicted_speedup(event.stats, self.last_run_mode))
+        self.tune.speedup_plot.set_point(self.stats.speedup_plot.run_point)
         config = self.last_run_config if not self.replaying else None
         self.stats.set_break_even(self.break_even_words(config) if config is not None else None)
         s = event.stats

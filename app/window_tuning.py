@@ -164,6 +164,18 @@ class TuningMixin:
         self._break_even_shown_for = (k, target, draft)
         self.tune.set_draft_break_even(self.draft_break_even_summary(k))
 
+    def update_speedup_curves(self) -> None:
+        """The speed-up curves of the Live and Tune tabs, from the profiles just measured or read:
+        the target's, and the loaded draft's (whose decodes each step pays for)."""
+        from specdec_studio.engine.tuning.profile import curve_of
+        from specdec_studio.engine.tuning.speedup_curve import speedup_curves
+
+        curve, draft_curve = curve_of(self.profiles["target"]), curve_of(self.profiles["draft"])
+        curves = speedup_curves(curve, draft_curve) if curve is not None else None
+        self.stats.t_plain_s = curve.t_plain_s if curve is not None else None
+        for plot in (self.stats.speedup_plot, self.tune.speedup_plot):
+            plot.set_curves(curves)
+
     def measure_baseline(self) -> None:
         if self.last_run_key is None:
             self.statusBar().showMessage("No finished run to measure the plain baseline of yet.")
@@ -193,6 +205,7 @@ class TuningMixin:
         elif isinstance(event, ProfileReady):
             self.profiles = {"target": event.target, "draft": event.draft}
             self.update_draft_break_even()
+            self.update_speedup_curves()
             self.profile_plot.set_profiles(event.target, event.draft)
             if event.target is not None:
                 c = event.target

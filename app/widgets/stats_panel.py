@@ -7,6 +7,8 @@ import numpy as np
 
 from specdec_studio.app.qt import Qt, QtWidgets, pg
 from specdec_studio.app.widgets.empty_state import EmptyState, WholeAxis
+from specdec_studio.app.widgets.speedup_plot import SpeedupPlot
+from specdec_studio.engine.tuning.speedup_curve import run_point
 
 
 class StatsPanel(QtWidgets.QWidget):
@@ -58,6 +60,10 @@ class StatsPanel(QtWidgets.QWidget):
         self.calibration_points = pg.ScatterPlotItem(brush=(230, 126, 34, 200), pen=None)
         self.calibration_plot.addItem(self.calibration_points)
         self.calibration_plot.setVisible(False)
+        # what an acceptance buys at each k here, with this run's measured point on it
+        self.speedup_plot = SpeedupPlot()
+        self.t_plain_s: float | None = None  # plain decoding's step time from the profile
+        self.baseline_tps: float | None = None  # a plain run of the same prompt, once measured
         for plot in (self.accept_plot, self.hist_plot, self.calibration_plot):
             plot.setMenuEnabled(False)
             plot.setMinimumHeight(110)
@@ -78,6 +84,7 @@ class StatsPanel(QtWidgets.QWidget):
         plots.addWidget(self.accept_plot)
         plots.addWidget(self.hist_plot)
         plots.addWidget(self.calibration_plot)
+        plots.addWidget(self.speedup_plot)
         self.plots = EmptyState(plots_box, "Run a prompt to see how many tokens each step accepts and emits.")
         layout.addWidget(self.plots, 1)
         self.reset()
@@ -85,6 +92,7 @@ class StatsPanel(QtWidgets.QWidget):
     def set_background(self, colour) -> None:
         for plot in (self.accept_plot, self.hist_plot, self.calibration_plot):
             plot.setBackground(colour)
+        self.speedup_plot.set_background(colour)
 
     def reset(self) -> None:
         self.steps: list[int] = []
@@ -94,6 +102,8 @@ class StatsPanel(QtWidgets.QWidget):
         self.elapsed_s = 0.0
         self.k = None
         self.predicted: float | None = None
+        self.baseline_tps = None
+        self.speedup_plot.set_point(None)
         for value in self.values.values():
             value.setText("–")
         self.accept_curve.setData([], [])
@@ -110,7 +120,8 @@ class StatsPanel(QtWidgets.QWidget):
         self.n_tokens += len(event.tokens)
         self.n_drafted += event.n_drafted
         self.n_accepted += event.n_accepted
-        self.k = event.extra.get("k", self.k)
+        # the draft length of the run (a last step with no room to draft says 0: not the run's k)
+        self.k = event.extra.get("k") or self.k
         self.elapsed_s = elapsed_s
         self._dirty = True
 
@@ -129,6 +140,7 @@ class StatsPanel(QtWidgets.QWidget):
         v["k"].setText(str(self.k) if self.k is not None else "–")
         if self.elapsed_s > 0:
             v["tokens/s"].setText(f"{self.n_tokens / self.elapsed_s:.1f}")
+            self._place_run(self.n_tokens / self.elapsed_s)
         self.plots.show_content()
         self.accept_curve.setData(np.asarray(self.steps), np.asarray(self.accepted))
         counts = np.bincount(np.asarray(self.tokens_per_step))
@@ -166,8 +178,15 @@ class StatsPanel(QtWidgets.QWidget):
                                         size=4 + 10 * np.sqrt(n / n.max()),
                                         data=[f"n={int(c)}" for c in n])
 
+    def _place_run(self, tokens_per_second: float) -> None:
+        """The run's point on the speed-up curve (needs the profile's plain step time)."""
+        self.speedup_plot.set_point(run_point(self.n_drafted, self.n_accepted, self.k, tokens_per_second,
+                                              self.t_plain_s or 0.0, self.baseline_tps))
+
     def set_speedup(self, tps: float, baseline_tps: float | None) -> None:
         """Measured speed-up when a plain baseline is known, else the prediction marked with ≈."""
+        self.baseline_tps = baseline_tps
+        self._place_run(tps)
         if baseline_tps:
             self.values["speed-up"].setText(f"{tps / baseline_tps:.2f}×")
         elif self.predicted is not None:

@@ -11,6 +11,7 @@ kept per model and reopens with it.
 from __future__ import annotations
 
 from specdec_studio.app.qt import QtCore, QtWidgets, Qt, Signal
+from specdec_studio.app.widgets.speedup_plot import SpeedupPlot
 from specdec_studio.app.widgets.sweep_view import SpeedupCurve, SpeedupHeatmap
 from specdec_studio.engine.config import LOOKUP_SOURCES
 
@@ -153,6 +154,10 @@ class TunePanel(QtWidgets.QWidget):
         layout.addWidget(self.eta)
         layout.addWidget(self.error)
         layout.addWidget(self.draft_break_even)
+        # what an acceptance buys at each k on this machine, with the last run's point on it
+        self.speedup_plot = SpeedupPlot("speed-up by acceptance, k = 1…8")
+        self.speedup_plot.setMinimumHeight(150)
+        layout.addWidget(self.speedup_plot)
         layout.addLayout(view_row)
         layout.addWidget(self.plots, 1)
         layout.addWidget(self.hover)

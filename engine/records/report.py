@@ -38,14 +38,40 @@ def _legend() -> list[tuple[str, str]]:
             if source != "rejected"]
 
 
-def figures_json(trace: Trace) -> str:
-    """The run's figures, settings and model facts as JSON."""
+def figures_json(trace: Trace, speedup: dict | None = None) -> str:
+    """The run's figures, settings and model facts as JSON; ``speedup``: this machine's speed-up
+    curve and the run's point on it (:func:`speedup_section`), where a profile was measured."""
     final = trace.finished
     if final is None:
         raise ValueError("the run did not finish, so it has no figures")
     return json.dumps({"config": trace.config, "model": trace.header.get("model", {}),
                        "finish_reason": final.finish_reason, "stats": final.stats,
-                       "recorded": trace.header.get("created")}, indent=2)
+                       "recorded": trace.header.get("created"),
+                       **({"speedup_curve": speedup} if speedup else {})}, indent=2)
+
+
+def speedup_section(curves, point) -> dict | None:
+    """The speed-up curve (:class:`engine.tuning.speedup_curve.SpeedupCurves`) and the run's
+    point (:class:`~engine.tuning.speedup_curve.RunPoint` or None) as plain data."""
+    if curves is None:
+        return None
+    out = curves.as_dict()
+    if point is not None:
+        out["run"] = {"k": point.k, "alpha": round(point.alpha, 3), "speedup": round(point.speedup, 3),
+                      "measured_against": point.measured_against}
+    return out
+
+
+def _speedup_rows(speedup: dict | None) -> list[tuple[str, str]]:
+    if not speedup:
+        return []
+    rows = [(f"break-even acceptance at k = {k}", "never" if a is None else f"α > {a:.2f}")
+            for k, a in zip(speedup["k"], speedup["break_even_alpha"])]
+    run = speedup.get("run")
+    if run:
+        rows.append(("this run on the curve", f"k = {run['k']}, α {run['alpha']:.2f}, {run['speedup']:.2f}× "
+                                              f"(against the {run['measured_against']})"))
+    return rows
 
 
 def transcript_html(trace: Trace) -> str:
@@ -55,8 +81,9 @@ def transcript_html(trace: Trace) -> str:
                   prompt=started.prompt_text, tokens=_tokens(trace))
 
 
-def run_report(trace: Trace, images: dict[str, bytes] | None = None) -> str:
-    """The whole run on one page. ``images``: caption -> PNG bytes (the KV map, the plots)."""
+def run_report(trace: Trace, images: dict[str, bytes] | None = None, speedup: dict | None = None) -> str:
+    """The whole run on one page. ``images``: caption -> PNG bytes (the KV map, the plots);
+    ``speedup``: the speed-up curve's break-evens and the run's point (:func:`speedup_section`)."""
     started = trace.events[0][1]
     final: RunFinished | None = trace.finished
     stats = final.stats if final is not None else {}
@@ -68,7 +95,7 @@ def run_report(trace: Trace, images: dict[str, bytes] | None = None) -> str:
         created=str(trace.header.get("created", "?")), app=str(trace.header.get("app", "")),
         finish=final.finish_reason if final is not None else "did not finish",
         legend=_legend(), prompt=started.prompt_text, tokens=_tokens(trace),
-        figures=[(label, _fmt(stats[key], key)) for key, label in FIGURES if key in stats],
+        figures=[(label, _fmt(stats[key], key)) for key, label in FIGURES if key in stats] + _speedup_rows(speedup),
         settings=[(str(k), str(v)) for k, v in trace.config.items()],
         model=[(str(k), str(v)) for k, v in trace.header.get("model", {}).items()],
         plots=[(caption, base64.b64encode(png).decode()) for caption, png in (images or {}).items()],

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 
 import numpy as np
 import pytest
 
+from specdec_studio.app import exports
 from specdec_studio.app.qt import QtCore, Qt
 from specdec_studio.engine.models import catalog
 from specdec_studio.engine.paths import cache_root
+from specdec_studio.engine.records import report
+from specdec_studio.engine.tuning import cost_model
 from tests.conftest import CODE_PROMPT, SMOLLM_N_CTX, seed_profile
 
 TIMEOUT_MS = 180_000
@@ -125,12 +129,28 @@ def test_speedup_is_predicted_until_a_baseline_is_measured(window, qtbot):
     predicted = window.stats.values["predicted"].text()
     assert predicted.endswith("×") and float(predicted[:-1]) > 0
     assert window.stats.values["speed-up"].text() == "≈" + predicted
+    # the speed-up curve beside the figures and in the Tune tab, with the run on it
+    stats, curve = window.last_finished.stats, window.stats.speedup_plot
+    assert curve.curves is not None and curve.curves.ks == tuple(range(1, 9)) and not curve.curves.with_draft
+    point = curve.run_point
+    assert point is not None and point.k == 4 and point.measured_against == "profile"
+    assert point.speedup == pytest.approx(stats["tokens_per_second"] * window.stats.t_plain_s)
+    expected_share = (cost_model.expected_tokens_per_step(point.alpha, 4) - 1) / 4
+    assert expected_share == pytest.approx(stats["n_accept"] / stats["n_drafted"], abs=1e-6)
+    assert window.tune.speedup_plot.run_point is point and len(window.tune.speedup_plot.k_curves) == 8
     window.measure_baseline()
     qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
     window.drain_events()
     measured = window.stats.values["speed-up"].text()
     assert not measured.startswith("≈") and float(measured[:-1]) > 0
     assert window.stats.values["predicted"].text() == predicted
+    # once plain is measured the point is placed against it, and the report carries the curve
+    assert curve.run_point.measured_against == "baseline"
+    assert curve.run_point.speedup == pytest.approx(float(measured[:-1]), abs=0.006)
+    figures = json.loads(report.figures_json(window.last_trace, exports.speedup(window)))
+    assert figures["speedup_curve"]["run"]["measured_against"] == "baseline"
+    assert len(figures["speedup_curve"]["speedup"]) == 8
+    assert "speed-up curve" in exports.pictures(window)
 
 
 def test_the_draft_model_sweep_names_the_loaded_drafts_break_even(window, qtbot):
@@ -143,6 +163,9 @@ def test_the_draft_model_sweep_names_the_loaded_drafts_break_even(window, qtbot)
     window.drain_events()
     words = tune.draft_break_even.text()
     assert not tune.draft_break_even.isHidden()
+    # the curves price the draft's decodes too: a draft as dear as the target never pays
+    assert tune.speedup_plot.curves.with_draft and tune.speedup_plot.curves.break_even == (None,) * 8
+    assert float(tune.speedup_plot.curves.speedups.max()) < 1.0
     assert words.startswith(f"With {catalog.resolve('default').name}: a ") and "-token verification costs" in words
     # a draft that costs what the target does cannot pay at any k, on any machine
     assert "cannot pay here" in words
