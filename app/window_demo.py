@@ -239,6 +239,7 @@ class DemoMixin:
         self.kv_map.set_background(base)
         self.inspector.set_background(base)
         self.stats.set_background(base)
+        self.tune.set_background(base)
         self._scale_fonts()
         self._render_all()
 

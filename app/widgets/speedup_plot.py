@@ -22,15 +22,19 @@ def _k_colour(i: int, n: int) -> tuple[int, int, int]:
 class SpeedupPlot(QtWidgets.QWidget):
     """One plot; the window gives it curves when a profile changes and the run's point as it runs."""
 
-    def __init__(self, title: str = "speed-up curve", parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, title: str = "speed-up by acceptance", parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
+        # k = 1 light … k = 8 dark, the two ends labelled: eight legend rows would cover the curves
+        # of a small plot, and a long title would set a narrow panel's width
         self.plot = pg.PlotWidget(title=title)
+        self.end_labels = [pg.TextItem("", anchor=(1, 0.5)) for _ in range(2)]
+        for label in self.end_labels:
+            self.plot.addItem(label)
         self.plot.setMenuEnabled(False)
         self.plot.setMinimumHeight(110)
         self.plot.setLabel("bottom", "per-token acceptance α")
         self.plot.setLabel("left", "speed-up ×")
         self.plot.setXRange(0, 1, padding=0.02)
-        self.legend = self.plot.addLegend(offset=(4, 4), labelTextSize="7pt", verSpacing=-6)
         self.break_even_line = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen((150, 150, 150), style=Qt.DashLine),
                                                label="break-even", labelOpts={"position": 0.1, "color": (150, 150, 150)})
         self.plot.addItem(self.break_even_line)
@@ -56,15 +60,19 @@ class SpeedupPlot(QtWidgets.QWidget):
         for item in self.k_curves:
             self.plot.removeItem(item)
         self.k_curves = []
-        self.legend.clear()
         self.view.show_content(curves is not None)
         if curves is None:
+            for label in self.end_labels:
+                label.setText("")
             self.set_point(None)
             return
-        for i, k in enumerate(curves.ks):
-            item = self.plot.plot(curves.alphas, curves.speedups[i], pen=pg.mkPen(_k_colour(i, len(curves.ks)), width=1.5),
-                                  name=f"k={k}")
+        for i in range(len(curves.ks)):
+            item = self.plot.plot(curves.alphas, curves.speedups[i], pen=pg.mkPen(_k_colour(i, len(curves.ks)), width=1.5))
             self.k_curves.append(item)
+        for label, i in zip(self.end_labels, (0, len(curves.ks) - 1)):
+            label.setText(f"k={curves.ks[i]}")
+            label.setColor(_k_colour(i, len(curves.ks)))
+            label.setPos(0.98, float(curves.speedups[i][-1]))
         top = float(np.nanmax(curves.speedups))
         self.plot.setYRange(0, max(1.5, top * 1.05), padding=0.02)
         self.plot.setToolTip(self.tooltip())
@@ -95,5 +103,6 @@ class SpeedupPlot(QtWidgets.QWidget):
             return NO_PROFILE
         cost = "the verification and the draft model's decodes" if self.curves.with_draft else "the verification"
         parts = [f"k={k}: " + ("never" if b is None else f"α above {b:.2f}") for k, b in zip(self.curves.ks, self.curves.break_even)]
-        return (f"Predicted speed-up over plain decoding on this machine, pricing {cost} with the measured "
+        return (f"Predicted speed-up over plain decoding on this machine for k = 1 (lightest) to 8 (darkest), "
+                f"pricing {cost} with the measured "
                 f"batch-cost profile(s). Break-even: " + ", ".join(parts) + ". The dot: the run's measured point.")

@@ -79,12 +79,13 @@ class StatsPanel(QtWidgets.QWidget):
         layout.addWidget(self.break_even)
         layout.addWidget(self.baseline_button)
         plots_box = QtWidgets.QWidget()
-        plots = QtWidgets.QHBoxLayout(plots_box)
+        # two rows: a narrow panel fits two plots side by side, never four
+        plots = QtWidgets.QGridLayout(plots_box)
         plots.setContentsMargins(0, 0, 0, 0)
-        plots.addWidget(self.accept_plot)
-        plots.addWidget(self.hist_plot)
-        plots.addWidget(self.calibration_plot)
-        plots.addWidget(self.speedup_plot)
+        plots.addWidget(self.accept_plot, 0, 0)
+        plots.addWidget(self.hist_plot, 0, 1)
+        plots.addWidget(self.speedup_plot, 1, 0, 1, 2)
+        plots.addWidget(self.calibration_plot, 2, 0, 1, 2)
         self.plots = EmptyState(plots_box, "Run a prompt to see how many tokens each step accepts and emits.")
         layout.addWidget(self.plots, 1)
         self.reset()
@@ -101,6 +102,7 @@ class StatsPanel(QtWidgets.QWidget):
         self.n_tokens = self.n_drafted = self.n_accepted = 0
         self.elapsed_s = 0.0
         self.k = None
+        self.k_steps: dict[int, int] = {}  # drafting steps per draft length k
         self.predicted: float | None = None
         self.baseline_tps = None
         self.speedup_plot.set_point(None)
@@ -122,6 +124,8 @@ class StatsPanel(QtWidgets.QWidget):
         self.n_accepted += event.n_accepted
         # the draft length of the run (a last step with no room to draft says 0: not the run's k)
         self.k = event.extra.get("k") or self.k
+        if event.n_drafted:  # the run's point is put on the curve of its most frequent k
+            self.k_steps[self.k] = self.k_steps.get(self.k, 0) + 1
         self.elapsed_s = elapsed_s
         self._dirty = True
 
@@ -180,7 +184,8 @@ class StatsPanel(QtWidgets.QWidget):
 
     def _place_run(self, tokens_per_second: float) -> None:
         """The run's point on the speed-up curve (needs the profile's plain step time)."""
-        self.speedup_plot.set_point(run_point(self.n_drafted, self.n_accepted, self.k, tokens_per_second,
+        k = max(self.k_steps, key=self.k_steps.get) if self.k_steps else None
+        self.speedup_plot.set_point(run_point(self.n_drafted, self.n_accepted, k, tokens_per_second,
                                               self.t_plain_s or 0.0, self.baseline_tps))
 
     def set_speedup(self, tps: float, baseline_tps: float | None) -> None:

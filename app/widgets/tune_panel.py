@@ -155,7 +155,7 @@ class TunePanel(QtWidgets.QWidget):
         layout.addWidget(self.error)
         layout.addWidget(self.draft_break_even)
         # what an acceptance buys at each k on this machine, with the last run's point on it
-        self.speedup_plot = SpeedupPlot("speed-up by acceptance, k = 1…8")
+        self.speedup_plot = SpeedupPlot()
         self.speedup_plot.setMinimumHeight(150)
         layout.addWidget(self.speedup_plot)
         layout.addLayout(view_row)
@@ -347,6 +347,7 @@ class TunePanel(QtWidgets.QWidget):
     def set_background(self, colour) -> None:
         for plot in (self.heatmap, self.curve):
             plot.setBackground(colour)
+        self.speedup_plot.set_background(colour)
 
     def set_allowed(self, *, run: bool, stop: bool, mode: bool) -> None:
         """What the window's activity allows: Run sweep, Stop, the mode choice and Apply best."""

@@ -1,0 +1,114 @@
+"""The real window for issue 51's explanations and speed-up curve, each shot from the X screen
+with the mouse really hovering (xdotool):
+
+    xvfb-run -s "-screen 0 1366x768x24" .venv/bin/python scripts/issue51_screenshots.py docs/screenshots
+
+1. a draft-model run (the default model, its Q2_K copy drafting, k 4, rejected drafts shown),
+   the mouse on an accepted token, then on a rejected one: their explanations;
+2. the same run's figures: the speed-up curve beside them with the run's point on it, and the
+   Tune tab's curve;
+3. the shipped draft-model trace replayed, the mouse on one of its accepted tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from window_shots import Shooter  # noqa: E402
+
+PROMPT = "The history of the printing press begins in the fifteenth century, when"
+
+
+def main() -> None:
+    out = Path(sys.argv[1]).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="shots-"))
+    os.environ["SPECDEC_DATA"] = str(scratch / "data")
+
+    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
+    from specdec_studio.engine.models import catalog
+    from specdec_studio.engine.records import demo_traces, trace
+
+    app = QtWidgets.QApplication([])
+    screen = app.primaryScreen().geometry()
+    tag = f"{screen.width()}x{screen.height()}"
+    shots = Shooter(app, out, tag)
+    wait = shots.wait
+
+    settings = QtCore.QSettings(str(scratch / "settings.ini"), QtCore.QSettings.IniFormat)
+    settings.setValue("threads", 2)
+    settings.setValue("auto_profile", "true")  # the curve needs this machine's profiles
+    settings.setValue("chat", "false")
+    window = MainWindow(str(catalog.resolve("default")), settings=settings)
+    window.resize(screen.width(), screen.height())
+    window.move(0, 0)
+    window.show()
+    wait(lambda: window.model_loaded and not window.machine.busy and window.profiles["target"] is not None, 300)
+    window.choose_draft(str(catalog.resolve("default-q2_k")))
+    wait(lambda: window.draft_path is not None and not window.machine.busy
+         and window.profiles["draft"] is not None, 300)
+    stream, controls = window.stream, window.controls
+
+    def hover(source: str, nth: int = 0) -> None:
+        """The mouse on the ``nth`` token of ``source`` that carries an explanation."""
+        metas = [m for m in stream._token_meta if m[2] == source and m[7] is not None]
+        meta = metas[min(nth, len(metas) - 1)]
+        cursor = QtGui.QTextCursor(stream.document())
+        cursor.setPosition(meta[0])
+        stream.setTextCursor(cursor)
+        stream.ensureCursorVisible()
+        shots.settle(0.2)
+        rect = stream.cursorRect(cursor)
+        point = stream.viewport().mapToGlobal(rect.center() + QtCore.QPoint(3, 0))
+        # Qt shows tooltips in the active window only, and Xvfb has no window manager to activate it
+        window.activateWindow()
+        subprocess.run(["xdotool", "mousemove", str(point.x() + 40), str(point.y() + 40), "click", "1"], check=True)
+        shots.settle(0.3)
+        subprocess.run(["xdotool", "mousemove", str(point.x()), str(point.y())], check=True)
+        wait(lambda: QtWidgets.QToolTip.isVisible(), 10)
+
+    # 1. a draft-model run, hovered on an accepted and a rejected token
+    controls.mode.setCurrentIndex(controls.mode.findData("speculative"))
+    controls.k.setValue(4)
+    controls.max_tokens.setValue(96)
+    window.input.show_rejected.setChecked(True)
+    window.input.set_text(PROMPT)
+    window.input.run.click()
+    wait(lambda: window.machine.busy)
+    wait(lambda: not window.machine.busy, 300)
+    window.right_tabs.setCurrentIndex(0)
+    hover("accepted_draft", 3)
+    shots.shoot("issue51-explain-accepted", 0.8)
+    hover("rejected", 0)
+    shots.shoot("issue51-explain-rejected", 0.8)
+    subprocess.run(["xdotool", "mousemove", "1", "1"], check=True)
+    QtWidgets.QToolTip.hideText()
+
+    # 2. the speed-up curve with the run's point, live figures and Tune tab
+    shots.shoot("issue51-speedup-curve-live", 0.8)
+    tabs = window.right_tabs
+    tabs.setCurrentIndex([tabs.tabText(i) for i in range(tabs.count())].index("Tune"))
+    shots.shoot("issue51-speedup-curve-tune", 0.8)
+    window.right_tabs.setCurrentIndex(0)
+
+    # 3. a shipped trace replayed, hovered
+    shipped = [p for p in demo_traces.shipped() if p.stem == "draft_model_on_a_chat_answer"][0]
+    window.replay_speed.setCurrentIndex(trace.SPEEDS.index(4.0))
+    window.open_trace(str(shipped))
+    wait(lambda: not window.player.active, 120)
+    hover("accepted_draft", 5)
+    shots.shoot("issue51-explain-replayed-trace", 0.8)
+    window.close()
+
+
+if __name__ == "__main__":
+    main()
