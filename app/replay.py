@@ -74,6 +74,14 @@ class TracePlayer(QtCore.QObject):
             self._deliver(lane, r.seek_end())
         self._check_done()
 
+    def advance_to(self, recorded_s: float) -> None:
+        """Deliver every event recorded up to ``recorded_s`` now, with the timer stopped: a video
+        export drives the replay on its frame clock, not on the wall clock."""
+        self._timer.stop()
+        for lane, r in enumerate(self.replays):
+            self._deliver(lane, r.advance_to(recorded_s))
+        self._check_done()
+
     def stop(self) -> None:
         self._timer.stop()
         self.replays = []

@@ -182,6 +182,51 @@ class DemoMixin:
         if path:
             self.export_run(kind, path)
 
+    def export_video_dialog(self) -> None:
+        """The shown run (a replay, or the last run) as a video: what to make, where, then its
+        progress with Stop."""
+        from specdec_studio.app.widgets.video_dialog import VideoDialog
+
+        if self.last_trace is None or self.last_trace.finished is None:
+            self.statusBar().showMessage("No finished run to export yet")
+            return
+        dialog = VideoDialog(self.replay_speed.currentData(), self)
+        if dialog.exec() != QtWidgets.QDialog.Accepted:
+            return
+        size, speed, suffix, fps = dialog.choice()
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Export video", f"run{suffix}", f"Video (*{suffix})")
+        if path:
+            self.export_video(Path(path).with_suffix(suffix), size, speed, fps)
+
+    def export_video(self, path: Path, size: tuple[int, int], speed: float, fps: int) -> Path | None:
+        """Write the shown run's video with a progress dialog whose Stop leaves no file; returns
+        the file, or None if it was stopped or could not be written (the reason in the window)."""
+        from specdec_studio.app.video_export import VideoError, VideoSpec, export_video
+
+        progress = QtWidgets.QProgressDialog("Making the video…", "Stop", 0, 100, self)
+        progress.setWindowTitle("Export video")
+        progress.setMinimumDuration(0)
+        progress.setValue(0)
+
+        def advance(frame: int, n_frames: int) -> None:
+            progress.setMaximum(n_frames)
+            progress.setValue(frame)
+            progress.setLabelText(f"Making the video… frame {frame} of {n_frames}")
+
+        try:
+            written = export_video(self.last_trace, VideoSpec(path, size, speed, fps), advance, progress.wasCanceled)
+        except (VideoError, OSError) as exc:
+            self.error_label.setText(f"Could not export the video: {getattr(exc, 'strerror', None) or exc}.")
+            return None
+        finally:
+            progress.close()
+        if written is None:
+            self.statusBar().showMessage("Video export stopped: no file written")
+            return None
+        self.statusBar().showMessage(f"Video written to {written.path}: {written.seconds:.1f} s, "
+                                     f"{written.size_bytes / 1e6:.1f} MB, made in {written.wall_s:.1f} s")
+        return written.path
+
     def export_run(self, kind: str, path: str) -> list[str]:
         """Write one export of the shown run; returns the files written."""
         from specdec_studio.app import exports

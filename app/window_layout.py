@@ -253,6 +253,7 @@ class LayoutMixin:
         export_menu.addAction("Figures as JSON…", lambda: self.export_dialog("figures"))
         export_menu.addAction("KV map as PNG…", lambda: self.export_dialog("kv_png"))
         export_menu.addAction("Plots as PNG…", lambda: self.export_dialog("plots_png"))
+        export_menu.addAction("Video (MP4 or GIF)…", self.export_video_dialog)
         edit_menu = self.menuBar().addMenu("&Edit")
         edit_menu.addAction("Copy conversation as text", self.copy_text)
         edit_menu.addAction("Copy conversation as HTML (with colours)", self.copy_html)

@@ -17,6 +17,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from specdec_studio.engine.config import RunConfig
     from specdec_studio.engine.events import RunFinished, StepDone
 
+    if args.export:
+        # The frames are the window's own pictures, which only Qt draws: the app's exporter makes
+        # them (imported here only, so the engine itself still never imports Qt).
+        from specdec_studio.app.video_export import export_from_command_line
+
+        return export_from_command_line(args.trace, args.export, args.size, args.speed, args.fps)
     recorded = trace.load(args.trace)
     replay = trace.Replay(recorded, args.speed)
     config = RunConfig.from_dict(recorded.config)
@@ -65,4 +71,9 @@ def add_parser(sub) -> None:
                     help="times the recorded pace, a finite number above 0 (1 = as recorded, 4 = four times faster)")
     rp.add_argument("--color", action="store_true", help="colour the tokens by source")
     rp.add_argument("--json", action="store_true")
+    rp.add_argument("--export", metavar="VIDEO", default=None,
+                    help="write the replay as a video instead (.mp4: H.264, .gif), headless: a title card, "
+                         "then the window as it draws the replay at --speed, then its end held for 2 s")
+    rp.add_argument("--size", choices=("1280x720", "1920x1080"), default="1280x720", help="the video's size")
+    rp.add_argument("--fps", type=int, default=0, help="frames a second (default 30 for MP4, 10 for GIF)")
     rp.set_defaults(handler=cmd_replay)

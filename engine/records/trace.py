@@ -474,6 +474,11 @@ class Replay:
     def seek_end(self) -> list[Event]:
         return self._until(float("inf"))
 
+    def advance_to(self, recorded_s: float) -> list[Event]:
+        """The events recorded up to ``recorded_s`` not handed out yet (a film's frame clock)."""
+        self.clock = max(self.clock, recorded_s)
+        return self._until(self.clock)
+
     def _until(self, t_limit: float) -> list[Event]:
         events = self.trace.events
         start = self.index
