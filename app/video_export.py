@@ -219,15 +219,14 @@ class Encoder:
 
 
 class FilmWindow:
-    """An offscreen window of the video's size that replays one trace on the frame clock."""
+    """An offscreen window (of ``window_class``, the app's MainWindow) of the video's size that
+    replays one trace on the frame clock."""
 
-    def __init__(self, trace, size: tuple[int, int]) -> None:
-        from specdec_studio.app.main_window import MainWindow
-
+    def __init__(self, trace, size: tuple[int, int], window_class) -> None:
         self._folder = tempfile.TemporaryDirectory(prefix="specdec-film-")
         settings = QtCore.QSettings(str(Path(self._folder.name) / "settings.ini"), QtCore.QSettings.IniFormat)
         settings.setValue("auto_profile", "false")
-        self.window = MainWindow(autoload=False, settings=settings)
+        self.window = window_class(autoload=False, settings=settings)
         self.window.setAttribute(QtCore.Qt.WA_DontShowOnScreen)
         self.window.resize(*size)
         self.window.show()
@@ -250,9 +249,11 @@ class FilmWindow:
         self._folder.cleanup()
 
 
-def export_video(trace, spec: VideoSpec, progress: Callable[[int, int], None] | None = None,
+def export_video(trace, spec: VideoSpec, window_class, progress: Callable[[int, int], None] | None = None,
                  stopped: Callable[[], bool] | None = None) -> VideoWritten | None:
-    """Write ``trace`` as the video ``spec`` asks for; None (and no file) if ``stopped()`` said so.
+    """Write ``trace`` as the video ``spec`` asks for, drawn by an offscreen ``window_class`` (the
+    app's MainWindow: passed in, as the window that exports imports this module); None (and no
+    file) if ``stopped()`` said so.
 
     ``progress(frame, n_frames)`` is called after each frame. The window is grabbed only after a
     frame whose events changed it; the frames between repeat the last picture."""
@@ -260,7 +261,7 @@ def export_video(trace, spec: VideoSpec, progress: Callable[[int, int], None] | 
     t0 = time.perf_counter()
     timeline = Timeline.of(trace.duration_s, spec)
     encoder = Encoder(spec)
-    film = FilmWindow(trace, spec.size)
+    film = FilmWindow(trace, spec.size, window_class)
     try:
         card = as_rgb(title_card(trace, spec.size), spec.size)
         picture = None
@@ -293,41 +294,3 @@ def export_video(trace, spec: VideoSpec, progress: Callable[[int, int], None] | 
         film.close()
     return VideoWritten(spec.path, timeline.n_frames, timeline.seconds, time.perf_counter() - t0,
                         spec.path.stat().st_size)
-
-
-# ----------------------------------------------------------------------------- the command line
-def _quiet_offscreen(kind, context, message: str) -> None:
-    """Qt's warnings, less the offscreen platform's notes on what it cannot do (it has no windows
-    to size or raise), which say nothing about the video."""
-    import sys
-
-    if not message.startswith("This plugin does not support"):
-        print(f"Qt: {message}", file=sys.stderr)
-
-
-def export_from_command_line(trace_path: str, output: str, size: str, speed: float, fps: int) -> int:
-    """``specdec replay TRACE --export OUT``: the video made headless (Qt's offscreen platform),
-    progress on standard error; Ctrl+C stops and leaves no file."""
-    import os
-    import sys
-
-    from specdec_studio.engine.records import trace as traces
-
-    if size not in SIZES:
-        raise VideoError(f"--size must be {' or '.join(SIZES)}, not {size}")
-    spec = VideoSpec(Path(output), SIZES[size], speed, fps)
-    spec.check()
-    recorded = traces.load(trace_path)
-    os.environ["QT_QPA_PLATFORM"] = "offscreen"  # headless: no window ever shows, with or without a display
-    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])  # noqa: F841 - kept alive
-    QtCore.qInstallMessageHandler(_quiet_offscreen)
-
-    def progress(frame: int, n_frames: int) -> None:
-        if frame == n_frames or frame % 30 == 0:
-            print(f"\rspecdec: frame {frame}/{n_frames}", end="", file=sys.stderr, flush=True)
-
-    written = export_video(recorded, spec, progress)
-    print(f"\nspecdec: {FORMATS[spec.suffix]} written to {written.path}: {written.frames} frames, "
-          f"{written.seconds:.1f} s at {spec.frame_rate} fps, {spec.size[0]}x{spec.size[1]}, "
-          f"{written.size_bytes / 1e6:.1f} MB, made in {written.wall_s:.1f} s", file=sys.stderr)
-    return 0

@@ -214,7 +214,8 @@ class DemoMixin:
             progress.setLabelText(f"Making the video… frame {frame} of {n_frames}")
 
         try:
-            written = export_video(self.last_trace, VideoSpec(path, size, speed, fps), advance, progress.wasCanceled)
+            written = export_video(self.last_trace, VideoSpec(path, size, speed, fps), type(self), advance,
+                                   progress.wasCanceled)
         except (VideoError, OSError) as exc:
             self.error_label.setText(f"Could not export the video: {getattr(exc, 'strerror', None) or exc}.")
             return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 
 from specdec_studio.engine.events import Explanation
-from specdec_studio.engine.explain import proposer_name, shown, verdict
+from specdec_studio.engine.strategies.explain import proposer_name, shown, verdict
 
 
 def _cell(text: str, style: str = "") -> str:

@@ -20,7 +20,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.export:
         # The frames are the window's own pictures, which only Qt draws: the app's exporter makes
         # them (imported here only, so the engine itself still never imports Qt).
-        from specdec_studio.app.video_export import export_from_command_line
+        from specdec_studio.app.video_cli import export_from_command_line
 
         return export_from_command_line(args.trace, args.export, args.size, args.speed, args.fps)
     recorded = trace.load(args.trace)

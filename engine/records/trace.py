@@ -38,7 +38,7 @@ import numpy as np
 from specdec_studio.engine import __version__
 from specdec_studio.engine.config import MAX_SEQUENCES, RunConfig
 from specdec_studio.engine.errors import ConfigError, SpecDecError, not_utf8
-from specdec_studio.engine.explain import TOP_N
+from specdec_studio.engine.strategies.explain import TOP_N
 from specdec_studio.engine.events import (BatchRow, Event, Explanation, KvSnapshot, RecurrentState, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
                            StepBatch, StepDone, TokenInfo)
 

@@ -17,7 +17,7 @@ from specdec_studio.engine.batch import Batch
 from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.context import ModelContext
 from specdec_studio.engine.events import BatchRow, Event, Explanation, StepBatch, StepDone, TokenInfo, TokenSource
-from specdec_studio.engine.explain import Explainer
+from specdec_studio.engine.strategies.explain import Explainer
 from specdec_studio.engine.memory import DecodeAborted, Memory, NoKvSlot
 from specdec_studio.engine.sampling import Sampler, logits_row
 from specdec_studio.engine.stats import RunCounters
@@ -109,7 +109,7 @@ class Runtime:
     # what past runs generated (engine.strategies.ngram_memory.NgramMemory): an Auto source, and
     # it learns this run's output at the end; None unless the run's config asks for it
     ngram_memory: object | None = None
-    # makes each generated token's Explanation (engine.explain.Explainer); None unless the run's
+    # makes each generated token's Explanation (engine.strategies.explain.Explainer); None unless the run's
     # config asks for explanations
     explainer: Explainer | None = None
 

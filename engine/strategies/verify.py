@@ -159,7 +159,7 @@ class Why:
     """What explaining a step's verified tokens needs beside the logits: the explainer, who
     proposed, the drafter's top tokens per proposal and the context text its n-gram matched."""
 
-    explainer: object  # engine.explain.Explainer
+    explainer: object  # engine.strategies.explain.Explainer
     proposer: str
     tops: list[tuple] | None
     matched: str

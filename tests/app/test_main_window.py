@@ -10,7 +10,7 @@ import pytest
 from specdec_studio.app.main_window import MainWindow
 from specdec_studio.app.qt import QtCore, QtGui
 from specdec_studio.app.widgets.token_stream import SOURCE_COLOURS, SOURCE_PROPERTY
-from specdec_studio.engine.explain import proposer_name
+from specdec_studio.engine.strategies.explain import proposer_name
 from specdec_studio.engine.models import catalog
 from tests.conftest import CODE_PROMPT
 

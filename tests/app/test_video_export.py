@@ -10,6 +10,7 @@ import av
 import numpy as np
 import pytest
 
+from specdec_studio.app.main_window import MainWindow
 from specdec_studio.app.video_export import (FilmWindow, Timeline, VideoSpec, as_rgb, export_video,
                                              title_card)
 from specdec_studio.engine.cli.main import main as specdec
@@ -37,7 +38,7 @@ def _decoded(path: Path) -> tuple[list[np.ndarray], av.video.stream.VideoStream]
 def _window_at_end(recorded, qtbot) -> np.ndarray:
     """The window of the video's size with the whole replay delivered at once (the player's own
     skip to the end, not the film's frame clock), grabbed offscreen."""
-    film = FilmWindow(recorded, SIZE)
+    film = FilmWindow(recorded, SIZE, MainWindow)
     try:
         film.window.player.finish_now()
         qtbot.wait(10)
@@ -50,7 +51,7 @@ def _window_at_end(recorded, qtbot) -> np.ndarray:
 def test_a_video_decodes_with_its_size_length_first_and_last_frames(recorded, qtbot, tmp_path, suffix):
     spec = VideoSpec(tmp_path / f"replay{suffix}", SIZE, speed=2.0)
     done = []
-    written = export_video(recorded, spec, lambda frame, n: done.append((frame, n)))
+    written = export_video(recorded, spec, MainWindow, lambda frame, n: done.append((frame, n)))
     timeline = Timeline.of(recorded.duration_s, spec)
     assert written is not None and written.path.exists() and written.size_bytes == written.path.stat().st_size
     assert done[-1] == (timeline.n_frames, timeline.n_frames)
@@ -70,7 +71,7 @@ def test_a_video_decodes_with_its_size_length_first_and_last_frames(recorded, qt
 def test_a_stopped_export_leaves_no_file(recorded, qtbot, tmp_path):
     path = tmp_path / "stopped.mp4"
     seen = []
-    assert export_video(recorded, VideoSpec(path, SIZE), lambda frame, n: seen.append(frame),
+    assert export_video(recorded, VideoSpec(path, SIZE), MainWindow, lambda frame, n: seen.append(frame),
                         stopped=lambda: len(seen) >= 10) is None
     assert len(seen) == 10 and not path.exists()
 
@@ -89,7 +90,6 @@ def test_the_cli_exports_headless_and_refuses_what_it_cannot_write(recorded, qtb
 
 
 def test_the_window_exports_the_replay_it_shows(qtbot, tmp_path, monkeypatch):
-    from specdec_studio.app.main_window import MainWindow
     from specdec_studio.app.qt import QtCore
 
     monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
 from specdec_studio.engine.events import StepDone
-from specdec_studio.engine.explain import TOP_N, top_indices
+from specdec_studio.engine.strategies.explain import TOP_N, top_indices
 from specdec_studio.engine.records import trace
 from specdec_studio.engine.records.trace import TraceRecorder
 from specdec_studio.engine.sampling import SamplingParams
