@@ -7,7 +7,8 @@ with the mouse really hovering (xdotool):
    the mouse on an accepted token, then on a rejected one: their explanations;
 2. the same run's figures: the speed-up curve beside them with the run's point on it, and the
    Tune tab's curve;
-3. the shipped draft-model trace replayed, the mouse on one of its accepted tokens.
+3. the shipped draft-model trace replayed, the mouse on one of its accepted tokens;
+4. File > Export run > Video's dialog.
 """
 
 from __future__ import annotations
@@ -107,6 +108,16 @@ def main() -> None:
     wait(lambda: not window.player.active, 120)
     hover("accepted_draft", 5)
     shots.shoot("issue51-explain-replayed-trace", 0.8)
+    subprocess.run(["xdotool", "mousemove", "1", "1"], check=True)
+    QtWidgets.QToolTip.hideText()
+
+    # 4. the video dialog over the replay
+    from specdec_studio.app.widgets.video_dialog import VideoDialog
+
+    dialog = VideoDialog(4.0, window)
+    dialog.show()
+    shots.shoot("issue51-video-dialog", 0.8)
+    dialog.close()
     window.close()
 
 
