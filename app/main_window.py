@@ -137,7 +137,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
 
         ``explain``: the run explains its tokens (the stream's tooltips, a saved trace's). A run
         the window shows token by token does; a race or a batch, which are timed against plain
-        decoding or show no tokens, does not pay the ~0.1 ms a token."""
+        decoding or show no tokens, does not pay the 0.2-0.4 ms a token."""
         error = self.controls.error
         if error:
             self.error_label.setText(error)

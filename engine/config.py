@@ -138,7 +138,7 @@ class RunConfig:
     lookahead: LookaheadParams = field(default_factory=LookaheadParams)
     speculative: SpeculativeParams = field(default_factory=SpeculativeParams)
     # give every generated token an Explanation (the target's top tokens, the proposer's, the
-    # verdict in numbers): about 0.1 ms a token on a 49k vocabulary, so only where it is shown or
+    # verdict in numbers): 0.2-0.4 ms a token on a 49k vocabulary, so only where it is shown or
     # recorded (the app, a trace), never in a benchmark
     explain: bool = False
 

@@ -20,12 +20,12 @@ from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConf
 from specdec_studio.engine.context import ContextSettings, MemoryBudget, ModelContext, usable_n_ctx
 from specdec_studio.engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
 from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted
-from specdec_studio.engine.strategies.explain import Explainer
 from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, check_draft_vocab, mode_refusal
 from specdec_studio.engine.runner import kv_snapshot, run_events
 from specdec_studio.engine.sampling import Sampler
 from specdec_studio.engine.stats import RunCounters
 from specdec_studio.engine.strategies.common import Output, Runtime
+from specdec_studio.engine.strategies.explain import Explainer
 from specdec_studio.engine.tokens import Vocab
 
 

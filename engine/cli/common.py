@@ -84,7 +84,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                         "that the app and `specdec replay` play back without the model")
     p.add_argument("--explain", action="store_true",
                    help="explain every token (the target's top 8, the proposer's, the verdict in numbers): in "
-                        "--json's tokens and the trace (which --trace always records); ~0.1 ms a token")
+                        "--json's tokens and the trace (which --trace always records); 0.2-0.4 ms a token")
     p.add_argument("--verify-kv", action="store_true",
                    help="check the KV mirror against llama.cpp's own dump before every decode")
     p.add_argument("--baseline", action="store_true",

@@ -3,7 +3,7 @@
 The first line is a header (format, version, when, which app, the run's config and model facts);
 every other line is one event with its time in seconds since the run started:
 
-    {"format": "specdec-trace", "version": 1, "created": "…", "app": "0.1.0", "config": {…}, "model": {…}}
+    {"format": "specdec-trace", "version": 2, "created": "…", "app": "0.1.0", "config": {…}, "model": {…}}
     {"t": 0.0, "type": "RunStarted", "data": {…}}
     {"t": 0.012, "type": "StepBatch", "data": {"step": 1, "rows": [[token, text, pos, [seqs], logits, role, verdict], …]}}
     {"t": 0.012, "type": "StepDone", "data": {…, "tokens": [[id, text, source(, why)], …]}}
@@ -38,9 +38,9 @@ import numpy as np
 from specdec_studio.engine import __version__
 from specdec_studio.engine.config import MAX_SEQUENCES, RunConfig
 from specdec_studio.engine.errors import ConfigError, SpecDecError, not_utf8
-from specdec_studio.engine.strategies.explain import TOP_N
 from specdec_studio.engine.events import (BatchRow, Event, Explanation, KvSnapshot, RecurrentState, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
                            StepBatch, StepDone, TokenInfo)
+from specdec_studio.engine.strategies.explain import TOP_N
 
 # What a trace keeps: a run's own events (a chat's conversation updates are not part of it)
 TRACE_EVENTS = (RunStarted, StepDone, StepBatch, RejectedDraft, KvSnapshot, RunFinished, RunFailed, RunWarning)
@@ -140,7 +140,7 @@ def _plain(event: Event) -> dict:
 
 
 def why_record(why: Explanation) -> dict:
-    """An explanation as a compact object; fields that do not apply (NaN, empty) are left out."""
+    """An explanation as a compact object; fields that do not apply (none proposed, empty) are left out."""
     record: dict = {"top": [list(r) for r in why.top], "p": why.p_chosen}
     if why.proposed >= 0:
         record.update({"proposed": [why.proposed, why.proposed_text], "by": why.proposer, "ok": why.accepted})

@@ -17,10 +17,10 @@ from specdec_studio.engine.batch import Batch
 from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.context import ModelContext
 from specdec_studio.engine.events import BatchRow, Event, Explanation, StepBatch, StepDone, TokenInfo, TokenSource
-from specdec_studio.engine.strategies.explain import Explainer
 from specdec_studio.engine.memory import DecodeAborted, Memory, NoKvSlot
 from specdec_studio.engine.sampling import Sampler, logits_row
 from specdec_studio.engine.stats import RunCounters
+from specdec_studio.engine.strategies.explain import Explainer
 from specdec_studio.engine.tokens import IncrementalDetokenizer, Vocab
 
 FINISH_STOP = "stop"  # the model produced an end-of-generation token

@@ -171,6 +171,10 @@ def verdict(why: Explanation, rejected_ghost: bool = False) -> str:
     if not why.sampled:
         outcome = "accepted" if why.accepted else f"rejected; {shown(why.chosen_text)} replaced it"
         return f"Greedy: the target's argmax was {chosen}; {proposal}: {outcome}."
+    if why.q is None:  # lookahead and Auto sample the target's token, then keep a proposal equal to it
+        outcome = "the proposal matched: accepted" if why.accepted else "no match: rejected"
+        return (f"Sampled: {proposal} (the target's p {why.p:.3f}); the target drew {chosen}, and a proposal "
+                f"is kept where it equals the draw: {outcome}.")
     if why.draw is None:
         rule = "it had q 0, so no chance"
     else:

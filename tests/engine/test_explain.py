@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
-from specdec_studio.engine.events import StepDone
-from specdec_studio.engine.strategies.explain import TOP_N, top_indices
+from specdec_studio.engine.events import Explanation, StepDone
+from specdec_studio.engine.strategies.explain import TOP_N, top_indices, verdict
 from specdec_studio.engine.records import trace
 from specdec_studio.engine.records.trace import TraceRecorder
 from specdec_studio.engine.sampling import SamplingParams
 from tests.conftest import CODE_PROMPT
 
-N_TOKENS = 48
+N_TOKENS = 40
 GREEDY = {
     "plain": RunConfig(max_tokens=N_TOKENS),
     "lookahead": RunConfig(mode="lookahead", max_tokens=N_TOKENS, lookahead=LookaheadParams(4, 3, 4)),
@@ -163,3 +163,16 @@ def test_a_damaged_explanation_is_a_damaged_trace(smollm_session, tmp_path):
     path.write_text(damaged, encoding="utf-8")
     with pytest.raises(trace.TraceError, match="corrupted at line"):
         trace.load(path)
+
+
+def test_each_verdict_names_its_rule_and_numbers():
+    top = ((5, " the", 0.61), (6, " a", 0.2))
+    greedy = Explanation(top, 0.61, " the", 6, " a", "draft", False, ((6, " a", 0.48),))
+    assert verdict(greedy) == ("Greedy: the target's argmax was ' the' (p 0.61); the draft model proposed ' a' "
+                               "(q 0.48): rejected; ' the' replaced it.")
+    rule = Explanation(top, 0.61, " the", 6, " a", "draft", False, ((6, " a", 0.48),), "", True, 0.2, 0.48, 0.52)
+    assert "min(1, p/q) = min(1, 0.200/0.480) = 0.42; drew 0.52: rejected" in verdict(rule)
+    assert "took its place" in verdict(rule, rejected_ghost=True)
+    matched = Explanation(top, 0.61, " the", 5, " the", "lookahead", True, (), "", True, 0.61, None, None)
+    assert "the target drew ' the' (p 0.61)" in verdict(matched) and verdict(matched).endswith("accepted.")
+    assert verdict(Explanation(top, 0.61, " the")) == "Nothing was proposed here: the target's argmax was ' the' (p 0.61)."
