@@ -7,7 +7,8 @@ with the mouse really hovering (xdotool):
    the mouse on an accepted token, then on a rejected one: their explanations;
 2. the same run's figures: the speed-up curve beside them with the run's point on it, and the
    Tune tab's curve;
-3. the shipped draft-model trace replayed, the mouse on one of its accepted tokens;
+3. the shipped draft-model trace replayed, the mouse on one of its accepted tokens, then on a
+   rejected one;
 4. File > Export run > Video's dialog.
 """
 
@@ -108,6 +109,8 @@ def main() -> None:
     wait(lambda: not window.player.active, 120)
     hover("accepted_draft", 5)
     shots.shoot("issue51-explain-replayed-trace", 0.8)
+    hover("rejected", 0)
+    shots.shoot("issue51-explain-replayed-trace-rejected", 0.8)
     subprocess.run(["xdotool", "mousemove", "1", "1"], check=True)
     QtWidgets.QToolTip.hideText()
 
