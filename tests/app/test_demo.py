@@ -112,7 +112,10 @@ def test_race_replays_plain_and_the_strategy_side_by_side(window, qtbot):
 
 
 def test_presentation_mode_is_keyboard_driven(window, qtbot):
+    from specdec_studio.app.qt import QtWidgets
+
     normal_size = window.stream.font().pointSizeF()
+    normal_tip = QtWidgets.QToolTip.font().pointSizeF()
     window.show()
     qtbot.waitExposed(window)
     window.set_presentation(True)
@@ -122,6 +125,7 @@ def test_presentation_mode_is_keyboard_driven(window, qtbot):
     assert window.splitter.widget(0).isHidden() and window.model_bar.isHidden()
     assert not window.right_tabs.isTabVisible(2)  # tuning hidden
     assert window.stream.font().pointSizeF() > normal_size
+    assert QtWidgets.QToolTip.font().pointSizeF() > normal_tip  # a token's explanation reads at large type too
     assert window.stream.colours is PRESENTATION_COLOURS
     window.input.set_text(CODE_PROMPT)
     window.controls.set_values({"max_tokens": 24})
