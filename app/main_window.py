@@ -135,9 +135,11 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
     def _valid_config(self, explain: bool = False):
         """The next run's config, or None (with the reason shown) if the controls are invalid.
 
-        ``explain``: the run explains its tokens (the stream's tooltips, a saved trace's). A run
-        the window shows token by token does; a race or a batch, which are timed against plain
-        decoding or show no tokens, does not pay the 0.2-0.4 ms a token."""
+        ``explain``: the run explains its tokens (the stream's tooltips, a saved trace's) unless
+        View → Explain tokens is off. A run the window shows token by token does; a race or a
+        batch, which are timed against plain decoding or show no tokens, does not pay the
+        0.2-0.4 ms a token."""
+        explain = explain and self.explain_action.isChecked()
         error = self.controls.error
         if error:
             self.error_label.setText(error)

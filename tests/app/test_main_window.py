@@ -53,6 +53,14 @@ def test_plain_run_streams_the_engine_output(window, qtbot):
     assert final.finish_reason == "length" and len(final.token_ids) == 24
     assert window.stream.generated_text() == final.text
     assert window.stats.values["tokens"].text() == "24"
+    explained = lambda: [m[7] for m in window.stream._token_meta if m[2] == "sampled"]  # noqa: E731
+    assert len(explained()) == 24 and all(why is not None for why in explained())
+    # View > Explain tokens off: the next run records no explanations (and pays nothing for them)
+    window.explain_action.setChecked(False)
+    run(window, qtbot, "The capital of France is", mode="plain", max_tokens=4)
+    assert len(explained()) == 4 and all(why is None for why in explained())
+    last_token = [m for m in window.stream._token_meta if m[2] == "sampled"][-1]
+    assert "did not record why" in window.stream.tooltip_of(last_token)
 
 
 def test_lookahead_colours_accepted_tokens_and_draws_every_sequence(window, qtbot):
@@ -322,12 +330,14 @@ def test_settings_persist(qtbot, tmp_path, smollm_drafts):
     qtbot.waitUntil(lambda: win.model_loaded and not win.machine.busy, timeout=TIMEOUT_MS)
     win.controls.set_values({"mode": "lookahead", "W": 7, "N": 4, "G": 2})
     win.set_theme("dark")
+    win.explain_action.setChecked(False)
     win.close()
     again = MainWindow(autoload=False, settings=QtCore.QSettings(path, QtCore.QSettings.IniFormat))
     qtbot.addWidget(again)
     values = again.controls.values()
     assert (values["mode"], values["W"], values["N"], values["G"]) == ("lookahead", 7, 4, 2)
     assert again.settings.value("theme") == "dark"
+    assert not again.explain_action.isChecked()
     assert again.settings.value("last_model") == str(catalog.known_path("default"))
     again.set_theme("system")
     again.close()
