@@ -292,8 +292,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
                 self.kv_map.set_snapshot(self._latest_snapshot)
                 self._latest_snapshot = None
             self.stats.refresh()
-            if self.tune.speedup_plot.run_point is not self.stats.speedup_plot.run_point:
-                self.tune.speedup_plot.set_point(self.stats.speedup_plot.run_point)
+            self.tune.speedup_plot.set_point(self.stats.speedup_plot.run_point)  # a no-op when unchanged
             self.decisions.update()
             if self.right_tabs.currentWidget() is self.inspector_page:  # its pictures cost GUI time the engine needs
                 self.inspector.refresh()

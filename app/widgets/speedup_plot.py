@@ -79,7 +79,11 @@ class SpeedupPlot(QtWidgets.QWidget):
         self._highlight()
 
     def set_point(self, point: RunPoint | None) -> None:
-        """The run's measured (α, speed-up), or None (no run, or one that drafted nothing)."""
+        """The run's measured (α, speed-up), or None (no run, or one that drafted nothing).
+        Called at the figures' paint rate: an unchanged point repaints nothing."""
+        if point == self.run_point:
+            return
+        k_changed = (point.k if point else None) != (self.run_point.k if self.run_point else None)
         self.run_point = point
         if point is None:
             self.point.setData([], [])
@@ -88,7 +92,8 @@ class SpeedupPlot(QtWidgets.QWidget):
             self.point.setData([point.alpha], [point.speedup])
             self.point_label.setText(f"this run: k={point.k}, α {point.alpha:.2f}, {point.speedup:.2f}×")
             self.point_label.setPos(min(point.alpha, 0.55), point.speedup)
-        self._highlight()
+        if k_changed:
+            self._highlight()
 
     def _highlight(self) -> None:
         """The run's own k drawn bold."""
