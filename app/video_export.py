@@ -20,6 +20,7 @@ import numpy as np
 
 from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
 from specdec_studio.engine.errors import SpecDecError
+from specdec_studio.engine.records.demo_traces import setting_words
 
 SIZES = {"1280x720": (1280, 720), "1920x1080": (1920, 1080)}
 FORMATS = {".mp4": "MP4 (H.264)", ".gif": "GIF"}
@@ -108,9 +109,9 @@ def title_card(trace, size: tuple[int, int]) -> QtGui.QImage:
     painter.setRenderHint(QtGui.QPainter.TextAntialiasing)
     config, model = trace.config, trace.header.get("model", {})
     mode = str(config.get("mode", "?"))
-    detail = {"lookahead": f"W={config.get('W')} N={config.get('N')} G={config.get('G')}",
-              "speculative": f"k={config.get('k')}", "lookup": f"k={config.get('k')} ({config.get('lookup', 'cache')})",
-              "mtp": f"k={config.get('k')}"}.get(mode, "")
+    detail = setting_words(config)
+    if mode == "lookup":
+        detail += f" ({config.get('lookup', 'cache')})"
     final = trace.finished
     lines = [(f"{mode} decoding" + (f"  ·  {detail}" if detail else ""), 0.060, "#ffffff", True),
              (str(model.get("name", "a model")), 0.034, "#bbbbbb", False),
@@ -211,11 +212,13 @@ class Encoder:
             self.container.mux(packet)
         self.container.close()
 
-    def abandon(self) -> None:
+    def discard(self, path: Path) -> None:
+        """Close without finishing and remove the file (a stopped or failed export leaves none)."""
         try:
             self.container.close()
         except Exception:  # noqa: BLE001 - the file is removed anyway
             pass
+        path.unlink(missing_ok=True)
 
 
 class FilmWindow:
@@ -234,9 +237,13 @@ class FilmWindow:
         self.window.player.set_paused(True)
         self.window.player.advance_to(0.0)  # RunStarted: the prompt on screen
 
-    def show_at(self, recorded_s: float) -> None:
+    def show_at(self, recorded_s: float) -> bool:
+        """The window at ``recorded_s``; True if events reached it since the last call."""
+        replay = self.window.player.replays[0]
+        before = replay.index
         self.window.player.advance_to(recorded_s)
         QtWidgets.QApplication.processEvents()
+        return replay.index != before
 
     def grab(self) -> QtGui.QImage:
         return self.window.grab().toImage()
@@ -267,28 +274,23 @@ def export_video(trace, spec: VideoSpec, window_class, progress: Callable[[int, 
         picture = None
         for frame in range(timeline.n_frames):
             if stopped is not None and stopped():
-                encoder.abandon()
-                spec.path.unlink(missing_ok=True)
+                encoder.discard(spec.path)
                 return None
             recorded = timeline.recorded_s(frame)
             if recorded is None:
                 encoder.add(card)
             else:
-                before = film.window.player.replays[0].index
-                film.show_at(recorded)
-                if picture is None or film.window.player.replays[0].index != before:  # events changed it
+                if film.show_at(recorded) or picture is None:  # grabbed again only when events changed it
                     picture = as_rgb(film.grab(), spec.size)
                 encoder.add(picture)
             if progress is not None:
                 progress(frame + 1, timeline.n_frames)
         encoder.close()
     except OSError as exc:  # FFmpeg opens the file with the first packet: a folder that is not there shows here
-        encoder.abandon()
-        spec.path.unlink(missing_ok=True)
+        encoder.discard(spec.path)
         raise VideoError(f"{spec.path} could not be written ({exc.strerror or exc})") from None
     except BaseException:
-        encoder.abandon()
-        spec.path.unlink(missing_ok=True)
+        encoder.discard(spec.path)
         raise
     finally:
         film.close()

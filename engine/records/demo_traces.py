@@ -24,9 +24,14 @@ def label(path: Path) -> str:
             header = json.loads(f.readline())
     except (OSError, ValueError):
         return path.stem
-    config = header.get("config", {})
-    detail = {"lookahead": f"W={config.get('W')} N={config.get('N')} G={config.get('G')}",
-              "lookup": f"k={config.get('k')}", "speculative": f"k={config.get('k')}",
-              "mtp": f"k={config.get('k')}"}.get(config.get("mode"), "")
+    detail = setting_words(header.get("config", {}))
     what = path.stem.replace("_", " ").capitalize()
     return f"{what} ({detail})" if detail else what
+
+
+def setting_words(config: dict) -> str:
+    """A recorded run's setting in a few words: W, N and G for lookahead, k for the modes that
+    draft; "" for plain and Auto."""
+    return {"lookahead": f"W={config.get('W')} N={config.get('N')} G={config.get('G')}",
+            "lookup": f"k={config.get('k')}", "speculative": f"k={config.get('k')}",
+            "mtp": f"k={config.get('k')}"}.get(config.get("mode"), "")

@@ -150,9 +150,10 @@ def predict_draft_verify(curve: CostCurve, alpha: float, k: int, *, draft_curve:
     return speedup(expected_tokens_per_step(alpha, k), cost)
 
 
-def draft_break_even(curve: CostCurve, draft_curve: CostCurve, k: int) -> float | None:
-    """The per-token acceptance above which drafting ``k`` tokens with this draft model beats
-    plain decoding; None where no acceptance could (a draft always right still costs more)."""
+def draft_break_even(curve: CostCurve, draft_curve: CostCurve | None, k: int) -> float | None:
+    """The per-token acceptance above which drafting ``k`` tokens with this draft model (None: a
+    drafter that costs nothing, the verification alone) beats plain decoding; None where no
+    acceptance could (a draft always right still costs more)."""
     if k <= 0 or predict_draft_verify(curve, 1.0, k, draft_curve=draft_curve) <= 1.0:
         return None
     lo, hi = 0.0, 1.0

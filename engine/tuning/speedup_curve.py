@@ -48,24 +48,8 @@ def speedup_curves(curve: CostCurve, draft_curve: CostCurve | None = None, ks=CU
     alphas = np.linspace(0.0, 1.0, n_points)
     speedups = np.array([[predict_draft_verify(curve, float(a), k, draft_curve=draft_curve) for a in alphas]
                          for k in ks])
-    return SpeedupCurves(alphas, tuple(ks), speedups, tuple(_break_even(curve, draft_curve, k) for k in ks),
+    return SpeedupCurves(alphas, tuple(ks), speedups, tuple(draft_break_even(curve, draft_curve, k) for k in ks),
                          draft_curve is not None)
-
-
-def _break_even(curve: CostCurve, draft_curve: CostCurve | None, k: int) -> float | None:
-    if draft_curve is not None:
-        return draft_break_even(curve, draft_curve, k)
-    # without a draft's cost: the verification alone, the same bisection on the same prediction
-    if predict_draft_verify(curve, 1.0, k) <= 1.0:
-        return None
-    lo, hi = 0.0, 1.0
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        if predict_draft_verify(curve, mid, k) > 1.0:
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 @dataclass(frozen=True)
