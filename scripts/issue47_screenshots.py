@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from window_shots import Shooter  # noqa: E402
+from window_shots import Shooter, open_window  # noqa: E402
 
 
 def main() -> None:
@@ -37,8 +37,7 @@ def main() -> None:
 
     import pytest
 
-    from specdec_studio.app.main_window import MainWindow
-    from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
+    from specdec_studio.app.qt import QtGui, QtWidgets
     from specdec_studio.engine.chat.conversation import Conversation, Message
     from specdec_studio.engine.chat.store import ConversationStore
     from tests.local_index import LocalIndex, model_bytes
@@ -61,14 +60,7 @@ def main() -> None:
     store.save(chat)
     store.set_last_opened(chat.id)
 
-    settings = QtCore.QSettings(str(scratch / "settings.ini"), QtCore.QSettings.IniFormat)
-    settings.setValue("threads", 2)
-    settings.setValue("auto_profile", "false")
-    settings.setValue("chat", "true")
-    window = MainWindow(str(default_model), settings=settings)
-    window.resize(screen.width(), screen.height())
-    window.move(0, 0)
-    window.show()
+    window = open_window(str(default_model), scratch, chat=True)
 
     shots = Shooter(app, out, tag)
     wait, settle = shots.wait, shots.settle

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from window_shots import Shooter  # noqa: E402
+from window_shots import Shooter, open_window  # noqa: E402
 
 
 def main() -> None:
@@ -36,7 +36,6 @@ def main() -> None:
     os.environ["SPECDEC_DATA"] = str(scratch / "data")
     os.environ["SPECDEC_CACHE"] = str(scratch / "cache")
 
-    from specdec_studio.app.main_window import MainWindow
     from specdec_studio.app.qt import QtCore, QtWidgets
 
     app = QtWidgets.QApplication([])
@@ -63,14 +62,7 @@ def main() -> None:
         wait(lambda: not window.machine.busy)
         window.right_tabs.setCurrentIndex(0)  # Live: the stream, the KV map, the figures
 
-    settings = QtCore.QSettings(str(scratch / "settings.ini"), QtCore.QSettings.IniFormat)
-    settings.setValue("threads", 2)
-    settings.setValue("auto_profile", "false")
-    settings.setValue("chat", "false")
-    window = MainWindow(str(archs / "qwen35-dense.gguf"), settings=settings)
-    window.resize(screen.width(), screen.height())
-    window.move(0, 0)
-    window.show()
+    window = open_window(str(archs / "qwen35-dense.gguf"), scratch, chat=False)
     wait(lambda: window.model_loaded and not window.machine.busy)
 
     # 1. a hybrid model, Auto with a recurrent draft: cells and state slots

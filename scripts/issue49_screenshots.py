@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
 
-from window_shots import Shooter  # noqa: E402
+from window_shots import Shooter, open_window  # noqa: E402
 
 from _common import CODE_PROMPT  # noqa: E402
 
@@ -34,7 +34,6 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="shots-"))
     os.environ["SPECDEC_DATA"] = str(scratch / "data")  # a memory of this script's runs alone
 
-    from specdec_studio.app.main_window import MainWindow
     from specdec_studio.app.qt import QtCore, QtWidgets
     from specdec_studio.engine.models import catalog
 
@@ -44,14 +43,7 @@ def main() -> None:
     shots = Shooter(app, out, tag)
     wait = shots.wait
 
-    settings = QtCore.QSettings(str(scratch / "settings.ini"), QtCore.QSettings.IniFormat)
-    settings.setValue("threads", 2)
-    settings.setValue("auto_profile", "false")
-    settings.setValue("chat", "false")
-    window = MainWindow(str(catalog.resolve("default")), settings=settings)
-    window.resize(screen.width(), screen.height())
-    window.move(0, 0)
-    window.show()
+    window = open_window(str(catalog.resolve("default")), scratch, chat=False)
     wait(lambda: window.model_loaded and not window.machine.busy)
     controls = window.controls
 

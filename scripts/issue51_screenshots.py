@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from window_shots import Shooter  # noqa: E402
+from window_shots import Shooter, open_window  # noqa: E402
 
 PROMPT = "The history of the printing press begins in the fifteenth century, when"
 
@@ -35,7 +35,6 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="shots-"))
     os.environ["SPECDEC_DATA"] = str(scratch / "data")
 
-    from specdec_studio.app.main_window import MainWindow
     from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
     from specdec_studio.engine.models import catalog
     from specdec_studio.engine.records import demo_traces, trace
@@ -46,14 +45,7 @@ def main() -> None:
     shots = Shooter(app, out, tag)
     wait = shots.wait
 
-    settings = QtCore.QSettings(str(scratch / "settings.ini"), QtCore.QSettings.IniFormat)
-    settings.setValue("threads", 2)
-    settings.setValue("auto_profile", "true")  # the curve needs this machine's profiles
-    settings.setValue("chat", "false")
-    window = MainWindow(str(catalog.resolve("default")), settings=settings)
-    window.resize(screen.width(), screen.height())
-    window.move(0, 0)
-    window.show()
+    window = open_window(str(catalog.resolve("default")), scratch, chat=False, auto_profile=True)  # the curve needs this machine's profiles
     wait(lambda: window.model_loaded and not window.machine.busy and window.profiles["target"] is not None, 300)
     window.choose_draft(str(catalog.resolve("default-q2_k")))
     wait(lambda: window.draft_path is not None and not window.machine.busy
@@ -78,6 +70,15 @@ def main() -> None:
         subprocess.run(["xdotool", "mousemove", str(point.x()), str(point.y())], check=True)
         wait(lambda: QtWidgets.QToolTip.isVisible(), 10)
 
+    def shoot_explanations(name: str, accepted_nth: int) -> None:
+        """An accepted draft token's tooltip, then a rejected draft's, then the mouse away."""
+        hover("accepted_draft", accepted_nth)
+        shots.shoot(f"{name}-accepted", 0.8)
+        hover("rejected", 0)
+        shots.shoot(f"{name}-rejected", 0.8)
+        subprocess.run(["xdotool", "mousemove", "1", "1"], check=True)
+        QtWidgets.QToolTip.hideText()
+
     # 1. a draft-model run, hovered on an accepted and a rejected token
     controls.mode.setCurrentIndex(controls.mode.findData("speculative"))
     controls.k.setValue(4)
@@ -88,12 +89,7 @@ def main() -> None:
     wait(lambda: window.machine.busy)
     wait(lambda: not window.machine.busy, 300)
     window.right_tabs.setCurrentIndex(0)
-    hover("accepted_draft", 3)
-    shots.shoot("issue51-explain-accepted", 0.8)
-    hover("rejected", 0)
-    shots.shoot("issue51-explain-rejected", 0.8)
-    subprocess.run(["xdotool", "mousemove", "1", "1"], check=True)
-    QtWidgets.QToolTip.hideText()
+    shoot_explanations("issue51-explain", accepted_nth=3)
 
     # 2. the speed-up curve with the run's point, live figures and Tune tab
     shots.shoot("issue51-speedup-curve-live", 0.8)
@@ -107,12 +103,7 @@ def main() -> None:
     window.replay_speed.setCurrentIndex(trace.SPEEDS.index(4.0))
     window.open_trace(str(shipped))
     wait(lambda: not window.player.active, 120)
-    hover("accepted_draft", 5)
-    shots.shoot("issue51-explain-replayed-trace", 0.8)
-    hover("rejected", 0)
-    shots.shoot("issue51-explain-replayed-trace-rejected", 0.8)
-    subprocess.run(["xdotool", "mousemove", "1", "1"], check=True)
-    QtWidgets.QToolTip.hideText()
+    shoot_explanations("issue51-explain-replayed-trace", accepted_nth=5)
 
     # 4. the video dialog over the replay
     from specdec_studio.app.widgets.video_dialog import VideoDialog

@@ -32,3 +32,21 @@ class Shooter:
         path = self.out / f"{self.tag}-{name}.png"
         subprocess.run(["import", "-window", "root", str(path)], check=True)
         print(path)
+
+
+def open_window(model: str, scratch: Path, *, chat: bool, auto_profile: bool = False):
+    """The app's window on ``model``, with settings of its own in ``scratch`` (2 threads; the
+    batch-cost profile measured only if asked), filling the X screen. The caller waits for it."""
+    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.qt import QtCore, QtWidgets
+
+    settings = QtCore.QSettings(str(scratch / "settings.ini"), QtCore.QSettings.IniFormat)
+    settings.setValue("threads", 2)
+    settings.setValue("auto_profile", "true" if auto_profile else "false")
+    settings.setValue("chat", "true" if chat else "false")
+    window = MainWindow(model, settings=settings)
+    screen = QtWidgets.QApplication.primaryScreen().geometry()
+    window.resize(screen.width(), screen.height())
+    window.move(0, 0)
+    window.show()
+    return window
