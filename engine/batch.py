@@ -33,6 +33,9 @@ class Batch:
         self.logits = np.ctypeslib.as_array(self.raw.logits, shape=(capacity,))
         self.seq_id = [np.ctypeslib.as_array(self.raw.seq_id[i], shape=(n_seq_max,)) for i in range(capacity)]
         self.n_tokens = 0
+        # the one sequence every token so far belongs to alone, or -1: lets the readers of a batch
+        # (the KV mirror, the recurrent-state log) skip the per-token walk in the usual step
+        self.single_seq = -1
 
     def clear(self) -> None:
         self.n_tokens = 0
@@ -44,6 +47,10 @@ class Batch:
         if i >= self.capacity:
             raise IndexError(f"batch is full ({self.capacity} tokens)")
         n = len(seq_ids)
+        if n == 1 and (i == 0 or self.single_seq == seq_ids[0]):
+            self.single_seq = seq_ids[0]
+        else:
+            self.single_seq = -1
         self.token[i] = token
         self.pos[i] = pos
         self.n_seq_id[i] = n
@@ -61,6 +68,8 @@ class Batch:
         self.token[i : i + n] = tokens
         self.pos[i : i + n] = np.arange(start_pos, start_pos + n, dtype=self.pos.dtype)
         self.n_seq_id[i : i + n] = 1
+        if n:
+            self.single_seq = seq_id if i == 0 or self.single_seq == seq_id else -1
         for row in self.seq_id[i : i + n]:
             row[0] = seq_id
         self.logits[i : i + n] = self.logits_every_row

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from specdec_studio.engine.errors import ConfigError
+from specdec_studio.engine.kv.rollback import ROLLBACKS
 from specdec_studio.engine.sampling import SamplingParams
 
 
@@ -114,6 +115,12 @@ class SpeculativeParams:
     # Auto: draft also from what past runs of this model generated (an n-gram memory kept per model
     # in the data folder), and learn this run's output into it
     ngram_memory: bool = False
+    # the key n-gram and the longest copy of the simple and map sources (0: llama.cpp's own, 12 and 48)
+    lookup_key: int = 0
+    lookup_copy: int = 0
+    # on a recurrent or hybrid model, how rejected drafts are undone (engine.kv.rollback): "auto"
+    # picks by the drafter, "snapshots" (llama.cpp's n_rs_seq) or "checkpoints" (state copies)
+    rollback: Literal["auto", "snapshots", "checkpoints"] = "auto"
 
     def validate(self) -> None:
         if self.k < 1:
@@ -128,6 +135,11 @@ class SpeculativeParams:
             raise ConfigError(f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}")
         if self.lookup not in LOOKUP_SOURCES:
             raise ConfigError(f"prompt lookup's source must be one of {', '.join(LOOKUP_SOURCES)}, got {self.lookup!r}")
+        if self.lookup_key < 0 or self.lookup_copy < 0:
+            raise ConfigError(f"prompt lookup's key and copy sizes must be >= 0 (0: llama.cpp's), got "
+                              f"{self.lookup_key} and {self.lookup_copy}")
+        if self.rollback not in ROLLBACKS:
+            raise ConfigError(f"rollback must be one of {', '.join(ROLLBACKS)}, got {self.rollback!r}")
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,6 @@ from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, memory_
 LOGIT_BYTES = 4  # llama.cpp's compute buffer holds a ubatch's logits: n_ubatch x n_vocab floats
 
 
-# The recurrent-state snapshots kept per sequence: a verification drops at most its draft's tokens
-# (Auto's k_max is 16; a longer draft on such a model is refused, in one sentence, when it must roll
-# back that far). Each snapshot is a whole state per sequence (a few MB a layer set on a real hybrid
-# model): what the cheaper of snapshots and checkpoints is, is for issue 48 to measure.
-RS_SNAPSHOTS = 16
 
 
 def usable_n_ctx(n_ctx: int, *infos: ModelInfo | None) -> int:
@@ -111,8 +106,11 @@ class ModelContext:
     KV-debug verifier when asked) and the tokens its sequence 0 holds. Use :meth:`create`."""
 
     def __init__(self, ctx: llama.llama_context_p, batch: Batch, memory: Memory, n_seq_max: int,
-                 n_vocab: int, stack: contextlib.ExitStack) -> None:
+                 n_vocab: int, stack: contextlib.ExitStack, rs_snapshots_asked: int = 0) -> None:
         self.ctx = ctx
+        # the n_rs_seq this context was made with (llama.cpp keeps 0 where the architecture has no
+        # such rollback: memory.n_snapshots says what it kept)
+        self.rs_snapshots_asked = rs_snapshots_asked
         self.batch = batch
         self.memory = memory
         self.n_seq_max = n_seq_max
@@ -124,9 +122,11 @@ class ModelContext:
 
     @classmethod
     def create(cls, model: LoadedModel, settings: ContextSettings, n_seq_max: int, budget: MemoryBudget,
-               abort_callback=None) -> "ModelContext":
-        """A context with room for ``n_seq_max`` sequences; raises ContextAllocationError (naming
-        what to lower) if it does not fit or llama.cpp cannot make it."""
+               abort_callback=None, rs_snapshots: int = 0) -> "ModelContext":
+        """A context with room for ``n_seq_max`` sequences, keeping ``rs_snapshots`` recurrent-state
+        snapshots per sequence on a recurrent or hybrid model (engine.rollback picks how many);
+        raises ContextAllocationError (naming what to lower) if it does not fit or llama.cpp
+        cannot make it."""
         params = llama.llama_context_default_params()
         params.n_ctx = usable_n_ctx(settings.n_ctx, model.info)
         params.n_batch = settings.n_batch
@@ -143,13 +143,13 @@ class ModelContext:
         params.kv_unified = True
         params.no_perf = True
         params.swa_full = True  # the SWA cache as large as the main one: the mirror assumes it
-        # A recurrent state cannot drop its last tokens; llama.cpp can keep a snapshot of each
-        # sequence's state after each of its last n_rs_seq tokens, so that verification can drop
-        # rejected drafts (measured on its tiny lfm2, qwen35, nemotron_h: the decode after a rollback
-        # equals a fresh one to 1e-7). It keeps 0 where the architecture has no such rollback (mamba,
-        # granitehybrid, …): there a rollback is refused, in one sentence.
+        # A recurrent state cannot drop its last tokens: llama.cpp can keep a snapshot of each
+        # sequence's state after each of its last n_rs_seq tokens (measured on its tiny lfm2, qwen35,
+        # nemotron_h: the decode after a rollback equals a fresh one to 1e-7), at a cost to every
+        # decode that grows with n_rs_seq; without them a rollback takes a checkpoint
+        # (engine.kv.checkpoints). It keeps 0 where the architecture has no such rollback.
         if model.info.memory_kind != "attention":
-            params.n_rs_seq = RS_SNAPSHOTS
+            params.n_rs_seq = rs_snapshots
         budget.check(settings.n_ctx, settings.n_batch, model.info)
         native.take_recent_problems()
         reported: list[int] = []
@@ -181,7 +181,7 @@ class ModelContext:
         except BaseException:
             stack.close()
             raise
-        return cls(ctx, batch, memory, n_seq_max, model.info.n_vocab, stack)
+        return cls(ctx, batch, memory, n_seq_max, model.info.n_vocab, stack, rs_snapshots)
 
     # ----------------------------------------------------------------------------- prefix reuse
     def keep_prefix(self, tokens: Sequence[int], limit: int | None = None) -> int:

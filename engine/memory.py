@@ -153,9 +153,21 @@ class Memory:
 
     def _follow_recurrent(self, batch: Batch) -> None:
         """Note which sequences the decode reached and extend their checkpoints' token logs."""
-        counts: dict[int, int] = {}
         ckpts = self.checkpoints.by_seq
-        for i in range(batch.n_tokens):
+        n = batch.n_tokens
+        seq = batch.single_seq
+        if seq >= 0:  # the usual step: a run of one sequence
+            ckpt = ckpts.get(seq)
+            if ckpt is not None:
+                first = ckpt.n_past + len(ckpt.since)
+                if batch.pos[:n].tolist() == list(range(first, first + n)):
+                    ckpt.since.extend(batch.token[:n].tolist())
+                else:  # not the next positions: the log no longer says what the sequence holds
+                    del ckpts[seq]
+            self._last_decode = {seq: n}
+            return
+        counts: dict[int, int] = {}
+        for i in range(n):
             for s in batch.seqs_of(i):
                 s = int(s)
                 counts[s] = counts.get(s, 0) + 1

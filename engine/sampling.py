@@ -50,6 +50,16 @@ def logits_row(ctx: llama.llama_context_p, i: int, n_vocab: int) -> np.ndarray:
     return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
 
 
+def argmax_rows(ctx: llama.llama_context_p, first: int, count: int, n_vocab: int) -> np.ndarray:
+    """The argmax of batch outputs ``first`` .. ``first + count - 1`` in one numpy call. Every one
+    of those rows must have asked for logits: llama.cpp stores such rows contiguously, in batch
+    order, so they are one block of its buffer."""
+    ptr = llama.llama_get_logits_ith(ctx, first)
+    if not ptr:
+        raise logits_failure(first, "this context", problem_mark() - 1)
+    return np.ctypeslib.as_array(ptr, shape=(count * n_vocab,)).reshape(count, n_vocab).argmax(axis=1)
+
+
 class Sampler:
     """Greedy or seeded stochastic selection. One instance per run: it owns the run's RNG."""
 

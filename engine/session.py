@@ -20,6 +20,7 @@ from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConf
 from specdec_studio.engine.context import ContextSettings, MemoryBudget, ModelContext, usable_n_ctx
 from specdec_studio.engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
 from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted
+from specdec_studio.engine.kv.rollback import longest_draft, snapshots_to_keep
 from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, check_draft_vocab, mode_refusal
 from specdec_studio.engine.runner import kv_snapshot, run_events
 from specdec_studio.engine.sampling import Sampler
@@ -111,12 +112,15 @@ class Session:
         """Bytes a context of ``n_ctx`` cells will take on ``info``'s model, by part."""
         return self.budget.parts(n_ctx, self.n_batch, info)
 
-    def _make_context(self, n_seq_max: int) -> None:
-        """(Re)create the target context with room for ``n_seq_max`` sequences.
+    def _make_context(self, n_seq_max: int, rs_snapshots: int | None = None) -> None:
+        """(Re)create the target context with room for ``n_seq_max`` sequences (and, on a recurrent
+        or hybrid model, ``rs_snapshots`` state snapshots per sequence; None: as the old one).
 
         The new context is made before the old one is freed: if it cannot be made, the session
         keeps the context it had and stays usable."""
-        target = ModelContext.create(self.model, self.settings, n_seq_max, self.budget, self._abort_cb)
+        if rs_snapshots is None:
+            rs_snapshots = self.target.rs_snapshots_asked if self.target is not None else 0
+        target = ModelContext.create(self.model, self.settings, n_seq_max, self.budget, self._abort_cb, rs_snapshots)
         self._close_mtp()  # it reads the old context's hidden rows
         if self.target is not None:
             self.target.close()
@@ -287,6 +291,14 @@ class Session:
             raise ConfigError("speculative decoding needs a draft model; choose one from the target's family")
         # Auto drafts with the model's own MTP head where it has one and no draft model is loaded
         auto_mtp = config.mode == "auto" and self.draft is None and self.model.info.n_mtp_layers > 0
+        if info.memory_kind != "attention":
+            # snapshots or checkpoints for this run's rollbacks (engine.kv.rollback); a context made
+            # again for them starts with an empty cache, so a chat that keeps its mode keeps its cells
+            sp = config.speculative
+            longest = longest_draft(config.mode, sp.k, sp.k_max, sp.adaptive)
+            wanted = snapshots_to_keep(sp.rollback, config.mode, longest, config.mode == "mtp" or auto_mtp)
+            if wanted != self.target.rs_snapshots_asked:
+                self._make_context(self.n_seq_max, wanted)
         mtp = self.mtp_head() if config.mode == "mtp" or auto_mtp else None
         # a recurrent or hybrid model runs Auto on one sequence (no sibling branches): each more
         # would hold a whole recurrent state and its snapshots

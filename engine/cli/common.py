@@ -60,6 +60,7 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
     from specdec_studio.engine.config import DEFAULT_K, DEFAULT_MAX_TOKENS_CLI, LOOKAHEAD_CLI_DEFAULTS, LOOKUP_SOURCES, MODES
+    from specdec_studio.engine.kv.rollback import ROLLBACKS
 
     p.add_argument("-m", "--model", default="default", help="default, gemma, or a path to a .gguf file")
     p.add_argument("--mode", choices=MODES, default="plain")
@@ -118,6 +119,16 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                          "llama.cpp's spec types ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod at their "
                          "own sizes (simple, map-k, map-k4v, mod; they copy up to 48 or 64 tokens, so give "
                          "them a large -k)")
+    sp.add_argument("--lookup-key", type=int, default=0,
+                    help="simple, map-k, map-k4v: the key n-gram's length (llama.cpp's --spec-ngram-*-size-n; "
+                         "default 0: its own, 12)")
+    sp.add_argument("--lookup-copy", type=int, default=0,
+                    help="simple, map-k, map-k4v: the longest copy after the key (--spec-ngram-*-size-m; "
+                         "default 0: its own, 48)")
+    sp.add_argument("--rollback", choices=ROLLBACKS, default="auto",
+                    help="recurrent and hybrid models: undo rejected drafts by llama.cpp's per-token snapshots "
+                         "(n_rs_seq: a cost on every decode) or by checkpoints (a state copy per verification, "
+                         "and a re-decode after a rejection); auto: snapshots for an MTP head, checkpoints else")
 
 
 def config_from(args: argparse.Namespace):
@@ -134,7 +145,8 @@ def config_from(args: argparse.Namespace):
         speculative=SpeculativeParams(
             k=args.draft, adaptive=args.adaptive, k_min=args.k_min, k_max=args.k_max,
             p_min=args.p_min, ngram_max=args.ngram_max, ngram_min=args.ngram_min, lookup=args.lookup,
-            ngram_memory=args.ngram_memory,
+            ngram_memory=args.ngram_memory, lookup_key=args.lookup_key, lookup_copy=args.lookup_copy,
+            rollback=args.rollback,
         ),
         # a trace is recorded to be replayed and explained: it always holds the explanations
         explain=bool(getattr(args, "explain", False) or getattr(args, "trace", None)),

@@ -75,9 +75,9 @@ class KvCells:
             self.head = int(idx[0])
 
     def _in_range(self, p0: int, p1: int) -> np.ndarray:
-        p0 = max(p0, 0)
-        p1 = INT32_MAX if p1 < 0 else p1
-        return (self.pos >= p0) & (self.pos < p1)
+        if p1 < 0:  # to the end (the usual cut after a verification): one comparison
+            return self.pos >= max(p0, 0)
+        return (self.pos >= max(p0, 0)) & (self.pos < p1)
 
     def _swa_masked(self, pos_cell: np.ndarray, pos_next: np.ndarray) -> np.ndarray:
         if self.n_swa <= 0:
@@ -96,7 +96,7 @@ class KvCells:
         if seq >= 0:
             hit = np.flatnonzero(in_range & self.seqs[:, seq])
             self.seqs[hit, seq] = False
-            freed = hit[~self.seqs[hit].any(axis=1)]
+            freed = hit if self.n_seq == 1 else hit[~self.seqs[hit].any(axis=1)]
         else:
             freed = np.flatnonzero(in_range)
         if freed.size:
@@ -162,18 +162,24 @@ class KvCells:
         picked = order[usable][:n_tokens]
         return picked if picked.size == n_tokens else None
 
-    def apply_ubatch(self, cells: np.ndarray, pos: np.ndarray, seq_sets: Sequence[np.ndarray]) -> None:
-        """Place a ubatch in the cells ``find_slot`` chose (llama.cpp's ``apply_ubatch``)."""
+    def apply_ubatch(self, cells: np.ndarray, pos: np.ndarray, seq_sets: Sequence[np.ndarray] | None,
+                     single_seq: int = -1) -> None:
+        """Place a ubatch in the cells ``find_slot`` chose (llama.cpp's ``apply_ubatch``). Each
+        token's sequences are ``seq_sets``, or (None) the one sequence ``single_seq``."""
         self.written.append(cells)
         reused = cells[self.pos[cells] >= 0]  # SWA-masked cells being reused (none in the usual ubatch)
         overwritten_max = np.full(self.n_seq, -1, dtype=np.int64) if reused.size else None
         for idx in reused:
             owner = int(np.flatnonzero(self.seqs[idx])[0])
             overwritten_max[owner] = max(overwritten_max[owner], int(self.pos[idx]))
-        self.seqs[reused] = False
+        if reused.size:
+            self.seqs[reused] = False
         self.pos[cells] = pos
-        for idx, seqs in zip(cells, seq_sets):
-            self.seqs[idx, seqs] = True
+        if seq_sets is None:
+            self.seqs[cells, single_seq] = True
+        else:
+            for idx, seqs in zip(cells, seq_sets):
+                self.seqs[idx, seqs] = True
         if overwritten_max is not None:
             # keep every sequence's positions contiguous: purge what lies below an overwritten cell
             for seq in np.flatnonzero(overwritten_max >= 0):
@@ -182,8 +188,10 @@ class KvCells:
                     self.seq_rm(int(seq), pos_min, int(overwritten_max[seq]) + 1)
         self.head = int(cells[-1]) + 1
 
-    def decode(self, pos: np.ndarray, seq_sets: Sequence[np.ndarray], n_ubatch: int) -> bool:
+    def decode(self, pos: np.ndarray, seq_sets: Sequence[np.ndarray] | None, n_ubatch: int,
+               single_seq: int = -1) -> bool:
         """Apply a whole batch split into ubatches as a unified cache does (consecutive chunks).
+        Each token's sequences are ``seq_sets``, or (None) the one sequence ``single_seq``.
 
         All or nothing: if any ubatch finds no slot the cells are left as they were (llama.cpp
         restores its state and llama_decode returns 1).
@@ -193,7 +201,7 @@ class KvCells:
             slot = self.find_slot(len(pos))
             if slot is None:
                 return False
-            self.apply_ubatch(slot, pos, seq_sets)
+            self.apply_ubatch(slot, pos, seq_sets, single_seq)
             return True
         trial = self.copy()
         for start in range(0, len(pos), n_ubatch):
@@ -201,7 +209,7 @@ class KvCells:
             slot = trial.find_slot(end - start)
             if slot is None:
                 return False
-            trial.apply_ubatch(slot, pos[start:end], seq_sets[start:end])
+            trial.apply_ubatch(slot, pos[start:end], None if seq_sets is None else seq_sets[start:end], single_seq)
         self.pos, self.seqs, self.head, self.written = trial.pos, trial.seqs, trial.head, trial.written
         return True
 
@@ -300,9 +308,10 @@ class KvMirror:
         n = batch.n_tokens
         # views into the batch: read before the batch is filled again
         pos = batch.pos[:n]
-        seq_sets = [batch.seqs_of(i) for i in range(n)]
+        single = batch.single_seq
+        seq_sets = None if single >= 0 else [batch.seqs_of(i) for i in range(n)]
         for cache in self.caches:
-            if not cache.decode(pos, seq_sets, self.n_ubatch):
+            if not cache.decode(pos, seq_sets, self.n_ubatch, single):
                 raise RuntimeError("KV mirror found no slot for a batch llama.cpp accepted")
         base = self.base
         for cells in base.written:

@@ -18,7 +18,7 @@ from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.context import ModelContext
 from specdec_studio.engine.events import BatchRow, Event, Explanation, StepBatch, StepDone, TokenInfo, TokenSource
 from specdec_studio.engine.memory import DecodeAborted, Memory, NoKvSlot
-from specdec_studio.engine.sampling import Sampler, logits_row
+from specdec_studio.engine.sampling import Sampler, argmax_rows, logits_row
 from specdec_studio.engine.stats import RunCounters
 from specdec_studio.engine.strategies.explain import Explainer
 from specdec_studio.engine.tokens import IncrementalDetokenizer, Vocab
@@ -116,6 +116,10 @@ class Runtime:
     def logits(self, i: int) -> np.ndarray:
         return logits_row(self.ctx, i, self.vocab.n_tokens)
 
+    def argmax_rows(self, first: int, count: int) -> np.ndarray:
+        """The argmax of ``count`` consecutive batch rows, all of which asked for logits."""
+        return argmax_rows(self.ctx, first, count, self.vocab.n_tokens)
+
     def decode(self) -> float | None:
         """Decode ``self.batch``; on a full context or a cancel, record why and return None.
 
@@ -133,10 +137,14 @@ class Runtime:
         what verification made of it, for the step inspector."""
         b, piece = self.batch, self.vocab.piece
         verdicts = verdicts or {}
+        n = b.n_tokens
+        # read the batch's arrays once (a step of a fast model is a fraction of a millisecond)
+        tokens, positions, wants = b.token[:n].tolist(), b.pos[:n].tolist(), b.logits[:n].tolist()
+        one_seq = (b.single_seq,) if b.single_seq >= 0 else None
         rows = tuple(
-            BatchRow(int(b.token[i]), piece(int(b.token[i])).decode("utf-8", "replace"), int(b.pos[i]),
-                     tuple(int(s) for s in b.seqs_of(i)), bool(b.logits[i]), roles[i], verdicts.get(i, ""))
-            for i in range(b.n_tokens))
+            BatchRow(token, piece(token).decode("utf-8", "replace"), pos, one_seq or tuple(b.seqs_of(i).tolist()),
+                     bool(want), roles[i], verdicts.get(i, ""))
+            for i, (token, pos, want) in enumerate(zip(tokens, positions, wants)))
         return StepBatch(step, rows)
 
     def guarded(self, call):

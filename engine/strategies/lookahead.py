@@ -24,8 +24,6 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-import llama_cpp as llama
-
 from specdec_studio.engine.config import LookaheadParams
 from specdec_studio.engine.events import Event, StepDone
 from specdec_studio.engine.strategies.common import Runtime, begin_run
@@ -266,9 +264,5 @@ def _rows_argmax(rt: Runtime, rows: np.ndarray, n_vocab: int) -> np.ndarray:
     """Argmax of the logits of several batch rows: one numpy call when the rows are consecutive."""
     first = int(rows[0])
     if np.array_equal(rows, np.arange(first, first + rows.size)):
-        ptr = llama.llama_get_logits_ith(rt.ctx, first)
-        if not ptr:
-            rt.logits(first)  # raises the sentence of the failure
-        block = np.ctypeslib.as_array(ptr, shape=(rows.size * n_vocab,)).reshape(rows.size, n_vocab)
-        return block.argmax(axis=1).astype(np.int32)
+        return rt.argmax_rows(first, rows.size).astype(np.int32)
     return np.array([int(np.argmax(rt.logits(int(r)))) for r in rows], dtype=np.int32)

@@ -25,7 +25,8 @@ import numpy as np
 from specdec_studio.engine.config import SpeculativeParams
 from specdec_studio.engine.events import Event
 from specdec_studio.engine.strategies.common import Runtime
-from specdec_studio.engine.strategies.lookup_sources import MAP_VALUES_PER_KEY, MapDrafter, ModHashDrafter, SimpleMatchDrafter
+from specdec_studio.engine.strategies.lookup_sources import (MAP_KEY, MAP_VALUE, MAP_VALUES_PER_KEY, MapDrafter,
+                                                             ModHashDrafter, SimpleMatchDrafter)
 from specdec_studio.engine.strategies.verify import ContextOnlyDrafter, Draft, run_draft_verify
 
 # Confidence a continuation needs before it is drafted, by n-gram length (1, 2, 3 and longer):
@@ -146,18 +147,20 @@ class LatestMatchDrafter(ContextOnlyDrafter):
 def make_drafter(params: SpeculativeParams):
     """Prompt lookup's drafter for ``params.lookup``: ours (``cache``, ``latest``, which match
     ``ngram_min`` to ``ngram_max`` tokens) or one of llama.cpp's draftless types at its own sizes
-    (engine.strategies.lookup_sources)."""
+    (engine.strategies.lookup_sources), whose key and copy sizes ``lookup_key``/``lookup_copy`` set
+    (0: llama.cpp's)."""
     source = params.lookup
+    sizes = {"size_key": params.lookup_key or MAP_KEY, "size_value": params.lookup_copy or MAP_VALUE}
     if source == "cache":
         return NgramCacheDrafter(params.ngram_min, params.ngram_max)
     if source == "latest":
         return LatestMatchDrafter(params.ngram_min, params.ngram_max)
     if source == "simple":
-        return SimpleMatchDrafter()
+        return SimpleMatchDrafter(**sizes)
     if source == "map-k":
-        return MapDrafter(values_per_key=1)
+        return MapDrafter(values_per_key=1, **sizes)
     if source == "map-k4v":
-        return MapDrafter(values_per_key=MAP_VALUES_PER_KEY)
+        return MapDrafter(values_per_key=MAP_VALUES_PER_KEY, **sizes)
     if source == "mod":
         return ModHashDrafter()
     raise ValueError(f"unknown prompt lookup source {source!r}")

@@ -69,13 +69,26 @@ class _LastDraft:
         return n
 
 
-class SimpleMatchDrafter(ContextOnlyDrafter):
+class SimpleMatchDrafter:
     """``ngram-simple``: the newest earlier occurrence of the context's last ``size_key`` tokens,
     and up to ``size_value`` tokens that followed it, drafted only if at least ``size_key`` did
-    (a short tail is a loop about to close on itself, rarely worth a batch)."""
+    (a short tail is a loop about to close on itself, rarely worth a batch).
+
+    llama.cpp searches the context backwards at every step; here every key n-gram is indexed once,
+    as the context grows, with its newest start, so a step costs the same however long the
+    context (the search was the largest host cost of a lookup step on a fast model)."""
 
     def __init__(self, size_key: int = MAP_KEY, size_value: int = MAP_VALUE) -> None:
         self.size_key, self.size_value = size_key, size_value
+        self.begin(())
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.newest_start: dict[tuple[int, ...], int] = {}
+        self.n_indexed = 1  # starts below this are indexed (llama.cpp never matches at 0)
+        self.last_key: tuple[int, ...] = ()  # the key n-gram at start n_indexed - 1
+
+    def settle(self, context: Sequence[int]) -> None:
+        pass
 
     def propose(self, context: Sequence[int], k: int) -> Draft:
         t0 = time.perf_counter()
@@ -87,17 +100,23 @@ class SimpleMatchDrafter(ContextOnlyDrafter):
         history = len(context) - 1  # the newest token is the one just sampled: nothing follows it yet
         if history <= n + m + 1:
             return []
-        ids = np.asarray(context, dtype=np.int64)
-        pattern = ids[-n:]
-        # starts 1 .. history-n-1, newest first (llama.cpp never matches at 0 either)
-        starts = np.flatnonzero(ids[1:history - n] == pattern[0]) + 1
-        for start in starts[::-1]:
-            if np.array_equal(ids[start:start + n], pattern):
-                n_copy = min(m, history - (start + n))
-                if n_copy < n:
-                    return []
-                return ids[start + n:start + n + n_copy].tolist()
-        return []
+        # candidate starts are 1 .. history-n-1: the key's own place and the one before are not matches
+        limit = history - n - 1
+        last = self.n_indexed - 1
+        if self.n_indexed > limit + 1 or (last >= 1 and tuple(context[last:last + n]) != self.last_key):
+            self.begin(())  # not the context indexed so far, grown: index this one afresh
+        index = self.newest_start
+        for start in range(self.n_indexed, limit + 1):
+            index[tuple(context[start:start + n])] = start
+        self.n_indexed = limit + 1
+        self.last_key = tuple(context[limit:limit + n])
+        start = index.get(tuple(context[-n:]))
+        if start is None:
+            return []
+        n_copy = min(m, history - (start + n))
+        if n_copy < n:
+            return []
+        return list(context[start + n:start + n + n_copy])
 
 
 class MapDrafter:

@@ -124,7 +124,7 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         if rt.explainer is not None:
             why = Why(rt.explainer, proposer, draft.tops, rt.explainer.matched_text(context, draft.matched))
         emitted, n_accepted = verify_proposals(sampler, rt.logits, 0, proposals, draft.dists, out, context,
-                                               why=why)
+                                               why=why, argmax_rows=rt.argmax_rows)
 
         # ---- the target's cache keeps the input token and the accepted proposals ----------------
         n_past += 1 + n_accepted
@@ -177,18 +177,27 @@ class Why:
 
 def verify_proposals(sampler, logits_of_row, first_row: int, proposals: Sequence[int],
                      dists: list[np.ndarray] | None, out, context: list[int],
-                     accepted_source: str = "accepted_draft", why: Why | None = None) -> tuple[list, int]:
+                     accepted_source: str = "accepted_draft", why: Why | None = None,
+                     argmax_rows=None) -> tuple[list, int]:
     """Verify ``proposals``, decoded in batch rows ``first_row + 1 …`` after the input token's
     row ``first_row``: keep each while the target agrees (greedy: its argmax; stochastic: the
     speculative sampling rule with the drafter's ``dists``), then add the target's own token.
     Pushes the emitted tokens to ``out`` and ``context`` (explained, with ``why``); returns them
-    and the accepted count."""
+    and the accepted count. ``argmax_rows(first, count)``, where given, finds the greedy targets
+    of every row in one call (rows of a verification all asked for logits)."""
     emitted = []
     n_accepted = 0
+    targets = None
+    if sampler.greedy and argmax_rows is not None:
+        targets = argmax_rows(first_row, len(proposals) + 1).tolist()
     for i in range(len(proposals) + 1):
-        logits = logits_of_row(first_row + i)
+        # a row's logits are read only where a rule or an explanation needs more than its argmax
+        logits = logits_of_row(first_row + i) if targets is None or why is not None else None
         p = q = draw = None
-        if i == len(proposals):  # every proposal accepted: the target adds one of its own
+        if targets is not None:
+            chosen = targets[i]
+            accepted = i < len(proposals) and chosen == proposals[i]
+        elif i == len(proposals):  # every proposal accepted: the target adds one of its own
             chosen, accepted = sampler.sample(logits), False
         elif sampler.greedy:
             chosen = int(np.argmax(logits))

@@ -3,7 +3,7 @@
 On llama.cpp's tiny qwen35 (linear-attention layers with a recurrent state between attention
 layers; from scripts/tiny_archs.sh) and the same model with an MTP block (tests/mtp_model.py):
 
-- prompt lookup (ours, its n-gram cache) against ``--spec-type ngram-simple``;
+- prompt lookup (ours, its ``simple`` source at the same sizes) against ``--spec-type ngram-simple``;
 - self-draft speculation (the file drafts for itself) against ``--spec-type draft-simple``;
 - MTP drafting against ``--spec-type draft-mtp``.
 
@@ -15,7 +15,7 @@ each round, the median ratio llama ms per step / ours (>= 1: ours costs no more)
 acceptance.
 
     scripts/build_llama_tools.sh && scripts/tiny_archs.sh      # once
-    .venv/bin/python tests/bench/hybrid_vs_llama_cpp.py [--rounds 3] [-n 256]
+    .venv/bin/python tests/bench/hybrid_vs_llama_cpp.py [--rounds 3] [-n 256] [--rollback snapshots]
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ THREADS = 1
 
 # name -> (the file, our arguments after `specdec run -m FILE`, llama-speculative-simple's)
 CASES = {
-    "lookup k=3 / ngram-simple": ("qwen35-dense", ["--mode", "lookup", "-k", "3"],
+    # our ngram-simple source at llama.cpp's sizes here, so both sides draft the same tokens at the
+    # same steps and a step's cost is compared like for like
+    "lookup simple k=3 / ngram-simple": ("qwen35-dense", ["--mode", "lookup", "--lookup", "simple", "--lookup-key", "2",
+                                                          "--lookup-copy", "3", "-k", "3"],
                                   ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
                                    "--spec-ngram-simple-size-m", "3"]),
     "self-draft k=4 / draft-simple": ("qwen35-dense", ["--mode", "speculative", "-md", "{model}", "-k", "4", "--p-min", "0"],
@@ -60,10 +63,10 @@ def run_theirs(binary: Path, model: Path, args: list[str], n: int) -> dict:
     return parse(out.stdout + out.stderr)
 
 
-def run_ours(model: Path, args: list[str], n: int) -> dict:
+def run_ours(model: Path, args: list[str], n: int, rollback: str = "auto") -> dict:
     cmd = [sys.executable, "-m", "specdec_studio.engine.cli", "run", "-m", str(model), "-p", PROMPT,
            *[a.replace("{model}", str(model)) for a in args], "-n", str(n), "--temp", "0", "-t", str(THREADS),
-           "-c", str(n + 128), "--no-predict"]
+           "-c", str(n + 128), "--no-predict", "--rollback", rollback]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO)
     return parse(out.stdout + out.stderr)
 
@@ -74,6 +77,9 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=1024, help="tokens to generate (a tiny model's run of 256 takes 0.1 s: "
                     "too short to time)")
     ap.add_argument("--bin", default=None, help="folder with llama-speculative-simple (default: scripts/build_llama_tools.sh)")
+    ap.add_argument("--rollback", choices=("auto", "snapshots", "checkpoints"), default="auto",
+                    help="how our runs undo rejected drafts (specdec run --rollback): what each costs per step")
+    ap.add_argument("--only", default=None, help="the cases whose name contains this")
     args = ap.parse_args()
     tools = find_tools(args.bin)
     binary = tools / "llama-speculative-simple" if tools else None
@@ -81,14 +87,17 @@ def main() -> None:
     if binary is None or not binary.exists() or models is None:
         print("needs llama-speculative-simple and the tiny models: run scripts/build_llama_tools.sh and scripts/tiny_archs.sh")
         return
-    print(f"llama.cpp's tiny qwen35, {THREADS} thread, greedy, {args.n} tokens, prompt {PROMPT!r}")
+    print(f"llama.cpp's tiny qwen35, {THREADS} thread, greedy, {args.n} tokens, prompt {PROMPT!r}, "
+          f"our rollback: {args.rollback}")
     for name, (model_name, ours_args, theirs_args) in CASES.items():
+        if args.only and args.only not in name:
+            continue
         model = models / f"{model_name}.gguf"
         ratios, accept = [], {"llama": [], "ours": []}
         for r in range(args.rounds):
             a1 = run_theirs(binary, model, theirs_args, args.n)
-            b1 = run_ours(model, ours_args, args.n)
-            b2 = run_ours(model, ours_args, args.n)
+            b1 = run_ours(model, ours_args, args.n, args.rollback)
+            b2 = run_ours(model, ours_args, args.n, args.rollback)
             a2 = run_theirs(binary, model, theirs_args, args.n)
             theirs_ms, ours_ms = (a1["ms_per_step"] + a2["ms_per_step"]) / 2, (b1["ms_per_step"] + b2["ms_per_step"]) / 2
             ratios.append(theirs_ms / ours_ms)

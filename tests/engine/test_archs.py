@@ -61,19 +61,22 @@ def test_every_mode_on_every_architecture(tiny_archs, name):
 
 def test_the_kv_map_is_told_each_recurrent_state_and_how_it_went_back(tiny_archs, tmp_path):
     """On a recurrent model with a draft the target mostly rejects, every step's snapshot carries
-    the state (tokens seen equal the cache's) and the rollbacks (by checkpoint: mamba2 has no
-    snapshots); a saved trace keeps them, and a snapshot model's rollbacks say "snapshot"."""
+    the state (tokens seen equal the cache's) and the rollbacks: by checkpoint where the run picks
+    them (a draft model's, by default) or the model has no snapshots (mamba2, even when asked), by
+    llama.cpp's snapshots where asked on a model that has them; a saved trace keeps them."""
     from specdec_studio.engine.config import RunConfig, SpeculativeParams
     from specdec_studio.engine.events import KvSnapshot, RunFinished
     from specdec_studio.engine.records import trace
     from specdec_studio.engine.session import Session
 
-    for target, draft, how in (("mamba2-dense", "qwen35-dense", "checkpoint"), ("qwen35-dense", "mamba2-dense", "snapshot")):
+    for target, draft, rollback, how in (("mamba2-dense", "qwen35-dense", "snapshots", "checkpoint"),
+                                         ("qwen35-dense", "mamba2-dense", "auto", "checkpoint"),
+                                         ("qwen35-dense", "mamba2-dense", "snapshots", "snapshot")):
         with Session(tiny_archs / f"{target}.gguf", n_ctx=512, n_threads=1) as session:
             session.load_draft(write_disagreeing_draft(tiny_archs / f"{draft}.gguf", tmp_path / f"{draft}-shifted.gguf"))
             recorder = trace.TraceRecorder()
             snapshots, n_past = [], 0
-            config = RunConfig(mode="speculative", max_tokens=48, speculative=SpeculativeParams(k=4))
+            config = RunConfig(mode="speculative", max_tokens=48, speculative=SpeculativeParams(k=4, rollback=rollback))
             for event in session.run(config, session.tokenize_prompt(archs_matrix.PROMPT)):
                 recorder.add(event)
                 if isinstance(event, KvSnapshot):
@@ -86,9 +89,8 @@ def test_the_kv_map_is_told_each_recurrent_state_and_how_it_went_back(tiny_archs
             rollbacks = [s[0] for s in states if s[0].rollback]
             assert rollbacks and {r.rollback for r in rollbacks} == {how}
             assert all(r.rolled_back >= 1 for r in rollbacks)
-            if how == "checkpoint":
-                assert all(s[0].snapshots_max == 0 for s in states)
-            path = tmp_path / f"{target}.jsonl"
+            assert all(s[0].snapshots_max == (4 if how == "snapshot" else 0) for s in states)
+            path = tmp_path / f"{target}-{rollback}.jsonl"
             trace.save(recorder.trace(), path)
             replayed = [e.states for _t, e in trace.load(path).events if isinstance(e, KvSnapshot)]
             assert replayed == states

@@ -77,11 +77,10 @@ def test_the_heads_proposals_are_its_forward_pass(mtp_session, tiny_archs):
         hidden = head_norm * rms(eh_proj @ np.concatenate([rms(embed[token]), rms(h)]))
         return output @ hidden, hidden
 
-    head = mtp_session.mtp_head()
     checked = {"first": 0, "next": 0}
     expected_hidden = {}
 
-    def own_row(idx):
+    def own_row(head, idx):  # the run's head: a run that needs other snapshots makes a new context and head
         return np.ctypeslib.as_array(head.api.get_ith(head.ctx, idx), shape=(head.n_embd,))
 
     first, nxt = mtp_module.MtpHead.first_step, mtp_module.MtpHead.next_step
@@ -91,7 +90,7 @@ def test_the_heads_proposals_are_its_forward_pass(mtp_session, tiny_archs):
         p = len(context) - 1
         assert p == 0 or (p - 1, context[p - 1]) in self.rows  # the target's row was seen
         ref, hidden = forward(context[-1], self.target_row(p - 1, context))
-        assert np.abs(logits - ref).max() < 2e-3 and np.abs(own_row(idx) - hidden).max() < 2e-3
+        assert np.abs(logits - ref).max() < 2e-3 and np.abs(own_row(self, idx) - hidden).max() < 2e-3
         expected_hidden["last"] = hidden
         checked["first"] += 1
         return logits, idx
@@ -137,10 +136,10 @@ def test_sampled_mtp_drafts_carry_the_heads_distribution(mtp_session):
     config = RunConfig(mode="mtp", max_tokens=24, sampling=params, speculative=SpeculativeParams(k=4))
     done = mtp_session.complete(config, PROMPTS[1])
     assert done.stats["n_drafted"] > 0 and len(done.token_ids) == 24
-    head = mtp_session.mtp_head()
-    drafter = MtpDrafter(head, Sampler(params), 0.0, mtp_session.vocab.n_tokens)
     context = mtp_session.tokenize_prompt(PROMPTS[1])
     mtp_session.run(RunConfig(mode="plain", max_tokens=1), context)  # the target's rows, for the head
+    head = mtp_session.mtp_head()  # after the plain run, which may have made the context (and head) anew
+    drafter = MtpDrafter(head, Sampler(params), 0.0, mtp_session.vocab.n_tokens)
     head.restart(0)
     draft = drafter.propose(context, 4)
     assert draft.dists is not None and len(draft.dists) == len(draft.tokens) > 0
