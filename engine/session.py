@@ -44,6 +44,10 @@ class Session:
     n_threads_batch:
         CPU threads for batches of more than one token (verification, prompts), if not ``n_threads``
         (``specdec profile --formats`` measures which pair is fastest).
+    observe:
+        A window or a trace watches the runs: keep the KV map's mirror of the cells and send every
+        step's batch (:class:`engine.events.StepBatch`). A headless run that nobody watches passes
+        False and pays for neither.
     """
 
     def __init__(
@@ -59,10 +63,12 @@ class Session:
         draft_gpu_layers: int = 0,
         verify_kv: bool = False,
         cancel: threading.Event | None = None,
+        observe: bool = True,
     ) -> None:
         if n_ctx < 16:
             raise ContextAllocationError(f"context size must be at least 16 tokens, got {n_ctx}")
-        self.settings = ContextSettings(n_ctx, n_batch, n_threads or default_threads(), verify_kv, n_threads_batch)
+        self.settings = ContextSettings(n_ctx, n_batch, n_threads or default_threads(), verify_kv, n_threads_batch,
+                                        observe)
         self.budget = MemoryBudget()
         self._stack = contextlib.ExitStack()
         self._runs: weakref.WeakSet = weakref.WeakSet()  # run generators not yet collected
@@ -102,6 +108,7 @@ class Session:
     n_threads = property(lambda self: self.settings.n_threads)
     n_threads_batch = property(lambda self: self.settings.n_threads_batch or self.settings.n_threads)
     verify_kv = property(lambda self: self.settings.verify_kv)
+    observe = property(lambda self: self.settings.observe)
     # the target context's parts, for the tools that decode on it directly (profile, probe)
     ctx = property(lambda self: self.target.ctx if self.target else None)
     memory = property(lambda self: self.target.memory if self.target else None)
@@ -335,6 +342,7 @@ class Session:
             draft_token_cost=self._auto_draft_cost(curve, mtp) if auto else 1.0,
             ngram_memory=self.ngram_memory() if auto and config.speculative.ngram_memory else None,
             explainer=Explainer(self.vocab.piece, sampler.greedy, sampler.distribution) if config.explain else None,
+            observed=self.settings.observe,
         )
         started = RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
         events = run_events(rt, strategy, prompt, target, started)
@@ -402,7 +410,10 @@ class Session:
         return self.draft_model.info.size_bytes / self.model.info.size_bytes
 
     def kv_snapshot(self, step: int, n_seq: int) -> KvSnapshot:
-        """The target's KV cells now, as arrays the GUI may keep."""
+        """The target's KV cells now, as arrays the GUI may keep (a session made with
+        ``observe=False`` keeps no picture of them: a RuntimeError)."""
+        if self.target.memory.mirror is None:
+            raise RuntimeError("this session does not follow the KV cells (it was made with observe=False)")
         return kv_snapshot(self.target, step, n_seq)
 
     def complete(self, config: RunConfig, prompt: str) -> RunFinished:

@@ -53,7 +53,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
                                           n_threads=args.threads, n_threads_batch=args.threads_batch,
                                           n_gpu_layers=args.gpu_layers, draft_gpu_layers=args.draft_gpu_layers,
-                                          draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
+                                          draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop,
+                                          observe=False) as session:  # no map, no step inspector here
         if stop.is_set():  # Ctrl+C while the model loaded: llama.cpp's load cannot stop part-way
             raise KeyboardInterrupt
         saving = None if args.no_save else store  # where each turn is saved (None: nowhere)

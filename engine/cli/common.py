@@ -8,6 +8,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from specdec_studio.engine.config import DRAFT_VERIFY_MODES
@@ -40,12 +41,22 @@ def read_text_file(path: str | Path) -> str:
         raise SpecDecError(not_utf8(path.name, exc)) from None
 
 
+# Standard output is flushed at most this often while tokens stream: a flush per step is a system
+# call and, into a pipe, wakes the reader, which on a two-core machine cost a fast model's run
+# about a tenth of its speed (measured on llama.cpp's tiny qwen35, ~0.6 ms a step)
+FLUSH_EVERY_S = 0.05
+_last_flush = [0.0]
+
+
 def write_tokens(event, color: bool) -> None:
     """A step's tokens to standard output, accepted ones coloured (cyan: n-gram, green: draft)."""
     for tok in event.tokens:
         colour = {"accepted_ngram": CYAN, "accepted_draft": GREEN}.get(tok.source) if color else None
         sys.stdout.write(f"{colour}{tok.text}{RESET}" if colour else tok.text)
-    sys.stdout.flush()
+    now = time.monotonic()
+    if now - _last_flush[0] >= FLUSH_EVERY_S:
+        sys.stdout.flush()
+        _last_flush[0] = now
 
 
 def add_context_args(p: argparse.ArgumentParser) -> None:

@@ -39,6 +39,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 write_tokens(event, args.color)
             elif isinstance(event, RunFinished):
                 final = event
+        sys.stdout.flush()  # what this tick delivered shows now, however long the next gap
         last = now
     if final is None:
         print("\nspecdec: the recorded run failed", file=sys.stderr)

@@ -30,7 +30,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
                                          n_threads=args.threads, n_threads_batch=args.threads_batch,
                                          n_gpu_layers=args.gpu_layers, draft_gpu_layers=args.draft_gpu_layers,
-                                         draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
+                                         draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop,
+                                         # the cells are followed only for what shows them
+                                         observe=bool(args.trace or args.kv_dump)) as session:
         if args.chat and session.has_chat_template:
             tokens = session.chat_tokens([("user", prompt)])
         else:
@@ -63,6 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
             elif isinstance(event, RunFinished):
                 final = event
+        sys.stdout.flush()  # the last tokens before the figures (write_tokens flushes at most 20 times a second)
         assert final is not None
         if recorder is not None:
             trace.save(recorder.trace(), args.trace)

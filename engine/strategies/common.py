@@ -112,6 +112,8 @@ class Runtime:
     # makes each generated token's Explanation (engine.strategies.explain.Explainer); None unless the run's
     # config asks for explanations
     explainer: Explainer | None = None
+    # a window or a trace watches: every step's batch is described (StepBatch) for the step inspector
+    observed: bool = True
 
     def logits(self, i: int) -> np.ndarray:
         return logits_row(self.ctx, i, self.vocab.n_tokens)

@@ -218,7 +218,8 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         if g_cur:
             counters.record_positions(N - 1, n_accepted)
         if emitted:
-            yield rt.step_batch(step, roles, verdicts)
+            if rt.observed:
+                yield rt.step_batch(step, roles, verdicts)
             yield StepDone(step, tuple(emitted), g_cur * (N - 1), n_accepted, t_decode, now - t_prev,
                            {"n_ngrams": g_cur, "pool_size": pool.n_total})
         t_prev = now

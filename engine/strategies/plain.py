@@ -28,7 +28,8 @@ def run_plain(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         now = rt.clock()
         rt.counters.record_step(1 if info else 0, 0, 0, t_decode)
         if info is not None:
-            yield rt.step_batch(step, ("input",))
+            if rt.observed:
+                yield rt.step_batch(step, ("input",))
             yield StepDone(step, (info,), 0, 0, t_decode, now - t_prev)
         t_prev = now
         step += 1

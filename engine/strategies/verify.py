@@ -128,7 +128,8 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
 
         # ---- the target's cache keeps the input token and the accepted proposals ----------------
         n_past += 1 + n_accepted
-        memory.seq_rm(0, n_past, -1)
+        if n_accepted < len(proposals):  # a rejected tail to drop (nothing to do when all were kept)
+            memory.seq_rm(0, n_past, -1)
         token = context[-1]
         drafter.settle(context)
 
@@ -136,7 +137,7 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         now = rt.clock()
         counters.record_step(len(emitted), len(proposals), n_accepted, t_decode)
         counters.record_positions(len(proposals), n_accepted)
-        if emitted:
+        if emitted and rt.observed:
             role = "ngram" if rt.config.mode == "lookup" else "draft"
             verdicts = {1 + i: "accepted" for i in range(n_accepted)}
             if n_accepted < len(proposals):

@@ -153,7 +153,8 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             counters.record_step(1 if info else 0, 0, 0, t_decode)
             report.count(report.decisions, "plain")
             if info is not None:
-                yield rt.step_batch(step, ("input",))
+                if rt.observed:
+                    yield rt.step_batch(step, ("input",))
                 yield StepDone(step, (info,), 0, 0, t_decode, now - t_prev,
                                {"auto": {"decision": "plain", "k": 0, "branches": 0, "depth": 0,
                                          "predicted_gain": 1.0, "proposers": ("target",)}})
@@ -251,8 +252,9 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             counters.record_positions(max(n.depth for n in nodes), n_accepted)
         decision = report.decide(nodes)
         if emitted:
-            roles = ["redecode"] * input_row + ["input"] + [n.source for n in nodes]
-            yield rt.step_batch(step, roles, verdicts)
+            if rt.observed:
+                roles = ["redecode"] * input_row + ["input"] + [n.source for n in nodes]
+                yield rt.step_batch(step, roles, verdicts)
             yield StepDone(step, tuple(emitted), len(nodes), n_accepted, t_decode, now - t_prev,
                            {"auto": {"decision": decision, "k": len(nodes), "branches": len(branches) if nodes else 0,
                                      "depth": max((n.depth for n in nodes), default=0),
