@@ -19,6 +19,27 @@ import numpy as np
 INT32_MAX = np.iinfo(np.int32).max
 
 
+class RowSeqs:
+    """The sequences of each row of a batch as its table (row i's first ``counts[i]`` entries),
+    so that placing a ubatch marks every row's sequences in one numpy store."""
+
+    __slots__ = ("table", "counts")
+
+    def __init__(self, table: np.ndarray, counts: np.ndarray) -> None:
+        self.table, self.counts = table, counts
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def __getitem__(self, rows: slice) -> "RowSeqs":
+        return RowSeqs(self.table[rows], self.counts[rows])
+
+    def mark(self, seqs: np.ndarray, cells: np.ndarray) -> None:
+        """Set ``seqs[cell, s]`` for every sequence s of the row placed in each of ``cells``."""
+        held = np.arange(self.table.shape[1])[None, :] < self.counts[:, None]
+        seqs[np.repeat(cells, self.counts), self.table[held]] = True
+
+
 class KvCells:
     """One stream of KV cells. ``n_swa > 0`` makes it the sliding-window cache of an iSWA model."""
 
@@ -162,10 +183,11 @@ class KvCells:
         picked = order[usable][:n_tokens]
         return picked if picked.size == n_tokens else None
 
-    def apply_ubatch(self, cells: np.ndarray, pos: np.ndarray, seq_sets: Sequence[np.ndarray] | None,
+    def apply_ubatch(self, cells: np.ndarray, pos: np.ndarray, seq_sets: "Sequence[np.ndarray] | RowSeqs | None",
                      single_seq: int = -1) -> None:
         """Place a ubatch in the cells ``find_slot`` chose (llama.cpp's ``apply_ubatch``). Each
-        token's sequences are ``seq_sets``, or (None) the one sequence ``single_seq``."""
+        token's sequences are ``seq_sets`` (one array per token, or a batch's table), or (None)
+        the one sequence ``single_seq``."""
         self.written.append(cells)
         reused = cells[self.pos[cells] >= 0]  # SWA-masked cells being reused (none in the usual ubatch)
         overwritten_max = np.full(self.n_seq, -1, dtype=np.int64) if reused.size else None
@@ -177,6 +199,8 @@ class KvCells:
         self.pos[cells] = pos
         if seq_sets is None:
             self.seqs[cells, single_seq] = True
+        elif isinstance(seq_sets, RowSeqs):
+            seq_sets.mark(self.seqs, cells)
         else:
             for idx, seqs in zip(cells, seq_sets):
                 self.seqs[idx, seqs] = True
@@ -188,7 +212,7 @@ class KvCells:
                     self.seq_rm(int(seq), pos_min, int(overwritten_max[seq]) + 1)
         self.head = int(cells[-1]) + 1
 
-    def decode(self, pos: np.ndarray, seq_sets: Sequence[np.ndarray] | None, n_ubatch: int,
+    def decode(self, pos: np.ndarray, seq_sets: "Sequence[np.ndarray] | RowSeqs | None", n_ubatch: int,
                single_seq: int = -1) -> bool:
         """Apply a whole batch split into ubatches as a unified cache does (consecutive chunks).
         Each token's sequences are ``seq_sets``, or (None) the one sequence ``single_seq``.
@@ -309,7 +333,7 @@ class KvMirror:
         # views into the batch: read before the batch is filled again
         pos = batch.pos[:n]
         single = batch.single_seq
-        seq_sets = None if single >= 0 else [batch.seqs_of(i) for i in range(n)]
+        seq_sets = None if single >= 0 else RowSeqs(batch.seq_table[:n], batch.n_seq_id[:n])
         for cache in self.caches:
             if not cache.decode(pos, seq_sets, self.n_ubatch, single):
                 raise RuntimeError("KV mirror found no slot for a batch llama.cpp accepted")

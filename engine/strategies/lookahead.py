@@ -109,8 +109,16 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     else:
         window = np.tile(np.arange(WINDOW_INIT_BASE, WINDOW_INIT_BASE + W, dtype=np.int32) % n_vocab, (N - 1, 1))
     all_seqs = tuple(range(n_seq))
-    # the sequences a first-level token at column i belongs to: columns i..W-1 see it
-    first_level_seqs = [tuple(range(i + 1, W + 1)) for i in range(W)]
+    every_seq = np.arange(n_seq, dtype=np.int32)
+    # the window's rows are written as blocks (a step of a GPU-fast model is a millisecond or two,
+    # and a token at a time cost a quarter of it): the oldest level's columns 1..W-1, column i in
+    # sequences i+1..W (the columns that see it), then each newer level, column i in sequence i+1
+    first_level = np.zeros((max(W - 1, 0), W), dtype=np.int32)
+    first_level_counts = np.arange(W - 1, 0, -1, dtype=np.int32)
+    for i in range(1, W):
+        first_level[i - 1, : W - i] = np.arange(i + 1, W + 1)
+    column_seqs = np.arange(1, W + 1, dtype=np.int32)
+    columns = np.arange(W)
 
     start = yield from begin_run(rt, prompt, prepare=prepare)
     if start is None:
@@ -125,27 +133,30 @@ def run_lookahead(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         fits = n_past + params.batch_size <= rt.n_ctx
         batch.clear()
         # accepted tokens whose cells were dropped to keep the cache in position order
-        for p, t in enumerate(redecode, start=n_past - len(redecode)):
-            batch.add(t, p, all_seqs, False)
+        if redecode:
+            k = len(redecode)
+            batch.add_block(np.asarray(redecode, dtype=np.int32), np.arange(n_past - k, n_past),
+                            np.broadcast_to(every_seq, (k, n_seq)), False, np.full(k, n_seq))
         redecode = []
         input_row = batch.add(token, n_past, all_seqs, True)
         # a copy: the window update below may overwrite these pool slots mid-verification
         candidates = pool.continuations(token) if fits else np.zeros((0, N - 1), dtype=np.int32)
         g_cur = len(candidates)  # (g_cur, N-1)
-        # batch row of candidate g's j-th token; queued before the window for less fragmentation
+        # batch row of candidate g's j-th token (level by level, candidate g in sequence W+1+g);
+        # queued before the window for less fragmentation
         cand_rows = np.zeros((g_cur, N - 1), dtype=np.int64)
-        for j in range(N - 1):
-            for g in range(g_cur):
-                cand_rows[g, j] = batch.add(int(candidates[g, j]), n_past + j + 1, (W + 1 + g,), True)
+        if g_cur:
+            first = batch.add_block(candidates.T.ravel(), np.repeat(n_past + 1 + np.arange(N - 1), g_cur),
+                                    np.tile(np.arange(W + 1, W + 1 + g_cur, dtype=np.int32), N - 1), True)
+            cand_rows[:] = first + np.arange(N - 1)[None, :] * g_cur + np.arange(g_cur)[:, None]
         last_level_rows = np.zeros(W, dtype=np.int64)
         if fits:
-            for i in range(1, W):
-                r = batch.add(int(window[0, i]), n_past + i, first_level_seqs[i], N == 2)
-                last_level_rows[i] = r
+            if W > 1:
+                first = batch.add_block(window[0, 1:], n_past + columns[1:], first_level, N == 2, first_level_counts)
+                last_level_rows[1:] = first + columns[:-1]
             for j in range(1, N - 1):
-                for i in range(W):
-                    r = batch.add(int(window[j, i]), n_past + j + i, (i + 1,), j == N - 2)
-                    last_level_rows[i] = r
+                first = batch.add_block(window[j], n_past + j + columns, column_seqs, j == N - 2)
+                last_level_rows[:] = first + columns
             # with N == 2 the input token itself is column 0 of the newest level
             if N == 2:
                 last_level_rows[0] = input_row
