@@ -7,6 +7,7 @@ vocabulary is numpy; nothing here loops over tokens in Python.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,12 +43,30 @@ class SamplingParams:
             raise ConfigError(f"min-p must be in [0, 1), got {self.min_p}")
 
 
+# Views of llama.cpp's logits buffer by (address, floats): making a numpy view of a ctypes pointer
+# costs more than the argmax of a small vocabulary's row, and a run reads the same few addresses
+# at every step (the buffer moves only when a decode needs more rows than it holds). A view is
+# only ever used at the address llama.cpp has just given for the logits wanted.
+_VIEWS: dict[tuple[int, int], np.ndarray] = {}
+_VIEWS_KEPT = 256
+
+
+def _view(ptr, n_floats: int) -> np.ndarray:
+    key = (ctypes.cast(ptr, ctypes.c_void_p).value, n_floats)
+    view = _VIEWS.get(key)
+    if view is None:
+        if len(_VIEWS) >= _VIEWS_KEPT:
+            _VIEWS.clear()
+        view = _VIEWS[key] = np.ctypeslib.as_array(ptr, shape=(n_floats,))
+    return view
+
+
 def logits_row(ctx: llama.llama_context_p, i: int, n_vocab: int) -> np.ndarray:
     """A float32 view (no copy) of the logits of batch output ``i``; valid until the next decode."""
     ptr = llama.llama_get_logits_ith(ctx, i)
     if not ptr:  # llama.cpp has just logged why (a row without logits, an index out of range)
         raise logits_failure(i, "this context", problem_mark() - 1)
-    return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+    return _view(ptr, n_vocab)
 
 
 def argmax_rows(ctx: llama.llama_context_p, first: int, count: int, n_vocab: int) -> np.ndarray:
@@ -57,7 +76,7 @@ def argmax_rows(ctx: llama.llama_context_p, first: int, count: int, n_vocab: int
     ptr = llama.llama_get_logits_ith(ctx, first)
     if not ptr:
         raise logits_failure(first, "this context", problem_mark() - 1)
-    return np.ctypeslib.as_array(ptr, shape=(count * n_vocab,)).reshape(count, n_vocab).argmax(axis=1)
+    return _view(ptr, count * n_vocab).reshape(count, n_vocab).argmax(axis=1)
 
 
 class Sampler:
