@@ -121,6 +121,8 @@ class KvMapView(QtWidgets.QWidget):
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.plot = pg.PlotWidget(axisItems={"bottom": WholeAxis("bottom")})
+        # the map itself never shrinks to its axis under the figures below it (a laptop's screen)
+        self.plot.setMinimumHeight(70)
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.setLabel("bottom", "KV cell")

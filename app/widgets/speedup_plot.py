@@ -31,7 +31,7 @@ class SpeedupPlot(QtWidgets.QWidget):
         for label in self.end_labels:
             self.plot.addItem(label)
         self.plot.setMenuEnabled(False)
-        self.plot.setMinimumHeight(110)
+        self.plot.setMinimumHeight(95)
         self.plot.setLabel("bottom", "per-token acceptance α")
         self.plot.setLabel("left", "speed-up ×")
         self.plot.setXRange(0, 1, padding=0.02)

@@ -66,7 +66,7 @@ class StatsPanel(QtWidgets.QWidget):
         self.baseline_tps: float | None = None  # a plain run of the same prompt, once measured
         for plot in (self.accept_plot, self.hist_plot, self.calibration_plot):
             plot.setMenuEnabled(False)
-            plot.setMinimumHeight(110)
+            plot.setMinimumHeight(95)
         for plot in (self.accept_plot, self.hist_plot):
             plot.disableAutoRange()  # refresh sets whole-unit ranges itself, only when they grow
         layout = QtWidgets.QVBoxLayout(self)
@@ -85,7 +85,8 @@ class StatsPanel(QtWidgets.QWidget):
         plots.addWidget(self.accept_plot, 0, 0)
         plots.addWidget(self.hist_plot, 0, 1)
         plots.addWidget(self.speedup_plot, 1, 0, 1, 2)
-        plots.addWidget(self.calibration_plot, 2, 0, 1, 2)
+        plots.addWidget(self.calibration_plot, 1, 1)
+        self.plots_grid = plots
         self.plots = EmptyState(plots_box, "Run a prompt to see how many tokens each step accepts and emits.")
         layout.addWidget(self.plots, 1)
         self.reset()
@@ -173,8 +174,10 @@ class StatsPanel(QtWidgets.QWidget):
         self.break_even.setVisible(bool(words))
 
     def set_calibration(self, table: list[dict] | None) -> None:
-        """Auto's calibration bins (predicted, observed, n); hidden for the other modes."""
+        """Auto's calibration bins (predicted, observed, n); hidden for the other modes. Shown, it
+        takes the speed-up plot's right half: a third row of plots does not fit a laptop's screen."""
         self.calibration_plot.setVisible(bool(table))
+        self.plots_grid.addWidget(self.speedup_plot, 1, 0, 1, 1 if table else 2)
         if not table:
             return
         n = np.asarray([row["n"] for row in table], dtype=float)
