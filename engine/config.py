@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from specdec_studio.engine.errors import ConfigError
-from specdec_studio.engine.kv.rollback import ROLLBACKS
+from specdec_studio.engine.kv.rollback import ROLLBACKS, Rollback
 from specdec_studio.engine.sampling import SamplingParams
 
 
@@ -120,7 +120,7 @@ class SpeculativeParams:
     lookup_copy: int = 0
     # on a recurrent or hybrid model, how rejected drafts are undone (engine.kv.rollback): "auto"
     # picks by the drafter, "snapshots" (llama.cpp's n_rs_seq) or "checkpoints" (state copies)
-    rollback: Literal["auto", "snapshots", "checkpoints"] = "auto"
+    rollback: Rollback = "auto"
 
     def validate(self) -> None:
         if self.k < 1:

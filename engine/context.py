@@ -27,8 +27,6 @@ from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, memory_
 LOGIT_BYTES = 4  # llama.cpp's compute buffer holds a ubatch's logits: n_ubatch x n_vocab floats
 
 
-
-
 def usable_n_ctx(n_ctx: int, *infos: ModelInfo | None) -> int:
     """The context size the models can take: a model with a learned position table (gpt2,
     starcoder, mpt) cannot encode a position past its rows, and llama.cpp aborts on one, so its
@@ -128,7 +126,7 @@ class ModelContext:
     def create(cls, model: LoadedModel, settings: ContextSettings, n_seq_max: int, budget: MemoryBudget,
                abort_callback=None, rs_snapshots: int = 0) -> "ModelContext":
         """A context with room for ``n_seq_max`` sequences, keeping ``rs_snapshots`` recurrent-state
-        snapshots per sequence on a recurrent or hybrid model (engine.rollback picks how many);
+        snapshots per sequence on a recurrent or hybrid model (engine.kv.rollback picks how many);
         raises ContextAllocationError (naming what to lower) if it does not fit or llama.cpp
         cannot make it."""
         params = llama.llama_context_default_params()

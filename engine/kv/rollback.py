@@ -8,12 +8,13 @@ checkpoints, picked per run.
   a rollback copies it back and decodes again the tokens that stay. Nothing is paid per decode.
 
 Which is cheaper depends on how often a draft is cut short. Measured on llama.cpp's tiny qwen35
-(``tests/bench/hybrid_vs_llama_cpp.py``, 1,024 tokens, one thread): where drafts are nearly all
-accepted (prompt lookup, a self-draft) checkpoints cost less per step (self-draft: 0.81x
-llama.cpp's cost with 16 snapshots, 0.95x with checkpoints); an MTP head, whose drafts are cut short
-a third of the time, is cheaper with snapshots (0.79x against 0.60x). llama.cpp's own tools decide
-the same way (``common_params_speculative::need_n_rs_seq``: snapshots for MTP-style drafting, as
-many as the longest draft; checkpoints for n-gram and draft-model speculation).
+(``tests/bench/hybrid_vs_llama_cpp.py --rollback R``, 1,024 tokens, one thread, medians of 5 ABBA
+rounds; llama.cpp's cost per step over ours): a self-draft, whose drafts are all accepted there, 0.96x
+with snapshots and 1.01x with checkpoints; an MTP head, whose drafts are cut short a third of the
+time, 0.96x with snapshots and 0.60x with checkpoints (every cut re-decodes the kept tokens).
+llama.cpp's own tools decide the same way (``common_params_speculative::need_n_rs_seq``: snapshots
+for MTP-style drafting, as many as the longest draft; checkpoints for n-gram and draft-model
+speculation).
 """
 
 from __future__ import annotations
