@@ -54,6 +54,7 @@ def _tiny_sweep(window) -> None:
     tune.tokens.setValue(24)
 
 
+@pytest.mark.slow  # a whole sweep in the window (~45 s with its set-up); the engine's sweep is in make test
 def test_tune_panel_sweeps_fills_the_heatmap_and_applies_the_best(window, qtbot):
     _tiny_sweep(window)
     filled = []
