@@ -184,6 +184,7 @@ def test_the_draft_model_sweep_names_the_loaded_drafts_break_even(window, qtbot)
     assert tune.draft_break_even.isHidden() and tune.draft_break_even.text() == ""
 
 
+@pytest.mark.slow  # measures a whole profile again in the window; the engine's profile tests stay in make test
 def test_profile_tab_plots_the_curve_and_remeasures(window, qtbot, monkeypatch):
     from specdec_studio.engine.tuning import profile
 
