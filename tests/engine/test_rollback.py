@@ -56,3 +56,16 @@ def test_a_session_keeps_the_snapshots_its_run_needs_and_stays_lossless(tiny_arc
         forced = RunConfig(mode="lookup", max_tokens=64, speculative=SpeculativeParams(k=3, rollback="snapshots"))
         assert session.complete(forced, PROMPT).token_ids == plain
         assert session.memory.n_snapshots == 3
+
+
+@pytest.mark.parametrize("params, words", [
+    (dict(rollback="sometimes"), "rollback must be one of auto, snapshots, checkpoints"),
+    (dict(lookup_key=-1), "key and copy sizes must be >= 0"),
+    (dict(lookup_copy=-2), "key and copy sizes must be >= 0"),
+])
+def test_bad_rollback_and_lookup_sizes_are_one_sentence(params, words):
+    from specdec_studio.engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=words) as refused:
+        RunConfig(mode="lookup", speculative=SpeculativeParams(**params)).validate()
+    assert str(refused.value).count(". ") == 0
