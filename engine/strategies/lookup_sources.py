@@ -30,9 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-import numpy as np
-
-from specdec_studio.engine.strategies.verify import ContextOnlyDrafter, Draft
+from specdec_studio.engine.strategies.verify import Draft
 
 # llama.cpp's defaults (common/common.h): the key n-gram and the longest copied m-gram
 MAP_KEY, MAP_VALUE = 12, 48
