@@ -64,10 +64,7 @@ class Batch:
         if i >= self.capacity:
             raise IndexError(f"batch is full ({self.capacity} tokens)")
         n = len(seq_ids)
-        if n == 1 and (i == 0 or self.single_seq == seq_ids[0]):
-            self.single_seq = seq_ids[0]
-        else:
-            self.single_seq = -1
+        self._rows_in(i, seq_ids[0] if n == 1 else -1)
         self.token[i] = token
         self.pos[i] = pos
         self.n_seq_id[i] = n
@@ -95,8 +92,7 @@ class Batch:
             self.seq_table[i:i + n, :seqs.shape[1]] = seqs
             firsts = seqs[:, 0] if not (np.asarray(n_seqs) != 1).any() else None
         if n:
-            one = int(firsts[0]) if firsts is not None and bool((firsts == firsts[0]).all()) else -1
-            self.single_seq = one if one >= 0 and (i == 0 or self.single_seq == one) else -1
+            self._rows_in(i, int(firsts[0]) if firsts is not None and bool((firsts == firsts[0]).all()) else -1)
         self.logits[i:i + n] = want_logits or self.logits_every_row
         self.n_tokens = i + n
         self.raw.n_tokens = i + n
@@ -112,12 +108,16 @@ class Batch:
         self.n_seq_id[i : i + n] = 1
         self.seq_table[i : i + n, 0] = seq_id
         if n:
-            self.single_seq = seq_id if i == 0 or self.single_seq == seq_id else -1
+            self._rows_in(i, seq_id)
         self.logits[i : i + n] = self.logits_every_row
         if logits_last and n:
             self.logits[i + n - 1] = 1
         self.n_tokens = i + n
         self.raw.n_tokens = i + n
+
+    def _rows_in(self, i: int, seq: int) -> None:
+        """Rows from ``i`` on were added, all in the one sequence ``seq`` (-1: not so)."""
+        self.single_seq = seq if seq >= 0 and (i == 0 or self.single_seq == seq) else -1
 
     def seqs_of(self, i: int) -> np.ndarray:
         return self.seq_id[i][: self.n_seq_id[i]]

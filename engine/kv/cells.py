@@ -12,8 +12,6 @@ of SWA-masked cells and the purge that follows), and the head updates of ``seq_r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 INT32_MAX = np.iinfo(np.int32).max
@@ -183,11 +181,10 @@ class KvCells:
         picked = order[usable][:n_tokens]
         return picked if picked.size == n_tokens else None
 
-    def apply_ubatch(self, cells: np.ndarray, pos: np.ndarray, seq_sets: "Sequence[np.ndarray] | RowSeqs | None",
-                     single_seq: int = -1) -> None:
+    def apply_ubatch(self, cells: np.ndarray, pos: np.ndarray, seq_sets: RowSeqs | None, single_seq: int = -1) -> None:
         """Place a ubatch in the cells ``find_slot`` chose (llama.cpp's ``apply_ubatch``). Each
-        token's sequences are ``seq_sets`` (one array per token, or a batch's table), or (None)
-        the one sequence ``single_seq``."""
+        token's sequences are ``seq_sets`` (the batch's table), or (None) the one sequence
+        ``single_seq``."""
         self.written.append(cells)
         reused = cells[self.pos[cells] >= 0]  # SWA-masked cells being reused (none in the usual ubatch)
         overwritten_max = np.full(self.n_seq, -1, dtype=np.int64) if reused.size else None
@@ -199,11 +196,8 @@ class KvCells:
         self.pos[cells] = pos
         if seq_sets is None:
             self.seqs[cells, single_seq] = True
-        elif isinstance(seq_sets, RowSeqs):
-            seq_sets.mark(self.seqs, cells)
         else:
-            for idx, seqs in zip(cells, seq_sets):
-                self.seqs[idx, seqs] = True
+            seq_sets.mark(self.seqs, cells)
         if overwritten_max is not None:
             # keep every sequence's positions contiguous: purge what lies below an overwritten cell
             for seq in np.flatnonzero(overwritten_max >= 0):
@@ -212,8 +206,7 @@ class KvCells:
                     self.seq_rm(int(seq), pos_min, int(overwritten_max[seq]) + 1)
         self.head = int(cells[-1]) + 1
 
-    def decode(self, pos: np.ndarray, seq_sets: "Sequence[np.ndarray] | RowSeqs | None", n_ubatch: int,
-               single_seq: int = -1) -> bool:
+    def decode(self, pos: np.ndarray, seq_sets: RowSeqs | None, n_ubatch: int, single_seq: int = -1) -> bool:
         """Apply a whole batch split into ubatches as a unified cache does (consecutive chunks).
         Each token's sequences are ``seq_sets``, or (None) the one sequence ``single_seq``.
 

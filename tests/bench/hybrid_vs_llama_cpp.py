@@ -29,6 +29,8 @@ from pathlib import Path
 
 from lookup_vs_llama_cpp import REPO, find_tools, parse
 
+from specdec_studio.engine.kv.rollback import ROLLBACKS
+
 PROMPT = "a b c a b c a b c a b c a b"
 THREADS = 1
 
@@ -77,7 +79,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=1024, help="tokens to generate (a tiny model's run of 256 takes 0.1 s: "
                     "too short to time)")
     ap.add_argument("--bin", default=None, help="folder with llama-speculative-simple (default: scripts/build_llama_tools.sh)")
-    ap.add_argument("--rollback", choices=("auto", "snapshots", "checkpoints"), default="auto",
+    ap.add_argument("--rollback", choices=ROLLBACKS, default="auto",
                     help="how our runs undo rejected drafts (specdec run --rollback): what each costs per step")
     ap.add_argument("--only", default=None, help="the cases whose name contains this")
     args = ap.parse_args()
