@@ -108,6 +108,10 @@ class Memory:
         t0 = time.perf_counter()
         try:
             rc = llama.llama_decode(self.ctx, batch.raw)
+            if rc == 0:
+                # A GPU or RPC backend returns before the graph has run (the logits read would wait
+                # for it): wait here, so that the decode's time is the decode's, not the host's.
+                llama.llama_synchronize(self.ctx)
         finally:
             if long_decode:
                 llama.llama_set_abort_callback(self.ctx, _NO_ABORT, None)

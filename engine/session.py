@@ -44,6 +44,10 @@ class Session:
     n_threads_batch:
         CPU threads for batches of more than one token (verification, prompts), if not ``n_threads``
         (``specdec profile --formats`` measures which pair is fastest).
+    rpc_servers:
+        ``host:port`` of llama.cpp ``rpc-server`` processes that hold the target's layers
+        (:mod:`engine.models.rpc`); the draft model stays on this machine, next to the loop that
+        drafts.
     observe:
         A window or a trace watches the runs: keep the KV map's mirror of the cells and send every
         step's batch (:class:`engine.events.StepBatch`). A headless run that nobody watches passes
@@ -64,6 +68,7 @@ class Session:
         verify_kv: bool = False,
         cancel: threading.Event | None = None,
         observe: bool = True,
+        rpc_servers: tuple[str, ...] = (),
     ) -> None:
         if n_ctx < 16:
             raise ContextAllocationError(f"context size must be at least 16 tokens, got {n_ctx}")
@@ -73,7 +78,8 @@ class Session:
         self._stack = contextlib.ExitStack()
         self._runs: weakref.WeakSet = weakref.WeakSet()  # run generators not yet collected
         self._runtime: Runtime | None = None  # the latest run's, for off_the_clock
-        self.model = self._stack.enter_context(LoadedModel(model_path, n_gpu_layers=n_gpu_layers))
+        self.model = self._stack.enter_context(LoadedModel(model_path, n_gpu_layers=n_gpu_layers,
+                                                                rpc_servers=rpc_servers))
         self.vocab = Vocab(self.model.vocab)
         # Set by Stop, cleared only when a caller starts a new job (see :meth:`run`): a Stop that
         # comes while a run is being prepared (a context made, a prompt tokenised) is not lost.

@@ -6,13 +6,14 @@
 #
 # llama-cpp-python is compiled from source once per (version, CMake flags) and the wheel is kept in
 # ~/.cache/specdec-studio/wheels/ so the next set-up (and CI) reuses it. Override the flags with
-# SPECDEC_CMAKE_ARGS, e.g. SPECDEC_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_CUDA=ON".
+# SPECDEC_CMAKE_ARGS, e.g. SPECDEC_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_RPC=ON -DGGML_CUDA=ON".
 # Never use -DGGML_NATIVE=ON on CPUs that advertise AMX: llama.cpp's AMX kernels die with SIGILL.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 readonly LLAMA_CPP_PYTHON_VERSION=0.3.36
-readonly CMAKE_FLAGS="${SPECDEC_CMAKE_ARGS:--DGGML_NATIVE=OFF}"
+# GGML_RPC: llama.cpp's RPC backend, for models whose layers live on other machines (--rpc)
+readonly CMAKE_FLAGS="${SPECDEC_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_RPC=ON}"
 readonly CACHE_ROOT="${SPECDEC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specdec-studio}"
 PYTHON="${PYTHON:-python3}"
 
@@ -59,11 +60,15 @@ make_environment() {
         echo "building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION with CMAKE_ARGS='$CMAKE_FLAGS' (about 5-10 minutes, once)"
         mkdir -p "$wheel_dir"
         printf '%s\n' "$CMAKE_FLAGS" > "$wheel_dir/CMAKE_ARGS"
+        # --no-cache-dir: pip's own wheel cache is keyed by the sdist alone and would hand back a
+        # wheel built with other flags
         CMAKE_ARGS="$CMAKE_FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-            .venv/bin/python -m pip wheel -q --no-deps --no-binary llama-cpp-python \
+            .venv/bin/python -m pip wheel -q --no-cache-dir --no-deps --no-binary llama-cpp-python \
             "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$wheel_dir"
     fi
     .venv/bin/python -m pip install -q "$wheel_dir"/llama_cpp_python-*.whl
+    # again, forced: pip keeps an installed wheel of the same version, even one built with other flags
+    .venv/bin/python -m pip install -q --force-reinstall --no-deps "$wheel_dir"/llama_cpp_python-*.whl
     # which wheel this set-up uses: scripts/package.sh installs the same one into the packaging venv
     ls "$wheel_dir"/llama_cpp_python-*.whl | tail -n 1 > .venv/llama-cpp-python-wheel
     .venv/bin/python -m pip install -q -e ".[test]"

@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 
-from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, read_text_file, run_setup, write_tokens
+from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, read_text_file, run_setup, rpc_servers_of, write_tokens
 from specdec_studio.engine.config import DEFAULT_MODE
 from specdec_studio.engine.chat.store import not_saved
 from specdec_studio.engine.errors import SpecDecError
@@ -52,7 +52,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
                                           n_threads=args.threads, n_threads_batch=args.threads_batch,
-                                          n_gpu_layers=args.gpu_layers, draft_gpu_layers=args.draft_gpu_layers,
+                                          n_gpu_layers=args.gpu_layers, rpc_servers=rpc_servers_of(args), draft_gpu_layers=args.draft_gpu_layers,
                                           draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop,
                                           observe=False) as session:  # no map, no step inspector here
         if stop.is_set():  # Ctrl+C while the model loaded: llama.cpp's load cannot stop part-way

@@ -67,6 +67,20 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
                    help="threads for batches of more than one token (default: --threads)")
     p.add_argument("-c", "--ctx-size", type=int, default=DEFAULT_N_CTX)
     p.add_argument("-b", "--batch-size", type=int, default=DEFAULT_N_BATCH)
+    p.add_argument("--rpc", metavar="HOST:PORT,...", default=None,
+                   help="llama.cpp rpc-server processes that hold the model's layers (split as llama.cpp "
+                        "splits them; every layer unless -ngl says how many); the draft stays here")
+
+
+def rpc_servers_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--rpc``'s servers. With any, llama.cpp's abort on a server lost mid-run becomes one
+    sentence and exit code 75 (engine.models.rpc.on_lost_server)."""
+    from specdec_studio.engine.models import rpc
+
+    servers = rpc.parse_servers(getattr(args, "rpc", None))
+    if servers:
+        rpc.on_lost_server()
+    return servers
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:

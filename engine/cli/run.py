@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specdec_studio.engine.errors import SpecDecError
 from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, ensure_profile, print_stats, read_text_file,
-                                               run_setup, write_tokens)
+                                               rpc_servers_of, run_setup, write_tokens)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -29,7 +29,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config, model_path, draft_path = run_setup(args)
     with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
                                          n_threads=args.threads, n_threads_batch=args.threads_batch,
-                                         n_gpu_layers=args.gpu_layers, draft_gpu_layers=args.draft_gpu_layers,
+                                         n_gpu_layers=args.gpu_layers, rpc_servers=rpc_servers_of(args), draft_gpu_layers=args.draft_gpu_layers,
                                          draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop,
                                          # the cells are followed only for what shows them
                                          observe=bool(args.trace or args.kv_dump)) as session:

@@ -11,6 +11,7 @@ from pathlib import Path
 import llama_cpp as llama
 
 from specdec_studio.engine import native
+from specdec_studio.engine.models import rpc
 from specdec_studio.engine.errors import ModelFileError, VocabMismatchError
 from specdec_studio.engine.jsonfile import write_json
 from specdec_studio.engine.models.identity import file_identity
@@ -150,19 +151,29 @@ class LoadedModel:
     Use as a context manager or call :meth:`close`; both are idempotent.
     """
 
-    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, vocab_only: bool = False) -> None:
+    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, vocab_only: bool = False,
+                 rpc_servers: tuple[str, ...] = ()) -> None:
         native.ensure_backend()
         self.path = Path(path).expanduser()
-        self.n_gpu_layers = n_gpu_layers
+        self.rpc_servers = tuple(rpc_servers)
+        # On RPC servers every layer goes to them unless the caller says how many (llama.cpp's -1: all)
+        self.n_gpu_layers = n_gpu_layers if n_gpu_layers or not self.rpc_servers else -1
         position_rows = check_gguf_file(self.path)
         params = llama.llama_model_default_params()
-        params.n_gpu_layers = n_gpu_layers
+        params.n_gpu_layers = self.n_gpu_layers
+        device_list = None
+        if self.rpc_servers and not vocab_only:
+            # The servers first, as llama.cpp orders them (fewer transfers), then this machine's GPUs;
+            # an explicit list, so that no other model of this process lands on these servers.
+            device_list = rpc.DeviceList(rpc.connect(self.rpc_servers) + rpc.local_gpus())
+            params.devices = device_list.address
         params.vocab_only = vocab_only  # enough for facts and the draft check; no weights read
         # A file's MTP (NextN) blocks, where it has them, load with it so that they can draft
         # (engine.drafts.mtp); the target's own decodes never run them.
         params.load_mtp = True
         native.take_recent_problems()
         ptr = llama.llama_model_load_from_file(str(self.path).encode(), params)
+        del device_list  # llama.cpp copied it
         if not ptr:
             why = "; ".join(native.take_recent_problems()[-2:]) or "llama.cpp rejected it"
             raise ModelFileError(f"{self.path.name}: could not be loaded, the file is truncated or corrupt ({why})")

@@ -66,14 +66,19 @@ class ProfileKey:
     sizes: tuple[int, ...] = PROFILE_SIZES
     n_gpu_layers: int = 0  # layers offloaded to a GPU: a different machine, as far as the curve goes
     n_threads_batch: int | None = None  # threads for batches past one token, where not n_threads
+    # the RPC servers that hold the layers: their network's round trips are part of every step's cost
+    rpc_servers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", tuple(self.sizes))  # JSON gives a list
+        object.__setattr__(self, "rpc_servers", tuple(self.rpc_servers))
 
     def filename(self) -> str:
         fields = asdict(self)
         if fields["n_threads_batch"] is None:  # the common case keeps the name profiles had before it
             del fields["n_threads_batch"]
+        if not fields["rpc_servers"]:
+            del fields["rpc_servers"]
         digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
         return f"{self.model_sha256[:16]}-c{self.n_ctx}-t{self.n_threads}-b{self.n_batch}-{digest}.json"
 
@@ -240,7 +245,8 @@ def profile_key(session, *, draft: bool = False, sizes: Sequence[int] = PROFILE_
     fill = min(DEFAULT_KV_FILL, session.n_ctx - max(sizes) - 1)
     return ProfileKey(model_sha256(model.info.path), session.n_ctx, session.n_threads, session.n_batch,
                       build_fingerprint(), fill, sizes, model.n_gpu_layers,
-                      session.n_threads_batch if session.n_threads_batch != session.n_threads else None)
+                      session.n_threads_batch if session.n_threads_batch != session.n_threads else None,
+                      model.rpc_servers)
 
 
 def load_or_measure(session, *, draft: bool = False, remeasure: bool = False, sizes: Sequence[int] = PROFILE_SIZES,

@@ -1,0 +1,322 @@
+"""Models past one machine: llama.cpp's RPC backend (``GGML_RPC=ON``; an ``rpc-server`` per machine).
+
+Nothing of ours runs remotely. The engine names the servers, llama.cpp's RPC client makes each
+server's devices look like local GPUs, and the model load splits the layers across them as
+llama.cpp does (by each device's free memory, RPC devices first).
+
+llama.cpp's RPC client aborts the whole process when a server cannot be reached or stops
+answering (``GGML_ABORT`` in ``ggml-rpc.cpp``). So:
+
+- before a server is handed to llama.cpp, :func:`probe` connects to it from Python and speaks
+  the protocol's HELLO itself: an unreachable, busy or foreign server is one sentence, not an
+  abort;
+- a server that dies mid-run cannot be survived in-process. :func:`on_lost_server` turns
+  llama.cpp's abort message into one sentence and ends the process with :data:`EXIT_SERVER_LOST`;
+  the CLI runs in a process of its own, and the window runs RPC models in a child process
+  (``app/engine_process.py``) so that only the run is lost.
+
+An ``rpc-server`` serves one client at a time, and llama.cpp keeps one connection per server for
+the life of the process: a server this process already uses is not probed again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+
+from specdec_studio.engine import native
+from specdec_studio.engine.errors import ConfigError, SpecDecError
+
+# ggml-rpc.h / ggml-rpc.cpp of the pinned llama.cpp
+RPC_PROTO_MAJOR = 7
+RPC_PROTO_MINOR = 0
+RPC_CMD_HELLO = 14
+RPC_CONN_CAPS_SIZE = 24
+DEVICE_TYPE_CPU = 0
+DEVICE_TYPE_GPU = 1
+DEVICE_TYPE_IGPU = 2
+DEFAULT_PORT = 50052  # rpc-server's
+PROBE_TIMEOUT_S = 3.0
+EXIT_SERVER_LOST = 75  # EX_TEMPFAIL: the server may be back later; nothing of ours is broken
+EXIT_LLAMA_ABORT = 70  # EX_SOFTWARE: llama.cpp stopped on one of its own checks
+
+
+class RpcError(SpecDecError):
+    """An RPC server that cannot serve: unreachable, busy, another protocol, or this build has no RPC."""
+
+
+@dataclass(frozen=True)
+class RpcServerInfo:
+    endpoint: str
+    version: str  # the server's protocol version, "7.0.0"
+
+
+def parse_servers(text: str | None) -> tuple[str, ...]:
+    """``"host:port,host:port"`` as endpoints; a bare host gets rpc-server's port. Raises
+    ConfigError (one sentence) on a malformed entry."""
+    if not text or not text.strip():
+        return ()
+    endpoints = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, str(DEFAULT_PORT)
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"RPC server {item!r} is not host:port (for example 192.168.1.20:{DEFAULT_PORT})")
+        endpoint = f"{host}:{int(port)}"
+        if endpoint not in endpoints:
+            endpoints.append(endpoint)
+    return tuple(endpoints)
+
+
+def probe(endpoint: str, timeout_s: float = PROBE_TIMEOUT_S) -> RpcServerInfo:
+    """Speak HELLO to the server at ``endpoint`` and close; raises RpcError (one sentence) where
+    llama.cpp's client would abort the process."""
+    host, _, port = endpoint.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(struct.pack("<BQ", RPC_CMD_HELLO, RPC_CONN_CAPS_SIZE) + bytes(RPC_CONN_CAPS_SIZE))
+            reply = _recv_exactly(sock, 8 + 4 + RPC_CONN_CAPS_SIZE)
+    except socket.timeout:
+        raise RpcError(f"the RPC server at {endpoint} accepted the connection but did not answer within "
+                       f"{timeout_s:g} s; it serves one client at a time and may be busy with another") from None
+    except OSError as exc:
+        raise RpcError(f"cannot reach an RPC server at {endpoint} ({exc.strerror or exc}); "
+                       f"is rpc-server running there?") from None
+    if reply is None:
+        raise RpcError(f"the server at {endpoint} closed the connection on llama.cpp's RPC greeting; "
+                       f"it is not an rpc-server of protocol {RPC_PROTO_MAJOR}.x")
+    (size,) = struct.unpack_from("<Q", reply)
+    major, minor, patch = reply[8], reply[9], reply[10]
+    if size != 4 + RPC_CONN_CAPS_SIZE or major != RPC_PROTO_MAJOR or minor > RPC_PROTO_MINOR:
+        raise RpcError(f"the RPC server at {endpoint} speaks protocol {major}.{minor}.{patch}; this build "
+                       f"speaks {RPC_PROTO_MAJOR}.{RPC_PROTO_MINOR}: run an rpc-server of the same llama.cpp")
+    return RpcServerInfo(endpoint, f"{major}.{minor}.{patch}")
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:
+    parts, got = [], 0
+    while got < n:
+        chunk = sock.recv(n - got)
+        if not chunk:
+            return None
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+# --------------------------------------------------------------------------- ggml's device API
+class _Ggml:
+    """The few ggml backend calls llama-cpp-python does not bind, from the libraries it loaded."""
+
+    def __init__(self) -> None:
+        # By the names libllama asks for: the wheel holds libggml.so and libggml.so.0 as two copies
+        # of one file, and only the one already loaded shares ggml's globals (its abort callback).
+        lib_dir = Path(llama_cpp.__file__).parent / "lib"
+        self.ggml = ctypes.CDLL(str(lib_dir / "libggml.so.0"))
+        self.base = ctypes.CDLL(str(lib_dir / "libggml-base.so.0"))
+        p, s = ctypes.c_void_p, ctypes.c_char_p
+        sig = {
+            "ggml_backend_reg_by_name": (p, [s]),
+            "ggml_backend_reg_get_proc_address": (p, [p, s]),
+            "ggml_backend_reg_dev_count": (ctypes.c_size_t, [p]),
+            "ggml_backend_reg_dev_get": (p, [p, ctypes.c_size_t]),
+            "ggml_backend_dev_count": (ctypes.c_size_t, []),
+            "ggml_backend_dev_get": (p, [ctypes.c_size_t]),
+            "ggml_backend_dev_type": (ctypes.c_int, [p]),
+            "ggml_backend_dev_name": (s, [p]),
+            "ggml_backend_dev_description": (s, [p]),
+            "ggml_backend_dev_memory": (None, [p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
+            "ggml_backend_dev_by_type": (p, [ctypes.c_int]),
+        }
+        for name, (restype, argtypes) in sig.items():
+            fn = getattr(self.ggml, name)
+            fn.restype, fn.argtypes = restype, argtypes
+        self.base.ggml_set_abort_callback.restype = p
+        self.base.ggml_set_abort_callback.argtypes = [p]
+
+    def rpc_proc(self, name: str) -> int | None:
+        reg = self.ggml.ggml_backend_reg_by_name(b"RPC")
+        if not reg:
+            return None
+        return self.ggml.ggml_backend_reg_get_proc_address(reg, name.encode())
+
+
+_lock = threading.Lock()
+_ggml: _Ggml | None = None
+_connected: dict[str, tuple[int, ...]] = {}  # endpoint -> its devices, once llama.cpp holds a connection
+
+
+def _lib() -> _Ggml:
+    global _ggml
+    if _ggml is None:
+        native.ensure_backend()
+        _ggml = _Ggml()
+    return _ggml
+
+
+def supported() -> bool:
+    """Whether this llama.cpp build has the RPC backend (``GGML_RPC=ON``)."""
+    native.ensure_backend()
+    return bool(llama_cpp.llama_supports_rpc())
+
+
+@dataclass(frozen=True)
+class RpcDevice:
+    endpoint: str
+    name: str  # llama.cpp's, "RPC0[host:port]"
+    description: str
+    free_bytes: int
+    total_bytes: int
+
+
+def connect(endpoints: tuple[str, ...]) -> list[int]:
+    """The ggml devices of ``endpoints`` (probed first, then handed to llama.cpp's RPC client),
+    for a model's ``devices`` list; raises RpcError in one sentence."""
+    if not endpoints:
+        return []
+    if not supported():
+        raise RpcError("this build of llama.cpp has no RPC backend; set up again with the default build flags "
+                       "(scripts/setup.sh builds with -DGGML_RPC=ON)")
+    lib = _lib()
+    add_server_addr = lib.rpc_proc("ggml_backend_rpc_add_server")
+    if not add_server_addr:
+        raise RpcError("llama.cpp's RPC backend does not offer ggml_backend_rpc_add_server")
+    add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(add_server_addr)
+    devices: list[int] = []
+    with _lock:
+        for endpoint in endpoints:
+            if endpoint not in _connected:
+                probe(endpoint)
+                reg = add_server(endpoint.encode())
+                n = lib.ggml.ggml_backend_reg_dev_count(reg) if reg else 0
+                if not n:
+                    raise RpcError(f"the RPC server at {endpoint} offers no device")
+                _connected[endpoint] = tuple(lib.ggml.ggml_backend_reg_dev_get(reg, i) for i in range(n))
+            devices.extend(_connected[endpoint])
+    return devices
+
+
+def local_gpus() -> list[int]:
+    """This machine's GPU devices (none on a CPU build): a model on RPC servers uses them too."""
+    lib = _lib()
+    out = []
+    for i in range(lib.ggml.ggml_backend_dev_count()):
+        dev = lib.ggml.ggml_backend_dev_get(i)
+        if lib.ggml.ggml_backend_dev_type(dev) in (DEVICE_TYPE_GPU, DEVICE_TYPE_IGPU):
+            out.append(dev)
+    return out
+
+
+def describe(endpoints: tuple[str, ...]) -> list[RpcDevice]:
+    """What each connected server offers (name, memory), for the model facts and the window."""
+    lib = _lib()
+    out = []
+    for endpoint in endpoints:
+        for dev in _connected.get(endpoint, ()):
+            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            lib.ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+            out.append(RpcDevice(endpoint, (lib.ggml.ggml_backend_dev_name(dev) or b"").decode(),
+                                 (lib.ggml.ggml_backend_dev_description(dev) or b"").decode(),
+                                 free.value, total.value))
+    return out
+
+
+class DeviceList:
+    """A NULL-terminated ``ggml_backend_dev_t`` array for ``llama_model_params.devices``; keep it
+    alive while the model loads."""
+
+    def __init__(self, devices: list[int]) -> None:
+        self.array = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.array)
+
+
+# --------------------------------------------------------------------------- a server lost mid-run
+_ABORT_CALLBACK_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+_abort_callback = None  # kept: ggml holds the pointer
+
+
+def refusing(endpoints) -> list[str]:
+    """Those of ``endpoints`` that refuse a connection now: the servers that are gone (one still
+    serving this process accepts the connection into its backlog)."""
+    gone = []
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex((host, int(port))) != 0:
+                gone.append(endpoint)
+    return gone
+
+
+def lost_server_sentence(message: str, gone: list[str] | None = None) -> str:
+    who = f"the RPC server at {', '.join(gone)}" if gone else "an RPC server"
+    return (f"{who} stopped answering mid-run, so llama.cpp cannot go on; this run is lost "
+            f"(llama.cpp: {message.split(': ', 1)[-1].strip()})")
+
+
+def on_lost_server(report=None) -> None:
+    """Make llama.cpp's abort one sentence on stderr (or to ``report``) and an exit instead of a
+    core dump: :data:`EXIT_SERVER_LOST` for an RPC server lost mid-run, :data:`EXIT_LLAMA_ABORT`
+    for any other.
+
+    ggml calls the callback on whichever thread failed, just before it would ``abort()``; the
+    process cannot go on, so the callback ends it."""
+    global _abort_callback
+
+    def _on_abort(message: bytes) -> None:
+        text = (message or b"").decode("utf-8", errors="replace")
+        lost = "RPC" in text
+        try:
+            if lost:
+                sentence = lost_server_sentence(text, refusing(tuple(_connected)))
+            else:
+                sentence = f"llama.cpp stopped: {text}"
+            if report is not None:
+                report(sentence)
+            else:
+                sys.stderr.write(f"error: {sentence}\n")
+                sys.stderr.flush()
+        finally:
+            os._exit(EXIT_SERVER_LOST if lost else EXIT_LLAMA_ABORT)
+
+    with _lock:
+        _abort_callback = _ABORT_CALLBACK_TYPE(_on_abort)
+        _lib().base.ggml_set_abort_callback(ctypes.cast(_abort_callback, ctypes.c_void_p))
+
+
+# --------------------------------------------------------------------------- serving
+def serve(host: str, port: int, n_threads: int, cache_dir: str | None = None) -> None:
+    """Serve this machine's CPU to RPC clients: llama.cpp's own server loop
+    (``ggml_backend_rpc_start_server``), as ``rpc-server`` runs it. Never returns."""
+    if not supported():
+        raise RpcError("this build of llama.cpp has no RPC backend (build it with -DGGML_RPC=ON)")
+    lib = _lib()
+    start_addr = lib.rpc_proc("ggml_backend_rpc_start_server")
+    if not start_addr:
+        raise RpcError("llama.cpp's RPC backend does not offer ggml_backend_rpc_start_server")
+    start = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
+                             ctypes.POINTER(ctypes.c_void_p))(start_addr)
+    cpu = lib.ggml.ggml_backend_dev_by_type(DEVICE_TYPE_CPU)
+    devices = (ctypes.c_void_p * 1)(cpu)
+    # The loop is C and never returns to Python: Ctrl-C and SIGTERM must end the process themselves.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    start(f"{host}:{port}".encode(), cache_dir.encode() if cache_dir else None, n_threads, 1, devices)
+    raise RpcError(f"the RPC server could not listen on {host}:{port} (is the port in use?)")
