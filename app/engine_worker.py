@@ -51,9 +51,10 @@ class EngineWorker:
 
     # ------------------------------------------------------------------ called from the GUI thread
     def load_model(self, path: str, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None, n_gpu_layers: int = 0,
-                   *, profile: bool = True) -> int:
-        """Load a model; with ``profile``, measure its batch-cost profile next if none is cached."""
-        return self._submit(m.LoadRequest(path, n_ctx, n_threads, n_gpu_layers, profile))
+                   *, profile: bool = True, rpc_servers: tuple[str, ...] = ()) -> int:
+        """Load a model (its layers on ``rpc_servers`` where given); with ``profile``, measure its
+        batch-cost profile next if none is cached."""
+        return self._submit(m.LoadRequest(path, n_ctx, n_threads, n_gpu_layers, profile, tuple(rpc_servers)))
 
     def measure_profile(self, remeasure: bool = True) -> int:
         return self._submit(m.ProfileRequest(remeasure))

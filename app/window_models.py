@@ -17,13 +17,40 @@ class ModelsMixin:
         return [recent] if isinstance(recent, str) else list(recent or [])
 
     def load_model(self, path: str) -> None:
+        from specdec_studio.engine.errors import SpecDecError
+        from specdec_studio.engine.models.rpc import parse_servers
+
         bar = self.model_bar
         profile = self.settings.value("auto_profile", "true") in (True, "true")
-        if self.start_job(Trigger.LOAD, lambda: self.worker.load_model(
+        key = _rpc_key(path)
+        if key != bar.rpc_of:  # another model: the servers it was last loaded on (a reload keeps what is typed)
+            bar.rpc.setText(str(self.settings.value(key, "") or ""))
+            bar.rpc_of = key
+        try:
+            servers = parse_servers(bar.rpc.text())
+        except SpecDecError as exc:
+            self.error_label.setText(str(exc))
+            return
+        if self.start_job(Trigger.LOAD, lambda: self._worker_for(servers).load_model(
                 path, n_ctx=bar.ctx.value(), n_threads=bar.threads.value(), n_gpu_layers=bar.gpu_layers.value(),
-                profile=profile), kind="model"):
+                profile=profile, rpc_servers=servers), kind="model"):
             self.model_loaded = False
             self._update_buttons()
+
+    def _worker_for(self, rpc_servers: tuple[str, ...]):
+        """The engine that loads a model: this process's engine thread, or, for a model on RPC
+        servers, an engine process (app/engine_process.py), which a lost server cannot take the
+        window down with. Switching closes the other one and its model."""
+        from specdec_studio.app.engine_process import EngineProcess
+        from specdec_studio.app.engine_worker import EngineWorker
+
+        wanted = EngineProcess if rpc_servers else EngineWorker
+        if type(self.worker) is not wanted:
+            self.worker.shutdown()
+            self.worker = wanted(self)
+            self.worker.start()
+            self.worker.conversation("start")  # the conversation on screen, in the new engine
+        return self.worker
 
     def fetch_default(self) -> None:
         self.download_model("default")
@@ -76,8 +103,12 @@ class ModelsMixin:
             if last_draft and (last_draft, None) in event.draft_candidates:
                 self.choose_draft(last_draft)  # a restored speculative mode can run at once
             self.model_bar.set_gpu_available(event.gpu_offload)
+            self.model_bar.set_rpc_devices(event.rpc_devices)
+            self.settings.setValue(_rpc_key(event.path), self.model_bar.rpc.text().strip() if event.rpc_devices else "")
             info = event.info
-            self.setWindowTitle(f"SpecDec Studio — {Path(event.path).name}")
+            where = f" — on {len(event.rpc_devices)} RPC server{'s' if len(event.rpc_devices) > 1 else ''}" \
+                if event.rpc_devices else ""
+            self.setWindowTitle(f"SpecDec Studio — {Path(event.path).name}{where}")
             if not event.has_chat_template:
                 self.input.chat_mode.setChecked(False)
             notice = "" if event.has_chat_template else " — no chat template: completion mode"
@@ -112,6 +143,21 @@ class ModelsMixin:
                                                                                           "Could not load the model")
             self.statusBar().showMessage(failed + (" — the previous model stays loaded" if event.previous_model_kept
                                                    and event.what != "draft" else ""))
+
+
+def _rpc_key(model: str) -> str:
+    """Where the RPC servers a model was last loaded on are kept (QSettings: one per model file;
+    a known name such as "default" is its file)."""
+    import hashlib
+
+    from specdec_studio.engine.errors import SpecDecError
+    from specdec_studio.engine.models import catalog
+
+    try:
+        model = str(catalog.resolve(model))
+    except SpecDecError:
+        pass
+    return "rpc_servers/" + hashlib.sha256(model.encode()).hexdigest()[:16]
 
 
 def _suggested_draft(target_path: str):

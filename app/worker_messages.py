@@ -23,6 +23,8 @@ class ModelLoaded:
     # (path, None if it can draft for this target, else why not)
     draft_candidates: tuple[tuple[str, str | None], ...] = ()
     template_problem: str | None = None  # why the model's chat template was refused
+    # llama.cpp RPC servers holding its layers, each as "host:port · device · memory"
+    rpc_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ class LoadRequest:
     n_threads: int | None
     n_gpu_layers: int
     profile: bool = True  # measure the batch-cost profile after loading if none is cached
+    rpc_servers: tuple[str, ...] = ()  # "host:port" of llama.cpp rpc-servers that hold its layers
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,16 @@ class RunCounters:
     # (tokens, logit rows) of every target decode after the prompt: what a step really cost, for
     # the cost model (engine.tuning.cost_model) to price against the batch-cost profile
     decode_shapes: dict[tuple[int, int], int] = field(default_factory=dict)
+    draft_decode_shapes: dict[tuple[int, int], int] = field(default_factory=dict)  # the draft model's, alike
     extra: dict = field(default_factory=dict)  # a strategy's own figures (Auto's decisions), as plain data
 
     def record_decode(self, n_tokens: int, n_logits: int) -> None:
         shape = (n_tokens, n_logits)
         self.decode_shapes[shape] = self.decode_shapes.get(shape, 0) + 1
+
+    def record_draft_decode(self, n_tokens: int, n_logits: int) -> None:
+        shape = (n_tokens, n_logits)
+        self.draft_decode_shapes[shape] = self.draft_decode_shapes.get(shape, 0) + 1
 
     def record_step(self, n_tokens: int, n_drafted: int, n_accepted: int, t_decode_s: float) -> None:
         self.steps += 1
@@ -75,6 +80,7 @@ class RunCounters:
             "tokens_per_second": self.n_predict / t_gen if t_gen else 0.0,
             "tokens_per_step_hist": _histogram(self.tokens_per_step),
             "decode_shapes": [[b, r, n] for (b, r), n in sorted(self.decode_shapes.items())],
+            "draft_decode_shapes": [[b, r, n] for (b, r), n in sorted(self.draft_decode_shapes.items())],
             "accept_per_position": [
                 a / d if d else 0.0 for a, d in zip(self.accepted_at_position, self.drafted_at_position)
             ],

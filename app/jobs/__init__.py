@@ -10,7 +10,8 @@ from specdec_studio.app.jobs.state import WorkerState
 
 def _load(state: WorkerState, command: m.LoadRequest) -> None:
     state.auto_profile = command.profile  # a Stop during this load's profile turns it off again
-    models.load_model(state, command.path, command.n_ctx, command.n_threads, command.n_gpu_layers)
+    models.load_model(state, command.path, command.n_ctx, command.n_threads, command.n_gpu_layers,
+                      command.rpc_servers)
 
 
 def _fetch(state: WorkerState, command: m.FetchRequest) -> None:

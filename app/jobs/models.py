@@ -8,8 +8,9 @@ from specdec_studio.app.jobs.state import WorkerState
 from specdec_studio.app.worker_messages import DraftLoaded, ExactnessReady, LoadStarted, ModelLoaded, ProfileProgress, ProfileReady, ProfileStarted, SavedSweeps
 
 
-def load_model(state: WorkerState, path: str, n_ctx: int, n_threads: int | None, n_gpu_layers: int) -> None:
-    from specdec_studio.engine.models import catalog
+def load_model(state: WorkerState, path: str, n_ctx: int, n_threads: int | None, n_gpu_layers: int,
+               rpc_servers: tuple[str, ...] = ()) -> None:
+    from specdec_studio.engine.models import catalog, rpc
     from specdec_studio.engine.models.loading import draft_candidates
     from specdec_studio.engine.native import supports_gpu_offload
     from specdec_studio.engine.session import Session
@@ -17,14 +18,17 @@ def load_model(state: WorkerState, path: str, n_ctx: int, n_threads: int | None,
     state.emit(LoadStarted(path))
     resolved = catalog.resolve(path)
     # Load the new model before closing the old one: a bad file leaves the old one usable.
-    session = Session(resolved, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, cancel=state.cancel)
+    session = Session(resolved, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, cancel=state.cancel,
+                      rpc_servers=rpc_servers)
     state.close_session()
     state.session = session
     others = [p for p in catalog.cached_models() if p != resolved]
     candidates = [(str(resolved), None)] + [(str(p), why) for p, why in draft_candidates(session.model, others)]
     state.emit(ModelLoaded(str(resolved), session.model.info.summary(), session.has_chat_template,
                            session.n_ctx, session.n_threads, supports_gpu_offload(), tuple(candidates),
-                           session.template_problem))
+                           session.template_problem,
+                           tuple(f"{d.endpoint} · {d.description or d.name} · {d.total_bytes / 2**30:.1f} GiB"
+                                 for d in rpc.describe(rpc_servers))))
     conversations.rebind(state, session)
     state.profiles = {"target": None, "draft": None}
     emit_saved_sweeps(state, session)

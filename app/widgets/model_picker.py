@@ -1,5 +1,6 @@
 """The model bar: target model, draft model (mismatched vocabularies marked), threads, context,
-the target's and the draft's GPU layers (only when the llama.cpp build has a GPU backend)."""
+the llama.cpp RPC servers that hold the target's layers (remembered per model), the target's and
+the draft's GPU layers (only when the llama.cpp build has a GPU backend)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ OPEN_FILE = "__open__"
 NO_DRAFT = ""
 TRAIN_DRAFT = "__train__"
 DOWNLOAD = "__download__:"  # + a catalog key: a known model not on disk yet
+
+
+RPC_TIP = ("llama.cpp rpc-servers that hold this model's layers, as host:port, comma-separated (start one on "
+          "each machine with `specdec rpc-server -H 0.0.0.0` or llama.cpp's rpc-server). The layers are split "
+          "across them as llama.cpp splits them; a draft model stays on this machine. Remembered per model; "
+          "press Enter to load the model on them, clear it to load it here.")
 
 
 def size_text(n_bytes: int) -> str:
@@ -49,12 +56,21 @@ class ModelBar(QtWidgets.QWidget):
         self.draft_gpu_layers.setToolTip("The draft model's layers offloaded to the GPU (llama.cpp's -ngld); "
                                          "Auto prices the draft from its own profile on that device")
         self.draft_gpu_label = QtWidgets.QLabel("Draft GPU layers")
+        # where the target's layers live when not here: llama.cpp rpc-servers (engine/models/rpc.py)
+        self.rpc = QtWidgets.QLineEdit()
+        self.rpc.setPlaceholderText("RPC servers")
+        self.rpc.setClearButtonEnabled(True)
+        self.rpc.setMaximumWidth(170)
+        self.rpc.setToolTip(RPC_TIP)
+        self.rpc.returnPressed.connect(self._reload)
+        self.rpc_of: str | None = None  # the settings key of the model whose servers the field shows
         # shown when the loaded model's file has multi-token-prediction blocks: its own draft head
         self.mtp_badge = QtWidgets.QLabel("MTP")
         self.mtp_badge.setStyleSheet("QLabel { background: #dbeafe; color: #1e3a8a; border-radius: 3px; padding: 1px 5px; }")
         self.mtp_badge.hide()
         self.reload = QtWidgets.QPushButton("Reload")
-        self.reload.setToolTip("Load the target (and its draft) again with these threads, context size and GPU layers")
+        self.reload.setToolTip("Load the target (and its draft) again with these threads, context size, RPC servers "
+                               "and GPU layers")
         row = QtWidgets.QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         # the model names take the room; the numbers keep their natural width
@@ -64,6 +80,7 @@ class ModelBar(QtWidgets.QWidget):
             row.addWidget(w, stretch)
             if w is self.target:
                 row.addWidget(self.mtp_badge)
+        row.addWidget(self.rpc, 1)
         row.addWidget(self.gpu_label)
         row.addWidget(self.gpu_layers)
         row.addWidget(self.draft_gpu_label)
@@ -108,6 +125,11 @@ class ModelBar(QtWidgets.QWidget):
         blocks = "block" if n_layers == 1 else "blocks"
         self.mtp_badge.setToolTip(f"This model's file has {n_layers} multi-token-prediction (MTP) {blocks}: its own "
                                   "draft head. Choose the MTP mode, or Auto drafts with it when no draft model is loaded.")
+
+    def set_rpc_devices(self, devices: tuple[str, ...]) -> None:
+        """Say which servers hold the loaded model's layers (none: it runs here)."""
+        where = ("Holding the layers now:\n" + "\n".join(devices)) if devices else "The loaded model runs on this machine."
+        self.rpc.setToolTip(f"{RPC_TIP}\n\n{where}")
 
     def set_gpu_available(self, available: bool) -> None:
         for widget in (self.gpu_label, self.gpu_layers, self.draft_gpu_label, self.draft_gpu_layers):

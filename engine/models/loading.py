@@ -173,11 +173,13 @@ class LoadedModel:
         params.load_mtp = True
         native.take_recent_problems()
         ptr = llama.llama_model_load_from_file(str(self.path).encode(), params)
-        del device_list  # llama.cpp copied it
         if not ptr:
             why = "; ".join(native.take_recent_problems()[-2:]) or "llama.cpp rejected it"
             raise ModelFileError(f"{self.path.name}: could not be loaded, the file is truncated or corrupt ({why})")
         self.ptr = ptr
+        if device_list is not None:
+            rpc.hold(self.rpc_servers, 1)
+        self._holds_rpc = device_list is not None
         self.vocab = llama.llama_model_get_vocab(ptr)
         self.info = self._read_info(vocab_only, position_rows)
 
@@ -226,6 +228,8 @@ class LoadedModel:
         if getattr(self, "ptr", None):
             llama.llama_model_free(self.ptr)
             self.ptr = None
+            if self._holds_rpc:
+                rpc.hold(self.rpc_servers, -1)
 
     def __enter__(self) -> "LoadedModel":
         return self

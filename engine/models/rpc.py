@@ -15,12 +15,14 @@ answering (``GGML_ABORT`` in ``ggml-rpc.cpp``). So:
   the CLI runs in a process of its own, and the window runs RPC models in a child process
   (``app/engine_process.py``) so that only the run is lost.
 
-An ``rpc-server`` serves one client at a time, and llama.cpp keeps one connection per server for
-the life of the process: a server this process already uses is not probed again.
+An ``rpc-server`` serves one client at a time, and llama.cpp keeps its connection to a server for
+as long as a model of this process has buffers there: a server that one of our models holds is
+busy with us, so it is not probed again (:func:`hold` counts them).
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import signal
@@ -28,6 +30,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,7 +160,8 @@ class _Ggml:
 
 _lock = threading.Lock()
 _ggml: _Ggml | None = None
-_connected: dict[str, tuple[int, ...]] = {}  # endpoint -> its devices, once llama.cpp holds a connection
+_devices: dict[str, tuple[int, ...]] = {}  # endpoint -> its ggml devices (llama.cpp keeps them for the process)
+_held: collections.Counter[str] = collections.Counter()  # endpoint -> models of this process loaded on it
 
 
 def _lib() -> _Ggml:
@@ -199,15 +203,23 @@ def connect(endpoints: tuple[str, ...]) -> list[int]:
     devices: list[int] = []
     with _lock:
         for endpoint in endpoints:
-            if endpoint not in _connected:
+            if not _held[endpoint]:  # no model of ours holds it: llama.cpp will connect afresh
                 probe(endpoint)
+            if endpoint not in _devices:
                 reg = add_server(endpoint.encode())
                 n = lib.ggml.ggml_backend_reg_dev_count(reg) if reg else 0
                 if not n:
                     raise RpcError(f"the RPC server at {endpoint} offers no device")
-                _connected[endpoint] = tuple(lib.ggml.ggml_backend_reg_dev_get(reg, i) for i in range(n))
-            devices.extend(_connected[endpoint])
+                _devices[endpoint] = tuple(lib.ggml.ggml_backend_reg_dev_get(reg, i) for i in range(n))
+            devices.extend(_devices[endpoint])
     return devices
+
+
+def hold(endpoints: tuple[str, ...], n: int) -> None:
+    """A model of this process was loaded on ``endpoints`` (``n`` = 1) or freed (-1)."""
+    with _lock:
+        for endpoint in endpoints:
+            _held[endpoint] = max(0, _held[endpoint] + n)
 
 
 def local_gpus() -> list[int]:
@@ -226,7 +238,7 @@ def describe(endpoints: tuple[str, ...]) -> list[RpcDevice]:
     lib = _lib()
     out = []
     for endpoint in endpoints:
-        for dev in _connected.get(endpoint, ()):
+        for dev in _devices.get(endpoint, ()):
             free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
             lib.ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
             out.append(RpcDevice(endpoint, (lib.ggml.ggml_backend_dev_name(dev) or b"").decode(),
@@ -252,17 +264,22 @@ _ABORT_CALLBACK_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 _abort_callback = None  # kept: ggml holds the pointer
 
 
-def refusing(endpoints) -> list[str]:
+def refusing(endpoints, tries: int = 5) -> list[str]:
     """Those of ``endpoints`` that refuse a connection now: the servers that are gone (one still
-    serving this process accepts the connection into its backlog)."""
-    gone = []
-    for endpoint in endpoints:
-        host, _, port = endpoint.rpartition(":")
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            if s.connect_ex((host, int(port))) != 0:
-                gone.append(endpoint)
-    return gone
+    serving this process accepts the connection into its backlog). A killed server's connection to
+    us can break a moment before its listening socket closes: ask again a few times."""
+    for attempt in range(tries):
+        gone = []
+        for endpoint in endpoints:
+            host, _, port = endpoint.rpartition(":")
+            with socket.socket() as s:
+                s.settimeout(0.5)
+                if s.connect_ex((host, int(port))) != 0:
+                    gone.append(endpoint)
+        if gone or attempt == tries - 1:
+            return gone
+        time.sleep(0.1)
+    return []
 
 
 def lost_server_sentence(message: str, gone: list[str] | None = None) -> str:
@@ -285,7 +302,7 @@ def on_lost_server(report=None) -> None:
         lost = "RPC" in text
         try:
             if lost:
-                sentence = lost_server_sentence(text, refusing(tuple(_connected)))
+                sentence = lost_server_sentence(text, refusing(tuple(e for e, n in _held.items() if n)))
             else:
                 sentence = f"llama.cpp stopped: {text}"
             if report is not None:

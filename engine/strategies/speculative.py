@@ -49,6 +49,7 @@ class DraftModelDrafter:
         self.p_min = p_min
         self.n_vocab_target = n_vocab_target
         self.last_decode_times: list[float] = []  # the last proposal's single-token draft decodes (s)
+        self.decode_shapes: list[tuple[int, int]] = []  # the last proposal's draft decodes (tokens, logit rows)
         self.explainer = None  # set in a run that explains its tokens: each proposal's top tokens are kept
 
     @property
@@ -84,6 +85,9 @@ class DraftModelDrafter:
     def _decode_chunks(self, tokens: Sequence[int], start_pos: int) -> int:
         """Decode ``tokens`` from ``start_pos`` on the draft's cache; return the last logits row."""
         row = self.draft.memory.decode_tokens(self.draft.batch, list(tokens), start_pos, self.seq)
+        capacity = self.draft.batch.capacity
+        for start in range(0, len(tokens), capacity):  # decode_tokens' chunks, logits for the last only
+            self.decode_shapes.append((min(capacity, len(tokens) - start), 1))
         self.cached.extend(tokens)
         return row
 
@@ -102,6 +106,7 @@ class DraftModelDrafter:
         ``reach`` (the product of the draft's probabilities so far), is not worth its cost."""
         t0 = time.perf_counter()
         self.last_decode_times = []
+        self.decode_shapes = []
         logits = self._first_logits(context)
         tokens: list[int] = []
         dists: list[np.ndarray] = []
@@ -142,7 +147,8 @@ class DraftModelDrafter:
                 break
             logits = self._next_logits(token, i, k)
         self.last_probs = probs
-        return Draft(tokens, dists if not self.sampler.greedy else None, time.perf_counter() - t0, tops)
+        return Draft(tokens, dists if not self.sampler.greedy else None, time.perf_counter() - t0, tops,
+                     decode_shapes=tuple(self.decode_shapes))
 
     # The two places a drafter of this kind differs: what gives the first proposal's logits, and
     # what decodes a proposal to give the next one's.
@@ -160,6 +166,7 @@ class DraftModelDrafter:
         d.batch.clear()
         row = d.batch.add(token, len(self.cached), (self.seq,), True)
         self.last_decode_times.append(d.memory.decode(d.batch))
+        self.decode_shapes.append((1, 1))
         self.cached.append(token)
         return logits_row(d.ctx, row, d.n_vocab)
 

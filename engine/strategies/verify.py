@@ -33,6 +33,9 @@ class Draft:
     # head's), and how many of the context's last tokens the proposal continued (an n-gram's key)
     tops: list[tuple] | None = None
     matched: int = 0
+    # (tokens, logit rows) of each decode the drafter made for this proposal (a draft model's):
+    # the cost model prices them on the draft's profile
+    decode_shapes: tuple[tuple[int, int], ...] = ()
 
 
 class Drafter(Protocol):
@@ -108,6 +111,8 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         if draft is None:  # the draft model's decode was stopped (or its cache filled)
             break
         counters.t_draft_s += draft.t_draft_s
+        for n_tokens, n_logits in draft.decode_shapes:
+            counters.record_draft_decode(n_tokens, n_logits)
         proposals = through_end_of_generation(draft.tokens[:k], rt.vocab.is_eog)
 
         # ---- verify: the input token and every proposal in one target batch --------------------

@@ -219,7 +219,11 @@ def predict_from_stats(stats: dict, curve: CostCurve, *, mode: str, draft_curve:
     if emitted <= 0:
         return None
     t_target = sum(curve.seconds(b, r) * n for b, r, n in shapes)
-    if mode == "speculative" and draft_curve is not None:
+    draft_shapes = stats.get("draft_decode_shapes")
+    if mode == "speculative" and draft_curve is not None and draft_shapes:
+        # the draft's decodes as made: a catch-up batch of the accepted tokens, then single tokens
+        t_draft = sum(draft_curve.seconds(b, r) * n for b, r, n in draft_shapes)
+    elif mode == "speculative" and draft_curve is not None:  # a run recorded before the shapes were
         t_draft = stats["n_drafted"] * draft_curve.t_plain_s
     else:
         t_draft = stats.get("t_draft_s", 0.0)

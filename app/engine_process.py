@@ -1,0 +1,176 @@
+"""The engine in a child process, for a model whose layers live on llama.cpp RPC servers.
+
+llama.cpp's RPC client ends the whole process when a server stops answering
+(:mod:`engine.models.rpc`). Run in the window's process, that would close the window and
+whatever the user had in it. So a model on RPC servers is loaded and run by an
+:class:`app.engine_worker.EngineWorker` inside a child process, and the window talks to it through
+:class:`EngineProcess`, which has the worker's interface:
+
+- requests and the Stop/pause/step calls go, in the order they were made, down one queue (a Stop
+  reaches every job queued before it, as on the thread);
+- the child forwards its events in batches, pickled one by one (an event that cannot cross is
+  reported, not lost silently);
+- when the child dies, its last words (the one sentence :func:`engine.models.rpc.on_lost_server`
+  wrote) end the running job as failed, the window learns that the model is gone
+  (``LoadFailed``), and a fresh child waits for the next load. The chat's history was saved after
+  every turn and stays on screen; only the run in flight is lost.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import queue
+import sys
+import threading
+import time
+
+from specdec_studio.app import worker_messages as m
+from specdec_studio.app.engine_worker import SHUTDOWN_WAIT_S, EngineWorker
+
+FORWARD_INTERVAL_S = 0.004  # the child's event batches: the window drains at ~60 Hz anyway
+_CALLS = ("stop", "pause", "resume", "step_once")
+
+
+def _child_main(inbox, outbox, last_words) -> None:
+    """The child: a worker thread running jobs, this thread reading the inbox, one forwarding events."""
+    from specdec_studio.engine.models import rpc
+
+    rpc.on_lost_server(report=last_words.send)
+    worker = EngineWorker()
+    worker.start()
+    done = threading.Event()
+
+    def forward() -> None:
+        while not done.is_set() or worker._events:
+            events = worker.drain()
+            if not events:
+                time.sleep(FORWARD_INTERVAL_S)
+                continue
+            blobs = []
+            for event in events:
+                try:
+                    blobs.append(pickle.dumps(event, protocol=pickle.HIGHEST_PROTOCOL))
+                except Exception as exc:  # noqa: BLE001 - report it, keep the rest flowing
+                    print(f"specdec-engine: an event could not reach the window: {exc!r}", file=sys.stderr)
+            outbox.put(blobs)
+
+    forwarder = threading.Thread(target=forward, name="specdec-forward", daemon=True)
+    forwarder.start()
+    while True:
+        item = inbox.get()
+        if item is None:
+            break
+        kind, payload, job_id = item
+        if kind == "job":
+            worker._commands.put((payload, worker._state.tokens.issue(), job_id))
+        elif kind == "call" and payload in _CALLS:
+            getattr(worker, payload)()
+    worker.shutdown()
+    done.set()
+    forwarder.join(SHUTDOWN_WAIT_S)
+
+
+class EngineProcess(EngineWorker):
+    """:class:`EngineWorker`'s interface over an engine in a child process (see the module)."""
+
+    def __init__(self, parent: object | None = None) -> None:
+        super().__init__(parent)
+        self._mp = multiprocessing.get_context("spawn")  # no fork of a process with Qt's threads
+        self._closing = False
+        self._spawn()
+
+    def _spawn(self) -> None:
+        self._inbox = self._mp.Queue()
+        self._outbox = self._mp.Queue()
+        self._last_words, child_end = self._mp.Pipe(duplex=False)
+        self._child = self._mp.Process(target=_child_main, args=(self._inbox, self._outbox, child_end),
+                                       name="specdec-engine", daemon=True)
+        self._running: tuple[int, str] | None = None  # (job id, request name) the child took last
+        self._queued: dict[int, str] = {}  # job id -> request name, sent but not taken up yet
+
+    # ------------------------------------------------------------------ the worker's interface
+    def _submit(self, job: object) -> int:
+        self._next_job += 1
+        self._queued[self._next_job] = type(job).__name__
+        self._inbox.put(("job", job, self._next_job))
+        return self._next_job
+
+    def stop(self) -> None:
+        self._inbox.put(("call", "stop", 0))
+
+    def pause(self) -> None:
+        self._inbox.put(("call", "pause", 0))
+
+    def resume(self) -> None:
+        self._inbox.put(("call", "resume", 0))
+
+    def step_once(self) -> None:
+        self._inbox.put(("call", "step_once", 0))
+
+    def start(self) -> None:
+        self._child.start()
+
+    def shutdown(self, timeout_s: float = SHUTDOWN_WAIT_S) -> bool:
+        self._closing = True
+        if self._child.is_alive():
+            self._inbox.put(("call", "stop", 0))
+            self._inbox.put(None)
+            self._child.join(timeout_s)
+        if self._child.is_alive():
+            self._child.kill()
+            self._child.join(1.0)
+            return False
+        return True
+
+    def drain(self) -> list:
+        out = []
+        while True:
+            try:
+                blobs = self._outbox.get_nowait()
+            except queue.Empty:
+                break
+            for blob in blobs:
+                event = pickle.loads(blob)
+                self._follow(event)
+                out.append(event)
+        if not self._closing and self._child.pid is not None and not self._child.is_alive():
+            out.extend(self._child_lost())
+        return out
+
+    @property
+    def alive(self) -> bool:
+        return self._child.is_alive()
+
+    # ------------------------------------------------------------------ the child's fate
+    def _follow(self, event: object) -> None:
+        if isinstance(event, m.JobTaken):
+            self._queued.pop(event.job, None)
+            self._running = (event.job, event.request)
+        elif isinstance(event, m.JobEnded) and self._running and self._running[0] == event.job:
+            self._running = None
+
+    def _child_lost(self) -> list:
+        """The reports a window needs when the child died: the job in flight failed with the child's
+        last sentence, the model is gone, the jobs still queued never ran; then a fresh child."""
+        sentence = ""
+        if self._last_words.poll():
+            sentence = self._last_words.recv()
+        if not sentence:
+            sentence = f"the engine process ended unexpectedly (exit code {self._child.exitcode}); the model was unloaded"
+        events: list = []
+        if self._running is not None:
+            job, request = self._running
+            if request in ("LoadRequest", "FetchRequest"):
+                events.append(m.LoadFailed(sentence, previous_model_kept=False))
+            else:
+                events.append(m.LoadFailed(f"{sentence}. Load the model again to go on; the chat is kept.",
+                                           previous_model_kept=False))
+            events.append(m.JobEnded(job, request, "failed", sentence))
+        else:
+            events.append(m.LoadFailed(sentence, previous_model_kept=False))
+        for job, request in self._queued.items():
+            events.append(m.JobEnded(job, request, "stopped", "the engine process ended before it ran"))
+        self._spawn()
+        self._child.start()
+        return events

@@ -1,0 +1,69 @@
+"""The window with a model on two llama.cpp RPC servers: the model bar takes them (remembered per
+model), the model runs in an engine process, and a server killed mid-answer costs that answer only:
+one sentence, the window usable, the chat kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec_studio.app.engine_process import EngineProcess
+from specdec_studio.app.engine_worker import EngineWorker
+from tests.rpc_local import rpc_servers
+
+TIMEOUT_MS = 120_000
+
+
+@pytest.fixture
+def window(open_window):
+    return open_window()  # chat mode, on this machine
+
+
+def load_on(window, qtbot, model: str, servers: str) -> None:
+    window.model_bar.rpc.setText(servers)
+    window.load_model(model)
+    qtbot.waitUntil(lambda: window.model_loaded and not window.machine.busy, timeout=TIMEOUT_MS)
+    window.drain_events()
+
+
+def send(window, qtbot, text: str, **values) -> None:
+    window.controls.set_values(values)
+    window.input.set_text(text)
+    window.start_run()
+    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.drain_events()
+
+
+def test_a_model_on_rpc_servers_chats_and_survives_a_server_killed_mid_answer(window, qtbot):
+    model = window.model_bar.loaded_path
+    send(window, qtbot, "Name one colour.", mode="plain", max_tokens=12)  # here, in the window's process
+    local_answer = window.conversation.messages[1].content
+    with rpc_servers(2) as procs:
+        load_on(window, qtbot, model, ",".join(p.endpoint for p in procs))
+        assert isinstance(window.worker, EngineProcess)
+        assert "on 2 RPC servers" in window.windowTitle()
+        assert procs[0].endpoint in window.model_bar.rpc.toolTip()
+        # the same answer from the servers' copy of the layers, in the reopened conversation
+        window.regenerate()
+        qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+        window.drain_events()
+        assert window.conversation.messages[1].content == local_answer
+
+        window.input.set_text("Write a long story about a lighthouse keeper.")
+        window.controls.set_values({"mode": "lookup", "max_tokens": 2000})
+        window.start_run()
+        qtbot.waitUntil(lambda: len(window.stream.toPlainText()) > len(local_answer) + 150, timeout=TIMEOUT_MS)
+        procs[1].kill()
+        qtbot.waitUntil(lambda: not window.running and "stopped answering" in window.error_label.text(),
+                        timeout=TIMEOUT_MS)
+    assert procs[1].endpoint in window.error_label.text()
+    assert not window.model_loaded
+    # the chat is kept: the first turn on screen and on disk
+    assert "Name one colour." in window.stream.toPlainText()
+    assert [m.content for m in window.conversation.messages if m.role == "user"][0] == "Name one colour."
+    # and the window goes on: the servers are remembered for this model; cleared, it loads here
+    assert window.settings.value(f"rpc_servers/{__import__('hashlib').sha256(model.encode()).hexdigest()[:16]}")
+    load_on(window, qtbot, model, "")
+    assert isinstance(window.worker, EngineWorker) and window.model_loaded
+    send(window, qtbot, "Name one animal.", mode="plain", max_tokens=8)
+    assert window.last_finished.finish_reason in ("stop", "length")
+    assert [m.content for m in window.conversation.messages if m.role == "user"][0] == "Name one colour."
