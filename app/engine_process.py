@@ -6,10 +6,11 @@ whatever the user had in it. So a model on RPC servers is loaded and run by an
 :class:`app.engine_worker.EngineWorker` inside a child process, and the window talks to it through
 :class:`EngineProcess`, which has the worker's interface:
 
-- requests and the Stop/pause/step calls go, in the order they were made, down one queue (a Stop
+- requests and the Stop/pause/step calls go, in the order they were made, down one pipe (a Stop
   reaches every job queued before it, as on the thread);
 - the child forwards its events in batches, pickled one by one (an event that cannot cross is
-  reported, not lost silently);
+  reported, not lost silently), up another pipe. Each end of a pipe lives in one process only, so a
+  child that dies mid-message is an end of file to the window, never a read that waits forever;
 - when the child dies, its last words (the one sentence :func:`engine.models.rpc.on_lost_server`
   wrote) end the running job as failed, the window learns that the model is gone
   (``LoadFailed``), and a fresh child waits for the next load. The chat's history was saved after
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
-import queue
 import sys
 import threading
 import time
@@ -33,6 +33,8 @@ _CALLS = ("stop", "pause", "resume", "step_once")
 
 
 def _child_main(inbox, outbox, last_words) -> None:
+    """``inbox``: the parent's requests and calls; ``outbox``: batches of pickled events;
+    ``last_words``: the sentence of a lost server (all three one-way pipe ends)."""
     """The child: a worker thread running jobs, this thread reading the inbox, one forwarding events."""
     from specdec_studio.engine.models import rpc
 
@@ -53,12 +55,15 @@ def _child_main(inbox, outbox, last_words) -> None:
                     blobs.append(pickle.dumps(event, protocol=pickle.HIGHEST_PROTOCOL))
                 except Exception as exc:  # noqa: BLE001 - report it, keep the rest flowing
                     print(f"specdec-engine: an event could not reach the window: {exc!r}", file=sys.stderr)
-            outbox.put(blobs)
+            outbox.send(blobs)
 
     forwarder = threading.Thread(target=forward, name="specdec-forward", daemon=True)
     forwarder.start()
     while True:
-        item = inbox.get()
+        try:
+            item = inbox.recv()
+        except EOFError:  # the window is gone
+            item = None
         if item is None:
             break
         kind, payload, job_id = item
@@ -81,41 +86,50 @@ class EngineProcess(EngineWorker):
         self._spawn()
 
     def _spawn(self) -> None:
-        self._inbox = self._mp.Queue()
-        self._outbox = self._mp.Queue()
-        self._last_words, child_end = self._mp.Pipe(duplex=False)
-        self._child = self._mp.Process(target=_child_main, args=(self._inbox, self._outbox, child_end),
-                                       name="specdec-engine", daemon=True)
+        child_inbox, self._inbox = self._mp.Pipe(duplex=False)
+        self._outbox, child_outbox = self._mp.Pipe(duplex=False)
+        self._last_words, child_last_words = self._mp.Pipe(duplex=False)
+        self._child_ends = (child_inbox, child_outbox, child_last_words)  # closed here once the child has them
+        self._child = self._mp.Process(target=_child_main, args=self._child_ends, name="specdec-engine", daemon=True)
         self._running: tuple[int, str] | None = None  # (job id, request name) the child took last
         self._queued: dict[int, str] = {}  # job id -> request name, sent but not taken up yet
+        self._lost = False
+
+    def _send(self, item) -> None:
+        try:
+            self._inbox.send(item)
+        except OSError:  # the child is gone: drain() tells the window
+            pass
 
     # ------------------------------------------------------------------ the worker's interface
     def _submit(self, job: object) -> int:
         self._next_job += 1
         self._queued[self._next_job] = type(job).__name__
-        self._inbox.put(("job", job, self._next_job))
+        self._send(("job", job, self._next_job))
         return self._next_job
 
     def stop(self) -> None:
-        self._inbox.put(("call", "stop", 0))
+        self._send(("call", "stop", 0))
 
     def pause(self) -> None:
-        self._inbox.put(("call", "pause", 0))
+        self._send(("call", "pause", 0))
 
     def resume(self) -> None:
-        self._inbox.put(("call", "resume", 0))
+        self._send(("call", "resume", 0))
 
     def step_once(self) -> None:
-        self._inbox.put(("call", "step_once", 0))
+        self._send(("call", "step_once", 0))
 
     def start(self) -> None:
         self._child.start()
+        for end in self._child_ends:  # the child's now: a dead child is an end of file here
+            end.close()
 
     def shutdown(self, timeout_s: float = SHUTDOWN_WAIT_S) -> bool:
         self._closing = True
         if self._child.is_alive():
-            self._inbox.put(("call", "stop", 0))
-            self._inbox.put(None)
+            self._send(("call", "stop", 0))
+            self._send(None)
             self._child.join(timeout_s)
         if self._child.is_alive():
             self._child.kill()
@@ -125,16 +139,20 @@ class EngineProcess(EngineWorker):
 
     def drain(self) -> list:
         out = []
-        while True:
+        while not self._lost:
             try:
-                blobs = self._outbox.get_nowait()
-            except queue.Empty:
+                if not self._outbox.poll():
+                    break
+                blobs = self._outbox.recv()
+            except (EOFError, OSError):  # the child died, maybe in the middle of a batch
+                self._lost = True
                 break
             for blob in blobs:
                 event = pickle.loads(blob)
                 self._follow(event)
                 out.append(event)
-        if not self._closing and self._child.pid is not None and not self._child.is_alive():
+        if not self._closing and self._child.pid is not None and (self._lost or not self._child.is_alive()):
+            self._child.join(2.0)
             out.extend(self._child_lost())
         return out
 
@@ -154,23 +172,25 @@ class EngineProcess(EngineWorker):
         """The reports a window needs when the child died: the job in flight failed with the child's
         last sentence, the model is gone, the jobs still queued never ran; then a fresh child."""
         sentence = ""
-        if self._last_words.poll():
-            sentence = self._last_words.recv()
+        try:
+            if self._last_words.poll():
+                sentence = self._last_words.recv()
+        except (EOFError, OSError):
+            pass
         if not sentence:
-            sentence = f"the engine process ended unexpectedly (exit code {self._child.exitcode}); the model was unloaded"
-        events: list = []
+            sentence = f"the engine process ended unexpectedly (exit code {self._child.exitcode})"
+        sentence = sentence.rstrip(".") + "; the model was unloaded and the chat kept: load the model again " \
+                                          "(here or on other servers) to go on"
+        events: list = [m.LoadFailed(sentence, previous_model_kept=False)]
         if self._running is not None:
             job, request = self._running
-            if request in ("LoadRequest", "FetchRequest"):
-                events.append(m.LoadFailed(sentence, previous_model_kept=False))
-            else:
-                events.append(m.LoadFailed(f"{sentence}. Load the model again to go on; the chat is kept.",
-                                           previous_model_kept=False))
             events.append(m.JobEnded(job, request, "failed", sentence))
-        else:
-            events.append(m.LoadFailed(sentence, previous_model_kept=False))
         for job, request in self._queued.items():
             events.append(m.JobEnded(job, request, "stopped", "the engine process ended before it ran"))
+        if self._child.is_alive():  # it closed its pipe but lingers: it is no engine of ours any more
+            self._child.kill()
+        for end in (self._inbox, self._outbox, self._last_words):
+            end.close()
         self._spawn()
         self._child.start()
         return events

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 from importlib import resources
 from pathlib import Path
 
 
 def main() -> int:
+    # A model on RPC servers runs in a spawned engine process (app/engine_process.py); in a frozen
+    # app that child is this executable again, and must become the engine, not a second window.
+    multiprocessing.freeze_support()
     parser = argparse.ArgumentParser(prog="specdec-studio", usage="%(prog)s [-h] [-m MODEL] [FILE.gguf] [Qt options]")
     parser.add_argument("-m", "--model", default=None, help="default, gemma or a .gguf path (default: the last one)")
     # `specdec sweep` in a frozen app, which has no `python -m app.sweep_plots`

@@ -107,9 +107,13 @@ def problems_since(mark: int) -> list[str]:
 
 
 def supports_gpu_offload() -> bool:
-    """Whether this llama.cpp build has a GPU backend (the app shows "GPU layers" only then)."""
+    """Whether this machine has a GPU llama.cpp can use (the app shows "GPU layers" only then).
+
+    Not ``llama_supports_gpu_offload``: a build with the RPC backend says yes to it with no GPU."""
+    from specdec_studio.engine.models import rpc
+
     ensure_backend()
-    return bool(llama.llama_supports_gpu_offload())
+    return bool(rpc.local_gpus())
 
 
 # ------------------------------------------------------------------------- failed calls

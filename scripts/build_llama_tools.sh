@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's own llama-lookup, llama-lookahead and llama-speculative-simple from the same
+# Builds llama.cpp's own llama-lookup, llama-lookahead, llama-speculative-simple and rpc-server from the same
 # llama-cpp-python sdist and with the same CMake flags as the engine's wheel, for side-by-side
 # comparisons (tests/bench/lookup_vs_llama_cpp.py). Prints the bin folder; builds once per
 # (version, flags) into ~/.cache/specdec-studio/llama-tools-<version>-<flags key>/.
@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/llama_source.sh
 source scripts/llama_source.sh
-readonly TARGETS=(llama-lookup llama-lookahead llama-speculative-simple)
+# rpc-server last: a build made before it was added gets it on the next run
+readonly TARGETS=(llama-lookup llama-lookahead llama-speculative-simple rpc-server)
 
 root=$(llama_build_root llama-tools)
 if [[ ! -x "$root/build/bin/${TARGETS[-1]}" ]]; then
@@ -19,7 +20,7 @@ if [[ ! -x "$root/build/bin/${TARGETS[-1]}" ]]; then
     llama_source "$root"
     # shellcheck disable=SC2086  # the flags are a list of words
     cmake -S "$root/src" -B "$root/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_EXAMPLES=ON \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF $CMAKE_FLAGS >&2
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DGGML_RPC=ON $CMAKE_FLAGS >&2
     cmake --build "$root/build" -j "$(nproc)" --target "${TARGETS[@]}" >&2
 fi
 echo "$root/build/bin"

@@ -32,15 +32,16 @@ def _listening(port: int) -> bool:
 
 
 class RpcServerProcess:
-    """One ``specdec rpc-server`` on 127.0.0.1; ``kill()`` ends it as a crash would."""
+    """One ``specdec rpc-server`` on 127.0.0.1 (or llama.cpp's own ``rpc-server`` binary, given
+    its path); ``kill()`` ends it as a crash would."""
 
-    def __init__(self, threads: int = 1, log_dir: Path | None = None) -> None:
+    def __init__(self, threads: int = 1, log_dir: Path | None = None, binary: Path | None = None) -> None:
         self.port = free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         log = open(log_dir / f"rpc-{self.port}.log", "wb") if log_dir else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "specdec_studio.engine.cli", "rpc-server", "-p", str(self.port), "-t", str(threads)],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        command = [str(binary)] if binary else [sys.executable, "-m", "specdec_studio.engine.cli", "rpc-server"]
+        self.proc = subprocess.Popen([*command, "-p", str(self.port), "-t", str(threads)],
+                                     stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         # A connect alone tells that it listens; a probe would take the server's one client slot for a moment.
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _listening(self.port):
@@ -56,11 +57,12 @@ class RpcServerProcess:
 
 
 @contextlib.contextmanager
-def rpc_servers(n: int, threads: int = 1, log_dir: Path | None = None) -> Iterator[list[RpcServerProcess]]:
+def rpc_servers(n: int, threads: int = 1, log_dir: Path | None = None,
+                binary: Path | None = None) -> Iterator[list[RpcServerProcess]]:
     servers: list[RpcServerProcess] = []
     try:
         for _ in range(n):
-            servers.append(RpcServerProcess(threads, log_dir))
+            servers.append(RpcServerProcess(threads, log_dir, binary))
         yield servers
     finally:
         for server in servers:

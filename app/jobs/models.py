@@ -27,8 +27,7 @@ def load_model(state: WorkerState, path: str, n_ctx: int, n_threads: int | None,
     state.emit(ModelLoaded(str(resolved), session.model.info.summary(), session.has_chat_template,
                            session.n_ctx, session.n_threads, supports_gpu_offload(), tuple(candidates),
                            session.template_problem,
-                           tuple(f"{d.endpoint} · {d.description or d.name} · {d.total_bytes / 2**30:.1f} GiB"
-                                 for d in rpc.describe(rpc_servers))))
+                           tuple(f"{d.endpoint} · {d.total_bytes / 2**30:.1f} GiB" for d in rpc.describe(rpc_servers))))
     conversations.rebind(state, session)
     state.profiles = {"target": None, "draft": None}
     emit_saved_sweeps(state, session)

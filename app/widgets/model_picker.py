@@ -60,7 +60,7 @@ class ModelBar(QtWidgets.QWidget):
         self.rpc = QtWidgets.QLineEdit()
         self.rpc.setPlaceholderText("RPC servers")
         self.rpc.setClearButtonEnabled(True)
-        self.rpc.setMaximumWidth(170)
+        self.rpc.setMaximumWidth(260)
         self.rpc.setToolTip(RPC_TIP)
         self.rpc.returnPressed.connect(self._reload)
         self.rpc_of: str | None = None  # the settings key of the model whose servers the field shows

@@ -283,9 +283,10 @@ def refusing(endpoints, tries: int = 5) -> list[str]:
 
 
 def lost_server_sentence(message: str, gone: list[str] | None = None) -> str:
+    """One sentence for llama.cpp's RPC abort ``message``, naming the servers ``gone`` if known."""
     who = f"the RPC server at {', '.join(gone)}" if gone else "an RPC server"
-    return (f"{who} stopped answering mid-run, so llama.cpp cannot go on; this run is lost "
-            f"(llama.cpp: {message.split(': ', 1)[-1].strip()})")
+    why = message.split(": ", 1)[-1].strip().rstrip(".")
+    return f"{who} stopped answering mid-run ({why}), and this run is lost"
 
 
 def on_lost_server(report=None) -> None:

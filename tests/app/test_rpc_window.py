@@ -55,7 +55,7 @@ def test_a_model_on_rpc_servers_chats_and_survives_a_server_killed_mid_answer(wi
         procs[1].kill()
         qtbot.waitUntil(lambda: not window.running and "stopped answering" in window.error_label.text(),
                         timeout=TIMEOUT_MS)
-    assert procs[1].endpoint in window.error_label.text()
+    assert procs[1].endpoint in window.error_label.text() and "load the model again" in window.error_label.text()
     assert not window.model_loaded
     # the chat is kept: the first turn on screen and on disk
     assert "Name one colour." in window.stream.toPlainText()
@@ -67,3 +67,37 @@ def test_a_model_on_rpc_servers_chats_and_survives_a_server_killed_mid_answer(wi
     send(window, qtbot, "Name one animal.", mode="plain", max_tokens=8)
     assert window.last_finished.finish_reason in ("stop", "length")
     assert [m.content for m in window.conversation.messages if m.role == "user"][0] == "Name one colour."
+
+
+def test_an_engine_process_that_dies_is_reported_and_replaced(qtbot):
+    """However the child ends (here SIGKILL, with no last words), the window hears it once: the
+    model is gone, the job queued never ran, and a fresh engine takes the next request."""
+    import os
+    import signal
+
+    from specdec_studio.app import worker_messages as m
+
+    engine = EngineProcess()
+    engine.start()
+    try:
+        first = engine._child
+        qtbot.waitUntil(lambda: first.is_alive(), timeout=TIMEOUT_MS)
+        os.kill(first.pid, signal.SIGKILL)
+        first.join(10)
+        job = engine.conversation("list")  # sent to the dead child: ends as never run
+        events = []
+
+        def heard(wanted) -> bool:
+            events.extend(engine.drain())
+            return any(wanted(e) for e in events)
+
+        qtbot.waitUntil(lambda: heard(lambda e: isinstance(e, m.LoadFailed)), timeout=TIMEOUT_MS)
+        failed = [e for e in events if isinstance(e, m.LoadFailed)]
+        assert len(failed) == 1 and "ended unexpectedly" in failed[0].message and not failed[0].previous_model_kept
+        assert any(isinstance(e, m.JobEnded) and e.job == job and e.outcome == "stopped" for e in events)
+        assert engine._child is not first and engine._child.is_alive()
+        answer = engine.conversation("list")
+        qtbot.waitUntil(lambda: heard(lambda e: isinstance(e, m.JobEnded) and e.job == answer and e.outcome == "done"),
+                        timeout=TIMEOUT_MS)
+    finally:
+        assert engine.shutdown()

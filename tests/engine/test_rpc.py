@@ -11,13 +11,14 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
 from specdec_studio.engine.errors import ConfigError
 from specdec_studio.engine.models import rpc
-from tests.rpc_local import LatencyRelay, free_port, rpc_servers
+from tests.rpc_local import REPO, LatencyRelay, free_port, rpc_servers
 
 PROMPT = "a b c a b c a b"
 N = 40
@@ -158,3 +159,24 @@ def test_a_server_killed_mid_chat_costs_that_turn_only(smollm_path, tmp_path):
     assert len(saved) == 1
     messages = json.loads(saved[0].read_text())["messages"]
     assert [m["content"] for m in messages if m["role"] == "user"][0] == "Name three colours."
+
+
+@pytest.mark.slow
+def test_llama_cpps_own_rpc_server_holds_the_layers_too(tiny_archs, tmp_path):
+    """The rpc-server binary that scripts/build_llama_tools.sh builds from the same sources (a few
+    minutes the first time) serves our client as ``specdec rpc-server`` does."""
+    built = subprocess.run([str(REPO / "scripts" / "build_llama_tools.sh")], cwd=REPO, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    binary = Path(built.stdout.strip()) / "rpc-server"
+    from specdec_studio.engine.session import Session
+
+    path = tiny_archs / "llama-dense.gguf"
+    with rpc_servers(2, log_dir=tmp_path, binary=binary) as procs:
+        with Session(path, n_ctx=512, n_threads=1, rpc_servers=tuple(p.endpoint for p in procs)) as remote:
+            prompt = remote.tokenize_prompt(PROMPT)
+            plain = list(remote.run(CONFIGS["plain"], prompt))[-1].token_ids
+            assert list(remote.run(CONFIGS["lookup"], prompt))[-1].token_ids == plain
+        logs = [(tmp_path / f"rpc-{p.port}.log").read_bytes() for p in procs]
+    assert all(b"Accepted client connection" in log for log in logs)
+    with Session(path, n_ctx=512, n_threads=1) as local:
+        assert list(local.run(CONFIGS["plain"], local.tokenize_prompt(PROMPT)))[-1].token_ids == plain

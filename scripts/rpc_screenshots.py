@@ -1,0 +1,72 @@
+"""The real window with the default model's layers on two llama.cpp RPC servers on this machine,
+each shot from the X screen:
+
+    xvfb-run -s "-screen 0 1366x768x24" .venv/bin/python scripts/rpc_screenshots.py docs/screenshots
+
+1. the model loaded on the servers (the title says so, the model bar's field names them, its
+   tooltip lists what each holds), a chat answer by prompt lookup;
+2. one server killed mid-answer: the sentence naming it, the chat still on screen, the window
+   ready to load the model again.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from window_shots import Shooter, open_window  # noqa: E402
+
+from tests.rpc_local import rpc_servers  # noqa: E402
+
+
+def main() -> None:
+    out = Path(sys.argv[1]).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="shots-"))
+    os.environ["SPECDEC_DATA"] = str(scratch / "data")
+
+    from specdec_studio.app.qt import QtWidgets
+    from specdec_studio.engine.models import catalog
+
+    app = QtWidgets.QApplication([])
+    screen = app.primaryScreen().geometry()
+    shots = Shooter(app, out, f"{screen.width()}x{screen.height()}")
+    wait = shots.wait
+    model = str(catalog.resolve("default"))
+
+    with rpc_servers(2) as procs:
+        window = open_window(model, scratch, chat=True)
+        wait(lambda: window.model_loaded and not window.machine.busy)
+        window.model_bar.rpc.setText(",".join(p.endpoint for p in procs))
+        window.load_model(model)
+        wait(lambda: window.model_loaded and not window.machine.busy and "RPC" in window.windowTitle())
+        window.controls.set_values({"mode": "lookup", "max_tokens": 96})
+        window.input.set_text("List the planets of the solar system, one line each, with one fact about each.")
+        window.start_run()
+        wait(lambda: window.machine.busy)
+        wait(lambda: not window.machine.busy)
+        window.right_tabs.setCurrentIndex(0)
+        field = window.model_bar.rpc
+        QtWidgets.QToolTip.showText(field.mapToGlobal(field.rect().bottomLeft()), field.toolTip(), field)
+        shots.shoot("rpc-model-on-two-servers", 0.8)
+        QtWidgets.QToolTip.hideText()
+
+        window.controls.set_values({"max_tokens": 1500})
+        window.input.set_text("Now write a long story about a lighthouse keeper who counts the ships.")
+        window.start_run()
+        wait(lambda: window.stream.toPlainText().count("lighthouse") >= 2 or len(window.stream.toPlainText()) > 900)
+        shots.settle(1.0)
+        procs[1].kill()
+        wait(lambda: not window.machine.busy and "stopped answering" in window.error_label.text())
+        shots.shoot("rpc-server-lost-mid-answer", 0.8)
+        window.close()
+
+
+if __name__ == "__main__":
+    main()
