@@ -106,16 +106,6 @@ def problems_since(mark: int) -> list[str]:
     return list(_recent_problems)[len(_recent_problems) - n:] if n > 0 else []
 
 
-def supports_gpu_offload() -> bool:
-    """Whether this machine has a GPU llama.cpp can use (the app shows "GPU layers" only then).
-
-    Not ``llama_supports_gpu_offload``: a build with the RPC backend says yes to it with no GPU."""
-    from specdec_studio.engine.models import rpc
-
-    ensure_backend()
-    return bool(rpc.local_gpus())
-
-
 # ------------------------------------------------------------------------- failed calls
 # llama.h's return codes of llama_decode, as words (1, "no KV slot", and 2, "aborted", are not
 # failures: the engine handles them itself)

@@ -12,7 +12,7 @@ def load_model(state: WorkerState, path: str, n_ctx: int, n_threads: int | None,
                rpc_servers: tuple[str, ...] = ()) -> None:
     from specdec_studio.engine.models import catalog, rpc
     from specdec_studio.engine.models.loading import draft_candidates
-    from specdec_studio.engine.native import supports_gpu_offload
+    from specdec_studio.engine.models.devices import supports_gpu_offload
     from specdec_studio.engine.session import Session
 
     state.emit(LoadStarted(path))

@@ -11,6 +11,7 @@ from pathlib import Path
 import llama_cpp as llama
 
 from specdec_studio.engine import native
+from specdec_studio.engine.models import devices as ggml_devices
 from specdec_studio.engine.models import rpc
 from specdec_studio.engine.errors import ModelFileError, VocabMismatchError
 from specdec_studio.engine.jsonfile import write_json
@@ -165,7 +166,7 @@ class LoadedModel:
         if self.rpc_servers and not vocab_only:
             # The servers first, as llama.cpp orders them (fewer transfers), then this machine's GPUs;
             # an explicit list, so that no other model of this process lands on these servers.
-            device_list = rpc.DeviceList(rpc.connect(self.rpc_servers) + rpc.local_gpus())
+            device_list = rpc.DeviceList(rpc.connect(self.rpc_servers) + ggml_devices.local_gpus())
             params.devices = device_list.address
         params.vocab_only = vocab_only  # enough for facts and the draft check; no weights read
         # A file's MTP (NextN) blocks, where it has them, load with it so that they can draft

@@ -32,11 +32,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import llama_cpp
 
 from specdec_studio.engine import native
+from specdec_studio.engine.models import devices as ggml_devices
 from specdec_studio.engine.errors import ConfigError, SpecDecError
 
 # ggml-rpc.h / ggml-rpc.cpp of the pinned llama.cpp
@@ -44,9 +44,6 @@ RPC_PROTO_MAJOR = 7
 RPC_PROTO_MINOR = 0
 RPC_CMD_HELLO = 14
 RPC_CONN_CAPS_SIZE = 24
-DEVICE_TYPE_CPU = 0
-DEVICE_TYPE_GPU = 1
-DEVICE_TYPE_IGPU = 2
 DEFAULT_PORT = 50052  # rpc-server's
 PROBE_TIMEOUT_S = 3.0
 EXIT_SERVER_LOST = 75  # EX_TEMPFAIL: the server may be back later; nothing of ours is broken
@@ -121,55 +118,9 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:
     return b"".join(parts)
 
 
-# --------------------------------------------------------------------------- ggml's device API
-class _Ggml:
-    """The few ggml backend calls llama-cpp-python does not bind, from the libraries it loaded."""
-
-    def __init__(self) -> None:
-        # By the names libllama asks for: the wheel holds libggml.so and libggml.so.0 as two copies
-        # of one file, and only the one already loaded shares ggml's globals (its abort callback).
-        lib_dir = Path(llama_cpp.__file__).parent / "lib"
-        self.ggml = ctypes.CDLL(str(lib_dir / "libggml.so.0"))
-        self.base = ctypes.CDLL(str(lib_dir / "libggml-base.so.0"))
-        p, s = ctypes.c_void_p, ctypes.c_char_p
-        sig = {
-            "ggml_backend_reg_by_name": (p, [s]),
-            "ggml_backend_reg_get_proc_address": (p, [p, s]),
-            "ggml_backend_reg_dev_count": (ctypes.c_size_t, [p]),
-            "ggml_backend_reg_dev_get": (p, [p, ctypes.c_size_t]),
-            "ggml_backend_dev_count": (ctypes.c_size_t, []),
-            "ggml_backend_dev_get": (p, [ctypes.c_size_t]),
-            "ggml_backend_dev_type": (ctypes.c_int, [p]),
-            "ggml_backend_dev_name": (s, [p]),
-            "ggml_backend_dev_description": (s, [p]),
-            "ggml_backend_dev_memory": (None, [p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
-            "ggml_backend_dev_by_type": (p, [ctypes.c_int]),
-        }
-        for name, (restype, argtypes) in sig.items():
-            fn = getattr(self.ggml, name)
-            fn.restype, fn.argtypes = restype, argtypes
-        self.base.ggml_set_abort_callback.restype = p
-        self.base.ggml_set_abort_callback.argtypes = [p]
-
-    def rpc_proc(self, name: str) -> int | None:
-        reg = self.ggml.ggml_backend_reg_by_name(b"RPC")
-        if not reg:
-            return None
-        return self.ggml.ggml_backend_reg_get_proc_address(reg, name.encode())
-
-
 _lock = threading.Lock()
-_ggml: _Ggml | None = None
 _devices: dict[str, tuple[int, ...]] = {}  # endpoint -> its ggml devices (llama.cpp keeps them for the process)
 _held: collections.Counter[str] = collections.Counter()  # endpoint -> models of this process loaded on it
-
-
-def _lib() -> _Ggml:
-    global _ggml
-    if _ggml is None:
-        native.ensure_backend()
-        _ggml = _Ggml()
-    return _ggml
 
 
 def supported() -> bool:
@@ -195,7 +146,7 @@ def connect(endpoints: tuple[str, ...]) -> list[int]:
     if not supported():
         raise RpcError("this build of llama.cpp has no RPC backend; set up again with the default build flags "
                        "(scripts/setup.sh builds with -DGGML_RPC=ON)")
-    lib = _lib()
+    lib = ggml_devices.lib()
     add_server_addr = lib.rpc_proc("ggml_backend_rpc_add_server")
     if not add_server_addr:
         raise RpcError("llama.cpp's RPC backend does not offer ggml_backend_rpc_add_server")
@@ -222,20 +173,9 @@ def hold(endpoints: tuple[str, ...], n: int) -> None:
             _held[endpoint] = max(0, _held[endpoint] + n)
 
 
-def local_gpus() -> list[int]:
-    """This machine's GPU devices (none on a CPU build): a model on RPC servers uses them too."""
-    lib = _lib()
-    out = []
-    for i in range(lib.ggml.ggml_backend_dev_count()):
-        dev = lib.ggml.ggml_backend_dev_get(i)
-        if lib.ggml.ggml_backend_dev_type(dev) in (DEVICE_TYPE_GPU, DEVICE_TYPE_IGPU):
-            out.append(dev)
-    return out
-
-
 def describe(endpoints: tuple[str, ...]) -> list[RpcDevice]:
     """What each connected server offers (name, memory), for the model facts and the window."""
-    lib = _lib()
+    lib = ggml_devices.lib()
     out = []
     for endpoint in endpoints:
         for dev in _devices.get(endpoint, ()):
@@ -316,7 +256,7 @@ def on_lost_server(report=None) -> None:
 
     with _lock:
         _abort_callback = _ABORT_CALLBACK_TYPE(_on_abort)
-        _lib().base.ggml_set_abort_callback(ctypes.cast(_abort_callback, ctypes.c_void_p))
+        ggml_devices.lib().base.ggml_set_abort_callback(ctypes.cast(_abort_callback, ctypes.c_void_p))
 
 
 # --------------------------------------------------------------------------- serving
@@ -325,13 +265,13 @@ def serve(host: str, port: int, n_threads: int, cache_dir: str | None = None) ->
     (``ggml_backend_rpc_start_server``), as ``rpc-server`` runs it. Never returns."""
     if not supported():
         raise RpcError("this build of llama.cpp has no RPC backend (build it with -DGGML_RPC=ON)")
-    lib = _lib()
+    lib = ggml_devices.lib()
     start_addr = lib.rpc_proc("ggml_backend_rpc_start_server")
     if not start_addr:
         raise RpcError("llama.cpp's RPC backend does not offer ggml_backend_rpc_start_server")
     start = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
                              ctypes.POINTER(ctypes.c_void_p))(start_addr)
-    cpu = lib.ggml.ggml_backend_dev_by_type(DEVICE_TYPE_CPU)
+    cpu = lib.ggml.ggml_backend_dev_by_type(ggml_devices.DEVICE_TYPE_CPU)
     devices = (ctypes.c_void_p * 1)(cpu)
     # The loop is C and never returns to Python: Ctrl-C and SIGTERM must end the process themselves.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
