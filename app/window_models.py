@@ -44,10 +44,10 @@ class ModelsMixin:
         from specdec_studio.app.engine_process import EngineProcess
         from specdec_studio.app.engine_worker import EngineWorker
 
-        wanted = EngineProcess if rpc_servers else EngineWorker
-        if type(self.worker) is not wanted:
+        in_process = isinstance(self.worker, EngineProcess)
+        if bool(rpc_servers) != in_process:
             self.worker.shutdown()
-            self.worker = wanted(self)
+            self.worker = EngineProcess(self) if rpc_servers else EngineWorker(self)
             self.worker.start()
             self.worker.conversation("start")  # the conversation on screen, in the new engine
         return self.worker
