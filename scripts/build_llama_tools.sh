@@ -11,8 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/llama_source.sh
 source scripts/llama_source.sh
-# rpc-server last: a build made before it was added gets it on the next run
-readonly TARGETS=(llama-lookup llama-lookahead llama-speculative-simple rpc-server)
+# the RPC server (llama.cpp's rpc-server, target ggml-rpc-server) last: a build made before it was added
+# gets it on the next run
+readonly TARGETS=(llama-lookup llama-lookahead llama-speculative-simple ggml-rpc-server)
 
 root=$(llama_build_root llama-tools)
 if [[ ! -x "$root/build/bin/${TARGETS[-1]}" ]]; then
@@ -20,7 +21,7 @@ if [[ ! -x "$root/build/bin/${TARGETS[-1]}" ]]; then
     llama_source "$root"
     # shellcheck disable=SC2086  # the flags are a list of words
     cmake -S "$root/src" -B "$root/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_EXAMPLES=ON \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DGGML_RPC=ON $CMAKE_FLAGS >&2
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DGGML_RPC=ON $CMAKE_FLAGS >&2
     cmake --build "$root/build" -j "$(nproc)" --target "${TARGETS[@]}" >&2
 fi
 echo "$root/build/bin"

@@ -165,9 +165,18 @@ def test_a_server_killed_mid_chat_costs_that_turn_only(smollm_path, tmp_path):
 def test_llama_cpps_own_rpc_server_holds_the_layers_too(tiny_archs, tmp_path):
     """The rpc-server binary that scripts/build_llama_tools.sh builds from the same sources (a few
     minutes the first time) serves our client as ``specdec rpc-server`` does."""
-    built = subprocess.run([str(REPO / "scripts" / "build_llama_tools.sh")], cwd=REPO, capture_output=True, text=True)
+    from tests.conftest import USER_CACHE
+
+    script = [str(REPO / "scripts" / "build_llama_tools.sh")]
+    user = {k: v for k, v in os.environ.items() if k != "SPECDEC_CACHE"}
+    if USER_CACHE:
+        user["SPECDEC_CACHE"] = USER_CACHE
+    # the set-up's build where there is one (read only), else a build of the test's own
+    built = subprocess.run(script, cwd=REPO, env={**user, "SPECDEC_TOOLS_NO_BUILD": "1"}, capture_output=True, text=True)
+    if built.returncode != 0:
+        built = subprocess.run(script, cwd=REPO, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-2000:]
-    binary = Path(built.stdout.strip()) / "rpc-server"
+    binary = Path(built.stdout.strip()) / "ggml-rpc-server"
     from specdec_studio.engine.session import Session
 
     path = tiny_archs / "llama-dense.gguf"
