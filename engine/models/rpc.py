@@ -132,8 +132,6 @@ def supported() -> bool:
 @dataclass(frozen=True)
 class RpcDevice:
     endpoint: str
-    name: str  # llama.cpp's, "RPC0[host:port]"
-    description: str
     free_bytes: int
     total_bytes: int
 
@@ -174,16 +172,14 @@ def hold(endpoints: tuple[str, ...], n: int) -> None:
 
 
 def describe(endpoints: tuple[str, ...]) -> list[RpcDevice]:
-    """What each connected server offers (name, memory), for the model facts and the window."""
+    """Each connected server's devices and their memory, for the window."""
     lib = ggml_devices.lib()
     out = []
     for endpoint in endpoints:
         for dev in _devices.get(endpoint, ()):
             free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
             lib.ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-            out.append(RpcDevice(endpoint, (lib.ggml.ggml_backend_dev_name(dev) or b"").decode(),
-                                 (lib.ggml.ggml_backend_dev_description(dev) or b"").decode(),
-                                 free.value, total.value))
+            out.append(RpcDevice(endpoint, free.value, total.value))
     return out
 
 
