@@ -1,6 +1,9 @@
 """The app's own cost: the same lookahead run headless and inside the window (offscreen),
 alternated 3 times; prints ``gui/headless tokens-per-second ratio: X`` (target >= 0.95).
 
+``--layers 1 --mode lookup`` runs prompt lookup on the default model cut to its first layer: GPU-like
+step times, about 1,000 tokens/s on the code prompt here, where the window's cost per token shows.
+
 ``--chat`` runs a chat turn that asks for code instead, each in a new conversation; ``-n`` sets the
 tokens. The engine's tokens per second leave out what the window does after the last token, so
 ``--chat`` times that too: the redraw that renders the finished answer as Markdown (median of the
@@ -28,18 +31,24 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from _common import CODE_PROMPT, THREADS, model_path  # noqa: E402
 
-from specdec_studio.engine.config import LookaheadParams, RunConfig  # noqa: E402
+from host_cost import cut_model  # noqa: E402
+
+from specdec_studio.engine.config import RunConfig  # noqa: E402
 from specdec_studio.engine.session import Session  # noqa: E402
 
-ROUNDS = 3
+ROUNDS = int(os.environ.get("GUI_ROUNDS", "3"))
 N_TOKENS = 160
 CHAT_MESSAGE = ("Write a Python module with three functions: a binary search, a merge sort and a function "
                 "that counts words in a text, each with a docstring, in one code block, then explain them.")
 
 
-def headless(session: Session, n_tokens: int, chat: bool):
+# the window's controls for each mode; the headless run takes the config those controls make
+MODES = {"lookahead": {"mode": "lookahead", "W": 4, "N": 3, "G": 4}, "lookup": {"mode": "lookup", "k": 3},
+         "plain": {"mode": "plain"}}
+
+
+def headless(session: Session, config: RunConfig, chat: bool):
     """The run as the window makes it (cached prefix kept); returns its RunFinished."""
-    config = RunConfig(mode="lookahead", max_tokens=n_tokens, lookahead=LookaheadParams(4, 3, 4))
     tokens = session.chat_tokens([("user", CHAT_MESSAGE)]) if chat else session.tokenize_prompt(CODE_PROMPT)
     final = None
     for event in session.run(config, tokens, reuse_prefix=True):
@@ -47,14 +56,13 @@ def headless(session: Session, n_tokens: int, chat: bool):
     return final
 
 
-def in_app(app, window, n_tokens: int, chat: bool):
+def in_app(app, window, n_tokens: int, chat: bool, mode: str = "lookahead"):
     from specdec_studio.app.qt import QtCore
 
     if chat:
         window.new_conversation()  # each turn from the same start, as the headless run
         app.processEvents()
-    window.controls.set_values({"mode": "lookahead", "W": 4, "N": 3, "G": 4, "max_tokens": n_tokens,
-                                "temperature": 0.0})
+    window.controls.set_values({**MODES[mode], "max_tokens": n_tokens, "temperature": 0.0})
     window.input.set_text(CHAT_MESSAGE if chat else CODE_PROMPT)
     window.start_run()
     loop = QtCore.QEventLoop()
@@ -75,19 +83,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chat", action="store_true", help="a chat turn asking for code (rendered as Markdown)")
     parser.add_argument("-n", "--tokens", type=int, default=N_TOKENS)
+    parser.add_argument("--mode", choices=sorted(MODES), default="lookahead")
+    parser.add_argument("--layers", type=int, default=0,
+                        help="the default model cut to its first LAYERS layers (GPU-like step times; 0: whole)")
+    parser.add_argument("--explain", choices=("both", "window", "off"), default="window",
+                        help="which side explains its tokens: the window does by default (View → Explain tokens), "
+                             "'both' compares like for like (the window alone), 'off' turns it off in the window")
     args = parser.parse_args()
+    model = cut_model(args.layers) if args.layers else model_path("default")
 
     app = QtWidgets.QApplication([])
     settings = QtCore.QSettings(tempfile.mktemp(suffix=".ini"), QtCore.QSettings.IniFormat)
     settings.setValue("threads", THREADS)
     settings.setValue("auto_profile", "false")  # nothing but the runs on the engine thread
-    window = MainWindow(str(model_path("default")), settings=settings)
+    window = MainWindow(str(model), settings=settings)
     window.show()
     while not window.model_loaded:
         app.processEvents()
     window.input.chat_mode.setChecked(args.chat)
     window.input.show_tokens.setChecked(False)  # finished answers rendered
-    session = Session(model_path("default"), n_ctx=4096, n_threads=THREADS)
+    session = Session(model, n_ctx=4096, n_threads=THREADS)
     redraws: list[float] = []  # seconds of each redraw of the stream (the window's _render_all)
     render_all = window._render_all
 
@@ -98,12 +113,15 @@ def main() -> None:
 
     window._render_all = timed_render_all
     ours, gui, finished_redraw = [], [], []
-    headless(session, args.tokens, args.chat)
-    in_app(app, window, args.tokens, args.chat)
+    window.controls.set_values({**MODES[args.mode], "max_tokens": args.tokens, "temperature": 0.0})
+    window.explain_action.setChecked(args.explain != "off")
+    config = dataclasses.replace(window.controls.config(), explain=args.explain == "both")
+    headless(session, config, args.chat)
+    in_app(app, window, args.tokens, args.chat, args.mode)
     for r in range(ROUNDS):
-        alone = headless(session, args.tokens, args.chat)
+        alone = headless(session, config, args.chat)
         n_redraws = len(redraws)
-        shown = in_app(app, window, args.tokens, args.chat)
+        shown = in_app(app, window, args.tokens, args.chat, args.mode)
         if alone.token_ids != shown.token_ids or alone.stats["steps"] != shown.stats["steps"]:
             raise SystemExit(f"round {r + 1}: not the same run ({alone.stats['steps']} steps headless, "
                              f"{shown.stats['steps']} in the app): the ratio would compare different work")
