@@ -24,6 +24,11 @@ runs: over our plain's tokens/s, and over its own side's plain (the speed-up it 
 own loop on its own text); the second is the fair comparison of the two sides' drafting, the
 first adds the difference of the loops and of the texts' lengths (mean tokens per run printed).
 
+Their runs can go past -n: a draft made with one token left to generate is kept whole (a
+llama-speculative-simple quirk, see their_lengths), so ngram-mod's code run generates 321 tokens
+for -n 256, its last 65 in one step. Where a type does, Auto runs again to that length in the
+same rounds, and "auto / T ... at T's length" sets the two against each other on the same text.
+
 Lookup's k: 64 for the llama.cpp-style sources (their own caps, 48 or 64, apply inside), 8 for
 the n-gram cache and latest match (llama.cpp's ngram-cache drafts 8).
 
@@ -98,6 +103,19 @@ def run_theirs(binary: Path, model: Path, prompt_file: Path, name: str, n: int) 
     return run["tps"], run["tokens"], generated
 
 
+def their_lengths(binary: Path, model: Path, prompt_file: Path, types: list[str], n: int) -> dict[str, int]:
+    """The types whose run of -n ``n`` generates more than n tokens, and how many: one untimed run of
+    each. llama-speculative-simple caps a draft at the tokens still to generate, but a cap of 0
+    (one token left) reads as no cap, so a draft made then is kept whole: ngram-mod's 64-token
+    draft turns a 256-token run into 321 tokens, the last 65 for one step's price."""
+    lengths = {}
+    for name in types:
+        _, n_tokens, _ = run_theirs(binary, model, prompt_file, name, n)
+        if n_tokens > n + 1:  # every run ends one token past -n (llama plain: 257 for 256)
+            lengths[name] = n_tokens
+    return lengths
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2, help="forward-and-back rounds")
@@ -151,14 +169,26 @@ def main() -> int:
         over_own: dict[str, dict[str, list[float]]] = {c: {name: [] for name in names} for c in prompts}
         n_generated: dict[str, list[int]] = {name: [] for name in names}
         mismatches: list[str] = []
+        # category -> their type -> the length it generated, where past -n (see their_lengths)
+        longer: dict[str, dict[str, int]] = {}
         for category, (tokens, n, path) in prompts.items():
             our_plain: list[int] | None = None
             their_plain: str | None = None
+            longer[category] = their_lengths(binary, model, path, [t for t in THEIR_TYPES if t in names], n)
+            # Auto again at each of those lengths, in the same rounds: the same text as theirs
+            at_length = {f"auto@{length}": length for length in sorted(set(longer[category].values()))
+                         if "auto" in names}
+            category_names = names + list(at_length)
+            for name in at_length:
+                over_ours[category][name], over_own[category][name] = [], []
             for _ in range(args.rounds):
-                speeds: dict[str, list[float]] = {name: [] for name in names}
-                for order in (names, names[::-1]):
+                speeds: dict[str, list[float]] = {name: [] for name in category_names}
+                for order in (category_names, category_names[::-1]):
                     for name in order:
-                        if name in ours:
+                        if name in at_length:
+                            tps, n_tokens, ids = run_ours(session, ours["auto"], tokens, at_length[name])
+                            same = our_plain is None or ids[: len(our_plain)] == our_plain
+                        elif name in ours:
                             tps, n_tokens, ids = run_ours(session, ours[name], tokens, n)
                             if our_plain is None and name == "plain":
                                 our_plain = ids
@@ -172,17 +202,27 @@ def main() -> int:
                         if not same and f"{category} {name}" not in mismatches:
                             mismatches.append(f"{category} {name}")
                         speeds[name].append(tps)
-                        n_generated[name].append(n_tokens)
+                        if name not in at_length:
+                            n_generated[name].append(n_tokens)
                 mean = {name: statistics.mean(values) for name, values in speeds.items()}
-                for name in names:
+                for name in category_names:
                     over_ours[category][name].append(mean[name] / mean["plain"])
-                    over_own[category][name].append(mean[name] / mean["plain" if name in ours else LLAMA_PLAIN])
+                    over_own[category][name].append(mean[name] / mean[LLAMA_PLAIN if name in THEIR_TYPES else "plain"])
             row = "  ".join(f"{name} {statistics.median(over_own[category][name]):.3f}"
                             for name in names if name not in ("plain", LLAMA_PLAIN))
+            if at_length:
+                row += "  " + "  ".join(f"{name} {statistics.median(over_own[category][name]):.3f}" for name in at_length)
             print(f"{category:<16} plain {mean['plain']:6.1f} t/s, llama plain {mean[LLAMA_PLAIN] / mean['plain']:.3f}x; "
                   f"over own plain: {row}", flush=True)
 
         chat = [c for c in prompts if c != "code"]
+
+        def same_length(table: dict[str, dict[str, list[float]]], category: str, theirs: str) -> float:
+            """Auto over ``theirs`` where both generated as many tokens: Auto run to their length
+            wherever theirs went past -n (the same rounds, so the ratio is of one round's runs)."""
+            length = longer[category].get(theirs)
+            auto_ratios = table[category]["auto" if length is None else f"auto@{length}"]
+            return statistics.median(a / t for a, t in zip(auto_ratios, table[category][theirs]))
 
         def summary(table: dict[str, dict[str, list[float]]], name: str) -> tuple[float, float, str]:
             medians = [statistics.median(table[c][name]) for c in chat]
@@ -208,10 +248,12 @@ def main() -> int:
                 if chat:
                     best = max(theirs, key=lambda t: summary(table, t)[0])
                     print(f"auto / best llama.cpp type ({best}) on chat: "
-                          f"{summary(table, 'auto')[0] / summary(table, best)[0]:.3f}")
+                          f"{summary(table, 'auto')[0] / summary(table, best)[0]:.3f}; "
+                          f"at {best}'s lengths: {geometric_mean([same_length(table, c, best) for c in chat]):.3f}")
                 if "code" in prompts and "ngram-mod" in names:
                     print("auto / ngram-mod on code: "
-                          f"{statistics.median(table['code']['auto']) / statistics.median(table['code']['ngram-mod']):.3f}")
+                          f"{statistics.median(table['code']['auto']) / statistics.median(table['code']['ngram-mod']):.3f}; "
+                          f"at ngram-mod's length: {same_length(table, 'code', 'ngram-mod'):.3f}")
         if mismatches:
             print("OUTPUT DIFFERS FROM ITS SIDE'S PLAIN: " + ", ".join(mismatches))
             return 1
