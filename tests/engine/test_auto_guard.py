@@ -70,6 +70,27 @@ def test_trust_falls_while_trees_do_not_pay_and_comes_back_when_they_do():
     assert guard.trust == 1.0
 
 
+def test_trust_lost_long_ago_fades_back_over_plain_steps_and_good_trust_stays():
+    cost = StepCost()
+    for _ in range(4):
+        cost.observe(1, 0.010)
+    guard = Guard()
+    guard.judge(1.5, 1, 0.030, cost)  # the run's first tree lost: 1 token in three plain steps' time
+    lost = guard.trust
+    assert lost < 0.7
+    guard.rest()
+    assert lost < guard.trust < GUARD_START_TRUST  # one plain step: a little of it comes back
+    for _ in range(60):
+        guard.rest()
+    assert abs(guard.trust - GUARD_START_TRUST) < 0.02  # a long while after: the run's start again
+    for _ in range(30):  # trees that paid: trust above the start, which plain steps leave alone
+        guard.judge(1.5, 4, 0.020, cost)
+    high = guard.trust
+    for _ in range(60):
+        guard.rest()
+    assert guard.trust == high > GUARD_START_TRUST
+
+
 def test_trees_that_cost_what_they_were_priced_at_keep_full_trust_on_a_jittery_machine():
     """Plain steps of 9 and 11 ms, trees of twice a plain step's time give or take the same 10 %:
     judged against the fastest plain step, they would all look ~10 % slower than priced."""

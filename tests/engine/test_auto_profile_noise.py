@@ -45,12 +45,12 @@ def test_the_bumpy_profile_plans_as_the_smooth_one(smollm_session, code_run, pro
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ("smooth", "bumpy"))
-def test_perturbed_profiles_never_lose_the_plan(smollm_session, code_run, profiles, name):
-    """Every size of the profile perturbed by up to ±8 % (six seeds): Auto always drafts, never
-    fewer than half the median of the perturbations. (Issue 49 asks for within 15 % of the median;
-    one seed of the bumpy profile drafts 110 against a median of 162: its first tree is priced
-    cheaper than the machine runs it, is rejected, and the guard's lost trust then turns away the
-    copy the other runs take. That is the guard's path, not the profile's pricing.)"""
+def test_perturbed_profiles_keep_the_plan(smollm_session, code_run, profiles, name):
+    """Every size of the profile perturbed by up to ±8 % (six seeds): every run drafts within 15 %
+    of the median of the perturbations (issue 49's bar). Before the guard's trust faded back over
+    plain steps (Guard.rest), one seed of the bumpy profile drafted 110 against a median of 163:
+    its first tree was priced cheaper than the machine ran it, was rejected, and the lost trust
+    turned away the copy every other run took."""
     prompt, plain = code_run
     drafted = []
     for seed in range(6):
@@ -58,4 +58,4 @@ def test_perturbed_profiles_never_lose_the_plan(smollm_session, code_run, profil
         assert tokens == plain
         drafted.append(stats["n_drafted"])
     median = statistics.median(drafted)
-    assert min(drafted) >= median / 2, drafted
+    assert all(abs(d - median) <= 0.15 * median for d in drafted), drafted

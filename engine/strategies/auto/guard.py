@@ -4,7 +4,7 @@ clock, and how much to believe the next prediction."""
 from __future__ import annotations
 
 from specdec_studio.engine.strategies.auto.calibration import StepCost
-from specdec_studio.engine.strategies.auto.priors import GUARD_DECAY, GUARD_START_TREES, GUARD_START_TRUST, IDLE_STRETCH, MIN_GAIN, PLAN_INTERVAL_MAX, WAKE_MATCH
+from specdec_studio.engine.strategies.auto.priors import GUARD_DECAY, GUARD_REST_DECAY, GUARD_START_TREES, GUARD_START_TRUST, IDLE_STRETCH, MIN_GAIN, PLAN_INTERVAL_MAX, WAKE_MATCH
 
 
 class Guard:
@@ -55,6 +55,16 @@ class Guard:
         have realised less than a run starts out assuming (so after trees that lost, only a tree
         predicted to win by far more is sent)."""
         return MIN_GAIN * max(1.0, GUARD_START_TRUST / self.trust)
+
+    def rest(self) -> None:
+        """A plain step: while trust is below where a run starts, the old trees' outcomes fade toward
+        that start at GUARD_REST_DECAY a step. Trust only learns from trees sent, and a run that lost
+        its first tree or two would otherwise stay wary for good: it sends no tree, so nothing tells
+        it the text has since turned into a long copy (measured: one perturbed profile's run lost
+        its first 3-token tree and then turned away the code prompt's copy for the rest of the run)."""
+        if self.realised < GUARD_START_TRUST * self.predicted:
+            self.realised = GUARD_REST_DECAY * self.realised + (1.0 - GUARD_REST_DECAY) * GUARD_START_TRUST * GUARD_START_TREES
+            self.predicted = GUARD_REST_DECAY * self.predicted + (1.0 - GUARD_REST_DECAY) * GUARD_START_TREES
 
     def judge(self, predicted: float, emitted: int, t_decode: float, cost: StepCost) -> None:
         """A tree step that predicted ``predicted`` and emitted ``emitted`` tokens in ``t_decode``."""

@@ -65,6 +65,7 @@ MIN_REACH = 0.02  # candidates less likely than this to be reached are not worth
 GUARD_START_TRUST = 0.8
 GUARD_START_TREES = 4
 GUARD_DECAY = 0.9
+GUARD_REST_DECAY = 0.95  # per plain step, while trust is below the start's (Guard.rest)
 # While the sources propose nothing that could pay, they are asked every step for IDLE_STRETCH
 # steps, then every 2nd step for as many, and so on, up to every PLAN_INTERVAL_MAX-th step: on an
 # ordinary chat answer, asking them every step costs about 1 % of a plain step

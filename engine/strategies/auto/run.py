@@ -152,6 +152,7 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             now = time.perf_counter()
             counters.record_step(1 if info else 0, 0, 0, t_decode)
             report.count(report.decisions, "plain")
+            guard.rest()
             if info is not None:
                 if rt.observed:
                     yield rt.step_batch(step, ("input",))
