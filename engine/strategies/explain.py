@@ -2,10 +2,9 @@
 and verification's verdict in numbers (:class:`engine.events.Explanation`).
 
 Only a run whose config asks (``RunConfig.explain``) makes them. Everything here is sized by the
-vocabulary, so it is numpy, and the top tokens are found through block maxima: a whole-vocabulary
-``argpartition`` costs ~0.3 ms on 49k logits, the blocks' way ~0.07 ms; with the softmax's
-denominator an explained token costs ~0.2-0.3 ms of host time (measured on the 1-layer cut of the
-default model, where the logits come cold from llama.cpp's buffer).
+vocabulary, so it is numpy, and the top tokens are found through column maxima: a whole-vocabulary
+``argpartition`` costs ~0.3 ms on 49k logits, maxima of contiguous blocks ~0.09 ms, of strided
+columns ~0.05 ms; with the softmax's denominator an explained token costs ~0.15 ms of host time.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import numpy as np
 from specdec_studio.engine.events import Explanation, Ranked
 
 TOP_N = 8  # tokens an explanation lists, the target's and the proposer's
-BLOCK = 64  # values per block when narrowing the search for the top tokens
+GROUPS = 768  # columns the vocabulary is read as when narrowing the search for the top tokens
 MATCHED_TOKENS = 24  # at most this many context tokens are shown as the n-gram a proposal continued
 
 
@@ -26,21 +25,23 @@ def top_indices(values: np.ndarray, n: int = TOP_N) -> np.ndarray:
     """The indices of the ``n`` largest of ``values``, largest first, a tie to the lower index (so
     the first is ``np.argmax``'s choice).
 
-    If m is the ``n``-th largest block maximum, ``n`` blocks hold a value of at least m each, so
-    the ``n``-th largest value is at least m, and every block holding one of the ``n`` largest has
-    a maximum of at least m: only the blocks whose maximum reaches m (``n`` of them unless there
-    are ties) and the tail that fills no block are sorted."""
+    The values are read as a table of GROUPS columns (index i in column i % GROUPS). If m is the
+    ``n``-th largest column maximum, ``n`` columns hold a value of at least m each, so the ``n``-th
+    largest value is at least m, and every column holding one of the ``n`` largest has a maximum
+    of at least m: only the columns whose maximum reaches m (``n`` of them unless there are ties)
+    and the tail that fills no row are sorted. Columns, not contiguous blocks: the maxima are then
+    one elementwise ``np.maximum`` down the rows, several times faster than a maximum per block."""
     size = values.shape[0]
     n = min(n, size)
-    n_blocks = size // BLOCK
-    if n_blocks <= 4 * n:
+    n_rows = size // GROUPS
+    if n_rows <= 4:
         candidates = np.arange(size)
     else:
-        block_max = values[: n_blocks * BLOCK].reshape(n_blocks, BLOCK).max(axis=1)
-        m = np.partition(block_max, n_blocks - n)[n_blocks - n]
-        best_blocks = np.flatnonzero(block_max >= m)
-        candidates = (best_blocks[:, None] * BLOCK + np.arange(BLOCK)).ravel()
-        candidates = np.concatenate([candidates, np.arange(n_blocks * BLOCK, size)])
+        column_max = np.maximum.reduce(values[: n_rows * GROUPS].reshape(n_rows, GROUPS), axis=0)
+        m = np.partition(column_max, GROUPS - n)[GROUPS - n]
+        best_columns = np.flatnonzero(column_max >= m)
+        candidates = (best_columns[None, :] + GROUPS * np.arange(n_rows)[:, None]).ravel()
+        candidates = np.concatenate([candidates, np.arange(n_rows * GROUPS, size)])
     order = np.lexsort((candidates, -values[candidates].astype(np.float64)))[:n]
     return candidates[order]
 
