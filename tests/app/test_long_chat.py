@@ -125,3 +125,36 @@ def test_a_long_chat_redraws_only_the_turn_that_changed(qtbot):
     stream.mark_steps = True
     render_conversation(stream, View(edited), None, drawn)
     assert len(rendered) == 51
+
+
+def test_appends_in_one_edit_land_as_appends_one_by_one_and_a_redraw_closes_the_edit(qtbot):
+    """The window appends a drain's step events in one edit (TokenStream.begin_appending): the
+    text, the colours and each token's record are what separate appends make, and anything that
+    redraws the stream (a truncate, a clear, a rendered answer) closes the edit first."""
+    tokens = [("The", "sampled", 1), (" cat", "accepted_ngram", 2), (" sat", "accepted_ngram", 2), (".", "sampled", 3)]
+    one_by_one, batched = TokenStream(), TokenStream()
+    for stream in (one_by_one, batched):
+        qtbot.addWidget(stream)
+        stream.append_text("prompt ", "prompt", 0)
+    mark = batched.mark()
+    for text, source, step in tokens:
+        one_by_one.append_text(text, source, step, token_id=step)
+    batched.begin_appending()
+    batched.begin_appending()  # already open: the same edit goes on
+    for text, source, step in tokens:
+        batched.append_text(text, source, step, token_id=step)
+    batched.end_appending()
+    assert batched.toPlainText() == one_by_one.toPlainText() == "prompt The cat sat."
+    assert batched._token_meta == one_by_one._token_meta
+    for position in range(len("prompt The cat sat.")):
+        assert batched.token_at(position) == one_by_one.token_at(position)
+        a, b = QtGui.QTextCursor(batched.document()), QtGui.QTextCursor(one_by_one.document())
+        a.setPosition(position + 1)
+        b.setPosition(position + 1)
+        assert a.charFormat().foreground().color() == b.charFormat().foreground().color()
+    batched.begin_appending()
+    batched.append_text(" More", "sampled", 4)
+    batched.truncate(mark)  # closes the edit, then removes what followed the mark
+    assert batched._appending is None and batched.toPlainText() == "prompt "
+    batched.append_text("again", "sampled", 5)
+    assert batched.toPlainText() == "prompt again" and batched.generated_text() == "again"
