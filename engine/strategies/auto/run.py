@@ -189,10 +189,20 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
         accepted_nodes: list[Node] = []
         verdicts: dict[int, str] = {}
         row, parent = input_row, -1
+        # greedy and unexplained: every row's argmax in one numpy call (the input token's row and the
+        # tree's follow each other in the batch, all with logits), not a view and an argmax per token
+        targets = (rt.argmax_rows(input_row, 1 + len(nodes)).tolist()
+                   if rt.sampler.greedy and rt.explainer is None else None)
+        children_of: dict[int, list[int]] = {}
+        for i, n in enumerate(nodes):
+            children_of.setdefault(n.parent, []).append(i)
         while True:
-            logits = rt.logits(row)
-            chosen = rt.sampler.sample(logits)
-            children = [i for i, n in enumerate(nodes) if n.parent == parent]
+            if targets is not None:
+                logits, chosen = None, targets[row - input_row]
+            else:
+                logits = rt.logits(row)
+                chosen = rt.sampler.sample(logits)
+            children = children_of.get(parent, ())
             match = next((i for i in children if nodes[i].token == chosen), None)
             for i in children:  # every child offered here was tested against the target's choice
                 n = nodes[i]
