@@ -278,21 +278,23 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         if self._handlers is None:
             self._handlers = self._event_handlers()
         only_steps = True
-        for event in events:
-            steps = isinstance(event, STEP_EVENTS)
-            only_steps = only_steps and steps
-            # a run of step events appends to the stream in one edit (laid out once, not per token);
-            # any other event may redraw the stream, so the edit closes before it is handled
-            if steps:
-                self.stream.begin_appending()
-            else:
-                self.stream.end_appending()
-            if isinstance(event, RECORDED):
-                self.record.add(event)
-            handler = self._handlers.get(type(event))
-            if handler is not None:
-                handler(event)
-        self.stream.end_appending()
+        try:
+            for event in events:
+                steps = isinstance(event, STEP_EVENTS)
+                only_steps = only_steps and steps
+                # a run of step events appends to the stream in one edit (laid out once, not per
+                # token); any other event may redraw the stream, so the edit closes before it is handled
+                if steps:
+                    self.stream.begin_appending()
+                else:
+                    self.stream.end_appending()
+                if isinstance(event, RECORDED):
+                    self.record.add(event)
+                handler = self._handlers.get(type(event))
+                if handler is not None:
+                    handler(event)
+        finally:
+            self.stream.end_appending()
         now = time.perf_counter()
         if not self.running or now - self._figures_painted_at >= FIGURES_INTERVAL_S:
             self._figures_painted_at = now

@@ -34,7 +34,7 @@ def top_indices(values: np.ndarray, n: int = TOP_N) -> np.ndarray:
     size = values.shape[0]
     n = min(n, size)
     n_rows = size // GROUPS
-    if n_rows <= 4:
+    if n_rows <= 4 or 4 * n > GROUPS:  # a short vector, or so many asked for that columns would not narrow it
         candidates = np.arange(size)
     else:
         column_max = np.maximum.reduce(values[: n_rows * GROUPS].reshape(n_rows, GROUPS), axis=0)
