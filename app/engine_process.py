@@ -33,9 +33,9 @@ _CALLS = ("stop", "pause", "resume", "step_once")
 
 
 def _child_main(inbox, outbox, last_words) -> None:
-    """``inbox``: the parent's requests and calls; ``outbox``: batches of pickled events;
+    """The child: a worker thread running jobs, this thread reading the inbox, one forwarding events.
+    ``inbox``: the parent's requests and calls; ``outbox``: batches of pickled events;
     ``last_words``: the sentence of a lost server (all three one-way pipe ends)."""
-    """The child: a worker thread running jobs, this thread reading the inbox, one forwarding events."""
     from specdec_studio.engine.models import rpc
 
     rpc.on_lost_server(report=last_words.send)

@@ -35,8 +35,6 @@ class Ggml:
             "ggml_backend_dev_count": (ctypes.c_size_t, []),
             "ggml_backend_dev_get": (p, [ctypes.c_size_t]),
             "ggml_backend_dev_type": (ctypes.c_int, [p]),
-            "ggml_backend_dev_name": (s, [p]),
-            "ggml_backend_dev_description": (s, [p]),
             "ggml_backend_dev_memory": (None, [p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]),
             "ggml_backend_dev_by_type": (p, [ctypes.c_int]),
         }
