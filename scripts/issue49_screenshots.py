@@ -13,9 +13,7 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,24 +21,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
 
-from window_shots import Shooter, open_window  # noqa: E402
+from window_shots import open_window, start  # noqa: E402
 
 from _common import CODE_PROMPT  # noqa: E402
 
 
 def main() -> None:
-    out = Path(sys.argv[1]).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="shots-"))
-    os.environ["SPECDEC_DATA"] = str(scratch / "data")  # a memory of this script's runs alone
+    _, shots, scratch = start(sys.argv[1])  # its data folder: a memory of this script's runs alone
 
     from specdec_studio.app.qt import QtCore, QtWidgets
     from specdec_studio.engine.models import catalog
 
-    app = QtWidgets.QApplication([])
-    screen = app.primaryScreen().geometry()
-    tag = f"{screen.width()}x{screen.height()}"
-    shots = Shooter(app, out, tag)
     wait = shots.wait
 
     window = open_window(str(catalog.resolve("default")), scratch, chat=False)

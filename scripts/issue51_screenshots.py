@@ -14,35 +14,26 @@ with the mouse really hovering (xdotool):
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from window_shots import Shooter, open_window  # noqa: E402
+from window_shots import open_window, start  # noqa: E402
 
 PROMPT = "The history of the printing press begins in the fifteenth century, when"
 
 
 def main() -> None:
-    out = Path(sys.argv[1]).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="shots-"))
-    os.environ["SPECDEC_DATA"] = str(scratch / "data")
+    _, shots, scratch = start(sys.argv[1])
 
     from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
     from specdec_studio.engine.models import catalog
     from specdec_studio.engine.records import demo_traces, trace
 
-    app = QtWidgets.QApplication([])
-    screen = app.primaryScreen().geometry()
-    tag = f"{screen.width()}x{screen.height()}"
-    shots = Shooter(app, out, tag)
     wait = shots.wait
 
     window = open_window(str(catalog.resolve("default")), scratch, chat=False, auto_profile=True)  # the curve needs this machine's profiles

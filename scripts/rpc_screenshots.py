@@ -11,32 +11,24 @@ each shot from the X screen:
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from window_shots import Shooter, open_window  # noqa: E402
+from window_shots import open_window, start  # noqa: E402
 
 from tests.rpc_local import rpc_servers  # noqa: E402
 
 
 def main() -> None:
-    out = Path(sys.argv[1]).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="shots-"))
-    os.environ["SPECDEC_DATA"] = str(scratch / "data")
+    _, shots, scratch = start(sys.argv[1])
 
     from specdec_studio.app.qt import QtWidgets
     from specdec_studio.engine.models import catalog
 
-    app = QtWidgets.QApplication([])
-    screen = app.primaryScreen().geometry()
-    shots = Shooter(app, out, f"{screen.width()}x{screen.height()}")
     wait = shots.wait
     model = str(catalog.resolve("default"))
 

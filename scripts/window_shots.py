@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -50,3 +52,18 @@ def open_window(model: str, scratch: Path, *, chat: bool, auto_profile: bool = F
     window.move(0, 0)
     window.show()
     return window
+
+
+def start(out_arg: str):
+    """What every screenshot script begins with: the output folder ``out_arg`` made, a scratch
+    folder whose ``data`` the app uses (nothing of yours read or written), the QApplication and a
+    Shooter tagged with the X screen's size. Returns (app, shooter, scratch)."""
+    from specdec_studio.app.qt import QtWidgets
+
+    out = Path(out_arg).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="shots-"))
+    os.environ["SPECDEC_DATA"] = str(scratch / "data")
+    app = QtWidgets.QApplication([])
+    screen = app.primaryScreen().geometry()
+    return app, Shooter(app, out, f"{screen.width()}x{screen.height()}"), scratch
