@@ -50,12 +50,14 @@ class Batch:
         raw.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
         self.raw: llama.llama_batch | None = raw
         self.n_tokens = 0
+        self.n_logits = 0  # rows that ask for logits (what a decode's cost depends on)
         # the one sequence every token so far belongs to alone, or -1: lets the readers of a batch
         # (the KV mirror, the recurrent-state log) skip the per-token walk in the usual step
         self.single_seq = -1
 
     def clear(self) -> None:
         self.n_tokens = 0
+        self.n_logits = 0
         self.raw.n_tokens = 0
 
     def add(self, token: int, pos: int, seq_ids: Sequence[int], want_logits: bool) -> int:
@@ -64,12 +66,18 @@ class Batch:
         if i >= self.capacity:
             raise IndexError(f"batch is full ({self.capacity} tokens)")
         n = len(seq_ids)
-        self._rows_in(i, seq_ids[0] if n == 1 else -1)
         self.token[i] = token
         self.pos[i] = pos
         self.n_seq_id[i] = n
-        self.seq_id[i][:n] = seq_ids
-        self.logits[i] = want_logits or self.logits_every_row
+        if n == 1:  # the usual row: a scalar store, not a slice assignment
+            self.seq_table[i, 0] = seq_ids[0]
+            self._rows_in(i, seq_ids[0])
+        else:
+            self.seq_id[i][:n] = seq_ids
+            self.single_seq = -1
+        want = bool(want_logits or self.logits_every_row)
+        self.logits[i] = want
+        self.n_logits += want
         self.n_tokens = i + 1
         self.raw.n_tokens = i + 1
         return i
@@ -93,7 +101,9 @@ class Batch:
             firsts = seqs[:, 0] if not (np.asarray(n_seqs) != 1).any() else None
         if n:
             self._rows_in(i, int(firsts[0]) if firsts is not None and bool((firsts == firsts[0]).all()) else -1)
-        self.logits[i:i + n] = want_logits or self.logits_every_row
+        want = bool(want_logits or self.logits_every_row)
+        self.logits[i:i + n] = want
+        self.n_logits += n * want
         self.n_tokens = i + n
         self.raw.n_tokens = i + n
         return i
@@ -110,8 +120,10 @@ class Batch:
         if n:
             self._rows_in(i, seq_id)
         self.logits[i : i + n] = self.logits_every_row
-        if logits_last and n:
+        self.n_logits += n if self.logits_every_row else 0
+        if logits_last and n and not self.logits_every_row:
             self.logits[i + n - 1] = 1
+            self.n_logits += 1
         self.n_tokens = i + n
         self.raw.n_tokens = i + n
 

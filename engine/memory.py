@@ -122,7 +122,8 @@ class Memory:
         if rc == 0:
             if self.recurrent:
                 self._follow_recurrent(batch)
-            self._notify("on_decode", batch)
+            if self.observers:
+                self._notify("on_decode", batch)
             return dt
         if rc == 1:
             raise NoKvSlot()
@@ -164,7 +165,10 @@ class Memory:
             ckpt = ckpts.get(seq)
             if ckpt is not None:
                 first = ckpt.n_past + len(ckpt.since)
-                if batch.pos[:n].tolist() == list(range(first, first + n)):
+                # the strategies write a sequence's rows in position order, and llama.cpp has just
+                # accepted the batch (one sequence's positions in it continuous): so its two ends
+                # say whether these are the positions after the log
+                if batch.pos[0] == first and batch.pos[n - 1] == first + n - 1:
                     ckpt.since.extend(batch.token[:n].tolist())
                 else:  # not the next positions: the log no longer says what the sequence holds
                     del ckpts[seq]

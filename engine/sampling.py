@@ -51,32 +51,49 @@ _VIEWS: dict[tuple[int, int], np.ndarray] = {}
 _VIEWS_KEPT = 256
 
 
-def _view(ptr, n_floats: int) -> np.ndarray:
-    key = (ctypes.cast(ptr, ctypes.c_void_p).value, n_floats)
+def _declare_logits_address():
+    """``llama_get_logits_ith`` once more, returning the address as a plain int (0 for none):
+    the views are keyed by it, and turning llama-cpp-python's float pointer into one took as
+    long as the call. Indexing the library makes a function object of our own, so llama-cpp-
+    python's declaration is left as it is."""
+    from llama_cpp import llama_cpp as bindings
+
+    fn = bindings._lib["llama_get_logits_ith"]
+    fn.argtypes = [llama.llama_context_p_ctypes, ctypes.c_int32]
+    fn.restype = ctypes.c_void_p
+    return fn
+
+
+_logits_address = _declare_logits_address()
+
+
+def _view(address: int, n_floats: int) -> np.ndarray:
+    key = (address, n_floats)
     view = _VIEWS.get(key)
     if view is None:
         if len(_VIEWS) >= _VIEWS_KEPT:
             _VIEWS.clear()
-        view = _VIEWS[key] = np.ctypeslib.as_array(ptr, shape=(n_floats,))
+        view = _VIEWS[key] = np.ctypeslib.as_array(ctypes.cast(address, ctypes.POINTER(ctypes.c_float)),
+                                                   shape=(n_floats,))
     return view
 
 
 def logits_row(ctx: llama.llama_context_p, i: int, n_vocab: int) -> np.ndarray:
     """A float32 view (no copy) of the logits of batch output ``i``; valid until the next decode."""
-    ptr = llama.llama_get_logits_ith(ctx, i)
-    if not ptr:  # llama.cpp has just logged why (a row without logits, an index out of range)
+    address = _logits_address(ctx, i)
+    if not address:  # llama.cpp has just logged why (a row without logits, an index out of range)
         raise logits_failure(i, "this context", problem_mark() - 1)
-    return _view(ptr, n_vocab)
+    return _view(address, n_vocab)
 
 
 def argmax_rows(ctx: llama.llama_context_p, first: int, count: int, n_vocab: int) -> np.ndarray:
     """The argmax of batch outputs ``first`` .. ``first + count - 1`` in one numpy call. Every one
     of those rows must have asked for logits: llama.cpp stores such rows contiguously, in batch
     order, so they are one block of its buffer."""
-    ptr = llama.llama_get_logits_ith(ctx, first)
-    if not ptr:
+    address = _logits_address(ctx, first)
+    if not address:
         raise logits_failure(first, "this context", problem_mark() - 1)
-    return _view(ptr, count * n_vocab).reshape(count, n_vocab).argmax(axis=1)
+    return _view(address, count * n_vocab).reshape(count, n_vocab).argmax(axis=1)
 
 
 class Sampler:

@@ -18,6 +18,9 @@ class Vocab:
         self.ptr = vocab_ptr
         self.n_tokens = llama.llama_vocab_n_tokens(vocab_ptr)
         self._pieces: dict[int, bytes] = {}
+        # a piece's text where its bytes are whole UTF-8 characters (most tokens), else None
+        self._texts: dict[int, str | None] = {}
+        self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
@@ -54,8 +57,26 @@ class Vocab:
         n = llama.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, True)
         return buf.raw[: max(0, n)].decode("utf-8", "replace")
 
+    def whole_text(self, token: int) -> str | None:
+        """The token's text if its piece is whole UTF-8 characters; None if it starts or ends in
+        the middle of one (or is not UTF-8 at all): then only its neighbours can say."""
+        try:
+            return self._texts[token]
+        except KeyError:
+            pass
+        try:
+            text = self.piece(token).decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        self._texts[token] = text
+        return text
+
     def is_eog(self, token: int) -> bool:
-        return bool(llama.llama_vocab_is_eog(self.ptr, token))
+        # asked for every proposal and every emitted token: a dict hit costs a tenth of the call
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(llama.llama_vocab_is_eog(self.ptr, token))
+        return eog
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
@@ -72,9 +93,17 @@ class IncrementalDetokenizer:
     def __init__(self, vocab: Vocab) -> None:
         self._vocab = vocab
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = False  # the decoder holds the first bytes of an unfinished character
 
     def feed(self, token: int) -> str:
-        return self._decoder.decode(self._vocab.piece(token))
+        if not self._pending:  # the usual token: whole characters after whole characters
+            text = self._vocab.whole_text(token)
+            if text is not None:
+                return text
+        text = self._decoder.decode(self._vocab.piece(token))
+        self._pending = bool(self._decoder.getstate()[0])
+        return text
 
     def flush(self) -> str:
+        self._pending = False
         return self._decoder.decode(b"", final=True)

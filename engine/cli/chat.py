@@ -23,7 +23,8 @@ import signal
 import sys
 import time
 
-from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, read_text_file, run_setup, rpc_servers_of, write_tokens
+from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, flush_tokens, read_text_file, rpc_servers_of,
+                                              run_setup, write_tokens)
 from specdec_studio.engine.config import DEFAULT_MODE
 from specdec_studio.engine.chat.store import not_saved
 from specdec_studio.engine.errors import SpecDecError
@@ -205,16 +206,21 @@ def _answer(events, chat, args) -> None:
                         write_tokens(event, args.color)
                         wrote = True
                 elif isinstance(event, ConversationChanged) and event.note:
+                    flush_tokens()
                     print(f"[{event.note}]", file=sys.stderr)
                 elif isinstance(event, RunWarning):
+                    flush_tokens()
                     print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
                 elif isinstance(event, RunFinished):
                     final = event
         except SpecDecError:
+            flush_tokens()
             if wrote:
                 sys.stdout.write("\n")  # a failed answer still ends its line
                 sys.stdout.flush()
             raise
+        finally:
+            flush_tokens()  # whatever ended the answer, the tokens it made are shown
     if final is None:
         if args.json:
             _json_line({"error": "the answer ended without a result"})

@@ -8,7 +8,7 @@ import math
 import sys
 import time
 
-from specdec_studio.engine.cli.common import print_stats, write_tokens
+from specdec_studio.engine.cli.common import flush_tokens, print_stats, write_tokens
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -39,7 +39,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 write_tokens(event, args.color)
             elif isinstance(event, RunFinished):
                 final = event
-        sys.stdout.flush()  # what this tick delivered shows now, however long the next gap
+        flush_tokens()  # what this tick delivered shows now, however long the next gap
         last = now
     if final is None:
         print("\nspecdec: the recorded run failed", file=sys.stderr)

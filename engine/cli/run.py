@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from specdec_studio.engine.errors import SpecDecError
-from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, ensure_profile, print_stats, read_text_file,
-                                               rpc_servers_of, run_setup, write_tokens)
+from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, ensure_profile, flush_tokens, print_stats,
+                                               read_text_file, rpc_servers_of, run_setup, write_tokens)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -45,27 +45,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         final: RunFinished | None = None
         recorder = TraceRecorder() if args.trace else None
         explained: list[dict] = []  # --explain --json: every generated token's explanation
-        for event in session.run(config, tokens, prompt_text=prompt, fresh_cancel=False):
-            if recorder is not None:
-                recorder.add(event)
-                if isinstance(event, StepDone) and session.memory.mirror_ok:
-                    recorder.add(session.kv_snapshot(event.step, config.n_sequences))
-            if isinstance(event, RunStarted) and not args.json and config.mode == "lookahead":
-                la = config.lookahead
-                print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=sys.stderr)
-            if isinstance(event, StepDone) and config.explain and args.json:
-                explained.extend({"id": t.id, "text": t.text, "source": t.source,
-                                  "why": trace.why_record(t.why) if t.why else None} for t in event.tokens)
-            elif isinstance(event, StepDone) and not args.json:
-                write_tokens(event, args.color)
-                if args.kv_dump:
-                    view = session.memory.mirror.base.render_view(config.n_sequences)
-                    print(f"\n--- after step {event.step}\n{view}", file=sys.stderr)
-            elif isinstance(event, RunWarning):
-                print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
-            elif isinstance(event, RunFinished):
-                final = event
-        sys.stdout.flush()  # the last tokens before the figures (write_tokens flushes at most 20 times a second)
+        try:
+            for event in session.run(config, tokens, prompt_text=prompt, fresh_cancel=False):
+                if recorder is not None:
+                    recorder.add(event)
+                    if isinstance(event, StepDone) and session.memory.mirror_ok:
+                        recorder.add(session.kv_snapshot(event.step, config.n_sequences))
+                if isinstance(event, RunStarted) and not args.json and config.mode == "lookahead":
+                    la = config.lookahead
+                    print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=sys.stderr)
+                if isinstance(event, StepDone) and config.explain and args.json:
+                    explained.extend({"id": t.id, "text": t.text, "source": t.source,
+                                      "why": trace.why_record(t.why) if t.why else None} for t in event.tokens)
+                elif isinstance(event, StepDone) and not args.json:
+                    write_tokens(event, args.color)
+                    if args.kv_dump:
+                        flush_tokens()
+                        view = session.memory.mirror.base.render_view(config.n_sequences)
+                        print(f"\n--- after step {event.step}\n{view}", file=sys.stderr)
+                elif isinstance(event, RunWarning):
+                    flush_tokens()
+                    print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
+                elif isinstance(event, RunFinished):
+                    final = event
+        finally:
+            flush_tokens()  # the tokens before the figures, or before the sentence of an error
         assert final is not None
         if recorder is not None:
             trace.save(recorder.trace(), args.trace)

@@ -45,11 +45,15 @@ class Checkpoints:
 
     def save(self, seq_id: int, n_past: int) -> None:
         t0 = time.perf_counter()
-        size = llama.llama_state_seq_get_size_ext(self.ctx, seq_id, PARTIAL_ONLY)
         buf = self._buffers.get(seq_id)
-        if buf is None or len(buf) < size:
+        # A sequence's recurrent state keeps its size, so the buffer of its last checkpoint takes
+        # the next one without asking llama.cpp the size first (which writes the state out once
+        # more, to count it); only a state that no longer fits is measured, and copied again.
+        written = 0 if buf is None else llama.llama_state_seq_get_data_ext(self.ctx, buf, len(buf), seq_id, PARTIAL_ONLY)
+        if written == 0:
+            size = llama.llama_state_seq_get_size_ext(self.ctx, seq_id, PARTIAL_ONLY)
             buf = self._buffers[seq_id] = (ctypes.c_uint8 * size)()
-        written = llama.llama_state_seq_get_data_ext(self.ctx, buf, size, seq_id, PARTIAL_ONLY)
+            written = llama.llama_state_seq_get_data_ext(self.ctx, buf, size, seq_id, PARTIAL_ONLY)
         self.by_seq[seq_id] = Checkpoint(n_past, buf, written)
         self.n_saved += 1
         self.t_save_s += time.perf_counter() - t0

@@ -128,10 +128,15 @@ class Runtime:
         Every decode of a generation step goes through here, so its shape is counted once."""
         if self.memory.mirror is not None:
             self.memory.mirror.stamp = self.counters.steps  # the step this decode belongs to
-        dt = self.guarded(lambda: self.memory.decode(self.batch))
-        if dt is not None:
-            n = self.batch.n_tokens
-            self.counters.record_decode(n, int(np.count_nonzero(self.batch.logits[:n])))
+        try:  # guarded(), written out: this is every step's path
+            dt = self.memory.decode(self.batch)
+        except NoKvSlot:
+            self.output.finish(FINISH_CONTEXT_FULL)
+            return None
+        except DecodeAborted:
+            self.output.finish(FINISH_CANCELLED)
+            return None
+        self.counters.record_decode(self.batch.n_tokens, self.batch.n_logits)
         return dt
 
     def step_batch(self, step: int, roles: Sequence[str], verdicts: dict[int, str] | None = None) -> StepBatch:

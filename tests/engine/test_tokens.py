@@ -33,3 +33,25 @@ def _is_utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def test_incremental_detokenisation_equals_a_plain_utf8_decoder(any_model_path):
+    """The whole-character shortcut gives, token by token, what an incremental UTF-8 decoder fed
+    every piece gives: on random token runs (byte tokens, halves of characters, invalid bytes)."""
+    import codecs
+
+    import numpy as np
+
+    with LoadedModel(any_model_path) as model:
+        vocab = Vocab(model.vocab)
+        rng = np.random.default_rng(7)
+        byte_tokens = [t for t in range(min(vocab.n_tokens, 4096)) if not _is_utf8(vocab.piece(t))][:64]
+        for _ in range(40):
+            tokens = rng.integers(0, vocab.n_tokens, 30).tolist()
+            if byte_tokens:  # make every other run mostly split characters
+                tokens[::2] = rng.choice(byte_tokens, len(tokens[::2])).tolist()
+            detok = IncrementalDetokenizer(vocab)
+            reference = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            ours = [detok.feed(t) for t in tokens] + [detok.flush()]
+            theirs = [reference.decode(vocab.piece(t)) for t in tokens] + [reference.decode(b"", final=True)]
+            assert ours == theirs
