@@ -14,7 +14,9 @@ whatever the user had in it. So a model on RPC servers is loaded and run by an
 - when the child dies, its last words (the one sentence :func:`engine.models.rpc.on_lost_server`
   wrote) end the running job as failed, the window learns that the model is gone
   (``LoadFailed``), and a fresh child waits for the next load. The chat's history was saved after
-  every turn and stays on screen; only the run in flight is lost.
+  every turn and stays on screen. Of the run in flight, the answer keeps what the stream showed:
+  the window follows it (:class:`engine.chat.turns.AnswerInProgress`) and the fresh child writes
+  it into the saved conversation, marked interrupted.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 
 from specdec_studio.app import worker_messages as m
 from specdec_studio.app.engine_worker import SHUTDOWN_WAIT_S, EngineWorker
+from specdec_studio.engine.chat.turns import AnswerInProgress
 
 FORWARD_INTERVAL_S = 0.004  # the child's event batches: the window drains at ~60 Hz anyway
 _CALLS = ("stop", "pause", "resume", "step_once")
@@ -94,6 +97,7 @@ class EngineProcess(EngineWorker):
         self._running: tuple[int, str] | None = None  # (job id, request name) the child took last
         self._queued: dict[int, str] = {}  # job id -> request name, sent but not taken up yet
         self._lost = False
+        self._answer = AnswerInProgress()  # the chat answer the child is writing, as streamed
 
     def _send(self, item) -> None:
         try:
@@ -165,8 +169,11 @@ class EngineProcess(EngineWorker):
         if isinstance(event, m.JobTaken):
             self._queued.pop(event.job, None)
             self._running = (event.job, event.request)
+            self._answer = AnswerInProgress()  # whatever answer came before, its engine settled it
         elif isinstance(event, m.JobEnded) and self._running and self._running[0] == event.job:
             self._running = None
+        else:
+            self._answer.follow(event)
 
     def _child_lost(self) -> list:
         """The reports a window needs when the child died: the job in flight failed with the child's
@@ -191,6 +198,10 @@ class EngineProcess(EngineWorker):
             self._child.kill()
         for end in (self._inbox, self._outbox, self._last_words):
             end.close()
+        cut_short = self._answer.interrupted() if self._running is not None else None
         self._spawn()
-        self._child.start()
+        self.start()
+        if cut_short is not None:  # the fresh child writes what the stream showed after the last save
+            conv_id, pieces = cut_short
+            self._submit(m.ConversationRequest("interrupted", conv_id, pieces=tuple(tuple(p) for p in pieces)))
         return events

@@ -194,9 +194,11 @@ class SweepRequest:
 
 @dataclass(frozen=True)
 class ConversationRequest:
-    action: str  # "new", "open", "rename", "delete", "list", "system", "start"
+    action: str  # "new", "open", "rename", "delete", "list", "system", "start", "interrupted"
     conv_id: str = ""
     text: str = ""  # a title, a system message or a search query
+    # "interrupted": the pieces of an answer whose engine process died before it saved them
+    pieces: tuple = ()
 
 
 @dataclass(frozen=True)

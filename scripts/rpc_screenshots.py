@@ -5,8 +5,8 @@ each shot from the X screen:
 
 1. the model loaded on the servers (the title says so, the model bar's field names them, its
    tooltip lists what each holds), a chat answer by prompt lookup;
-2. one server killed mid-answer: the sentence naming it, the chat still on screen, the window
-   ready to load the model again.
+2. one server killed mid-answer: the sentence naming it, the chat still on screen with the answer
+   kept as far as it had come (marked interrupted), the window ready to load the model again.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ def main() -> None:
         shots.settle(1.0)
         procs[1].kill()
         wait(lambda: not window.machine.busy and "stopped answering" in window.error_label.text())
+        wait(lambda: window.conversation.messages[-1].state == "interrupted")  # written by the fresh engine
         shots.shoot("rpc-server-lost-mid-answer", 0.8)
         window.close()
 

@@ -97,6 +97,15 @@ def conversation(state: WorkerState, command: ConversationRequest) -> None:
         set_system(current, command.text)
         if current.messages:
             note = save(current)
+    elif action == "interrupted":  # an engine process died mid-answer: keep what its stream showed
+        from specdec_studio.engine.chat.turns import keep_interrupted
+
+        try:
+            current = store.load(command.conv_id)
+        except (DamagedConversation, OSError):
+            return  # never saved, or unreadable: the window keeps what it shows
+        if keep_interrupted(current, [list(p) for p in command.pieces]):
+            note = save(current) or "the answer that was cut short is kept as far as it had come"
     state.conversation = current
     state.chat = None  # bound again (and re-encoded if needed) at the next turn
     if state.conversation.messages:

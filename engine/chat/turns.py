@@ -219,6 +219,58 @@ def _add_pieces(answer: Message, event: StepDone, rejected: tuple[str, ...]) -> 
     answer.content += "".join(t.text for t in event.tokens)
 
 
+class AnswerInProgress:
+    """A turn's answer as its events tell it, followed from outside the engine that writes it.
+
+    The engine that runs a chat turn saves its answer at most every ``SAVE_INTERVAL_S``. Where that
+    engine can die mid-turn (a process whose RPC server stopped answering), whoever reads its
+    events follows the answer here, so that what the stream showed can be kept after the last save:
+    :func:`keep_interrupted` writes it into the saved conversation."""
+
+    def __init__(self) -> None:
+        self.conv_id = ""
+        self.answer: Message | None = None  # the answer being written, None between turns
+        self._rejected: dict[int, tuple[str, ...]] = {}
+
+    def follow(self, event: object) -> None:
+        if isinstance(event, ConversationChanged):
+            last = event.view.messages[-1] if event.view.messages else None
+            if last is not None and last.role == "assistant" and last.state == STREAMING:
+                self.conv_id = event.view.id
+                self.answer = Message("assistant", last.content, pieces=[list(p) for p in last.pieces], state=STREAMING)
+            else:
+                self.answer = None
+            self._rejected.clear()
+        elif self.answer is None:
+            return
+        elif isinstance(event, RejectedDraft):
+            self._rejected[event.step] = event.texts
+        elif isinstance(event, StepDone):
+            _add_pieces(self.answer, event, self._rejected.pop(event.step, ()))
+        elif isinstance(event, RunFinished):  # the engine wrote the answer's end itself
+            self.answer = None
+
+    def interrupted(self) -> tuple[str, list[list]] | None:
+        """The conversation id and the pieces (as saved: no explanations) of an answer cut short."""
+        if self.answer is None or not self.answer.pieces:
+            return None
+        return self.conv_id, [p[:6] for p in self.answer.pieces]
+
+
+def keep_interrupted(conv: Conversation, pieces: list[list]) -> bool:
+    """Give ``conv``'s last answer the ``pieces`` an engine that died streamed before it could save
+    them, marked interrupted: only an answer that was still being written, and only where the
+    pieces go further than what was saved. Returns whether it changed."""
+    answer = conv.messages[-1] if conv.messages else None
+    if answer is None or answer.role != "assistant" or answer.state == DONE or len(pieces) <= len(answer.pieces):
+        return False
+    answer.pieces = [list(p) for p in pieces]
+    answer.content = "".join(str(p[0]) for p in answer.pieces if p[1] != "rejected")
+    answer.produced = None  # only its text is known for sure
+    answer.state, answer.finish_reason = INTERRUPTED, "interrupted"
+    return True
+
+
 def _end_token(event: RunFinished) -> list[int]:
     """The end-of-generation token the model produced, which the run's ids leave out."""
     if event.finish_reason != "stop":

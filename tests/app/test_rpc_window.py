@@ -50,8 +50,11 @@ def test_a_model_on_rpc_servers_chats_and_survives_a_server_killed_mid_answer(wi
 
         window.input.set_text("Write a long story about a lighthouse keeper.")
         window.controls.set_values({"mode": "lookup", "max_tokens": 2000})
+        shown_before = len(window.stream.toPlainText())
         window.start_run()
-        qtbot.waitUntil(lambda: len(window.stream.toPlainText()) > len(local_answer) + 150, timeout=TIMEOUT_MS)
+        # a few lines of the answer streamed (the question itself is 45 characters)
+        qtbot.waitUntil(lambda: len(window.stream.toPlainText()) > shown_before + 250, timeout=TIMEOUT_MS)
+        shown = window.stream.toPlainText()
         procs[1].kill()
         qtbot.waitUntil(lambda: not window.running and "stopped answering" in window.error_label.text(),
                         timeout=TIMEOUT_MS)
@@ -60,6 +63,17 @@ def test_a_model_on_rpc_servers_chats_and_survives_a_server_killed_mid_answer(wi
     # the chat is kept: the first turn on screen and on disk
     assert "Name one colour." in window.stream.toPlainText()
     assert [m.content for m in window.conversation.messages if m.role == "user"][0] == "Name one colour."
+    # and the answer cut short keeps what the stream showed, past the child's last save (every 2 s),
+    # marked interrupted, on screen and in the saved conversation
+    qtbot.waitUntil(lambda: window.conversation.messages[-1].state == "interrupted", timeout=TIMEOUT_MS)
+    cut_short = window.conversation.messages[-1]
+    assert cut_short.role == "assistant" and len(cut_short.content) > 150
+    assert cut_short.content[:100] in shown  # what the stream showed before the kill, and perhaps more
+    assert "[interrupted" in window.stream.toPlainText()
+    from specdec_studio.engine.chat.store import ConversationStore
+
+    saved = ConversationStore().load(window.conversation.id).messages[-1]
+    assert saved.state == "interrupted" and saved.content == cut_short.content
     # and the window goes on: the servers are remembered for this model; cleared, it loads here
     assert window.settings.value(f"rpc_servers/{__import__('hashlib').sha256(model.encode()).hexdigest()[:16]}")
     load_on(window, qtbot, model, "")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_studio.engine.chat.turns import Chat, ConversationChanged
+from specdec_studio.engine.chat.turns import AnswerInProgress, Chat, ConversationChanged, keep_interrupted
 from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.chat.conversation import INTERRUPTED, Conversation, Message
 from specdec_studio.engine.chat.store import ConversationStore
@@ -205,6 +205,35 @@ def test_a_stopped_turn_keeps_its_partial_answer(smollm_session):
     assert answer.state == INTERRUPTED and answer.finish_reason == "cancelled" and answer.content
     follow = _final(chat.send(RunConfig(max_tokens=8), "Go on."))
     assert follow.stats["n_prompt_reused"] > 0
+
+
+def test_an_answer_followed_from_its_events_is_kept_after_its_engine_dies(tmp_path, smollm_session):
+    """What an engine process streamed after its last save reaches the saved conversation through
+    the window's follower (app.engine_process), as the engine itself would have written it."""
+    store = ConversationStore(tmp_path)
+    chat = Chat(smollm_session, store=store)
+    follower = AnswerInProgress()
+    events = chat.send(RunConfig(mode="lookup", max_tokens=200), "Count from one to thirty in words, one per line.")
+    for event in events:
+        follower.follow(event)
+        if isinstance(event, StepDone) and event.step >= 12:
+            break
+    # the engine "dies" here: the file holds the answer of its last save (at the turn's start, under
+    # SAVE_INTERVAL_S ago), the engine's memory what it streamed since
+    in_memory = chat.conversation.messages[-1]
+    conv_id, pieces = follower.interrupted()
+    on_disk = store.load(conv_id)
+    assert conv_id == chat.conversation.id and len(on_disk.messages[-1].pieces) < len(pieces)
+    assert keep_interrupted(on_disk, pieces)
+    kept = on_disk.messages[-1]
+    assert kept.state == INTERRUPTED and kept.content == in_memory.content and kept.content
+    assert kept.pieces == [p[:6] for p in in_memory.pieces]
+    # an answer that is already as far as the stream went is left alone; a finished one too
+    assert not keep_interrupted(on_disk, pieces)
+    events.close()
+    done = _final(chat.send(RunConfig(max_tokens=8), "Go on."))
+    assert done.finish_reason in ("stop", "length")
+    assert not keep_interrupted(store.load(conv_id), pieces + pieces)
 
 
 def test_a_model_switch_re_encodes_the_conversation(smollm_session, smollm_drafts):
