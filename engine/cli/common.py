@@ -44,7 +44,8 @@ def read_text_file(path: str | Path) -> str:
 # Streamed text goes to standard output at most this often. A write per step is a system call
 # wherever Python's stdout is unbuffered (PYTHONUNBUFFERED, as on this project's machines) and,
 # into a pipe, wakes the reader: on llama.cpp's tiny qwen35 (~0.4 ms a step) the CLI's host time
-# per step was 0.064-0.073 ms streaming against 0.049-0.052 ms with --json (no stream)
+# per step was 0.064-0.073 ms streaming a write per step against 0.049-0.052 ms with --json (no
+# stream), and 0.037-0.054 ms streaming with the writes held back here
 FLUSH_EVERY_S = 0.05
 _pending: list[str] = []
 _last_flush = [0.0]
