@@ -13,6 +13,7 @@ so the output still equals plain's; only the timings Auto sees are simulated. Us
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 from pathlib import Path
@@ -41,10 +42,10 @@ def perturbed(curve: CostCurve, seed: int, spread: float = PERTURBATION) -> Cost
                      tuple((np.asarray(curve.t_last_logit) * factors).tolist()))
 
 
-def auto_plan(session: Session, prompt: list[int], priced_with: CostCurve, machine: CostCurve,
-              n_tokens: int) -> tuple[list[int], dict]:
-    """One greedy Auto run priced with ``priced_with`` while every decode is timed as ``machine``
-    says: its tokens and stats (``n_drafted`` is the plan's size)."""
+@contextlib.contextmanager
+def simulated_machine(session: Session, priced_with: CostCurve, machine: CostCurve):
+    """Within it, every run of ``session`` prices with ``priced_with`` and every decode "takes" what
+    ``machine`` says a decode of its shape takes (the tokens are still the model's own)."""
     memory = session.target.memory
     real_decode = memory.decode
 
@@ -53,15 +54,28 @@ def auto_plan(session: Session, prompt: list[int], priced_with: CostCurve, machi
         n = batch.n_tokens
         return machine.seconds(n, int(np.count_nonzero(batch.logits[:n])))
 
-    session.cost_curve = lambda: priced_with  # what the run prices with (read once at its start)
+    session.cost_curve = lambda: priced_with  # what a run prices with (read once at its start)
     memory.decode = machine_decode
     try:
-        config = RunConfig(mode="auto", max_tokens=n_tokens, speculative=SpeculativeParams())
-        done = last_event(session.run(config, prompt))
+        yield
     finally:
         del memory.decode
         del session.cost_curve
+
+
+def auto_plan(session: Session, prompt: list[int], priced_with: CostCurve, machine: CostCurve,
+              n_tokens: int) -> tuple[list[int], dict]:
+    """One greedy Auto run priced with ``priced_with`` while every decode is timed as ``machine``
+    says: its tokens and stats (``n_drafted`` is the plan's size)."""
+    with simulated_machine(session, priced_with, machine):
+        config = RunConfig(mode="auto", max_tokens=n_tokens, speculative=SpeculativeParams())
+        done = last_event(session.run(config, prompt))
     return list(done.token_ids), done.stats
+
+
+def simulated_seconds(stats: dict, machine: CostCurve) -> float:
+    """What a run's generation decodes (``stats["decode_shapes"]``) take on ``machine``."""
+    return sum(machine.seconds(b, r) * count for b, r, count in stats["decode_shapes"])
 
 
 def main() -> None:

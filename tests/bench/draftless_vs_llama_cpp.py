@@ -26,8 +26,11 @@ first adds the difference of the loops and of the texts' lengths (mean tokens pe
 
 Their runs can go past -n: a draft made with one token left to generate is kept whole (a
 llama-speculative-simple quirk, see their_lengths), so ngram-mod's code run generates 321 tokens
-for -n 256, its last 65 in one step. Where a type does, Auto runs again to that length in the
-same rounds, and "auto / T ... at T's length" sets the two against each other on the same text.
+for -n 256, its last 65 in one step. Where a type does, the bench sets Auto against it two ways:
+Auto runs again to that length in the same rounds ("at T's length": the same text, but the last
+65 tokens cost T one step, which no run stopped at its own length gets), and T's speed over its
+steps up to -n + 1 tokens is read from its debug log's step times ("over T's first n": the
+same text as Auto's run of -n, each side's own steps).
 
 Lookup's k: 64 for the llama.cpp-style sources (their own caps, 48 or 64, apply inside), 8 for
 the n-gram cache and latest match (llama.cpp's ngram-cache drafts 8).
@@ -92,15 +95,45 @@ def run_ours(session, config: RunConfig, tokens: list[int], n: int) -> tuple[flo
     return stats["n_predict"] / stats["t_generate_s"], stats["n_predict"], list(final.token_ids)
 
 
-def run_theirs(binary: Path, model: Path, prompt_file: Path, name: str, n: int) -> tuple[float, int, str]:
+def run_theirs(binary: Path, model: Path, prompt_file: Path, name: str, n: int) -> tuple[float, int, str, float]:
+    """Their tokens/s as they report it, tokens, text, and tokens/s over their steps up to n + 1
+    tokens (:func:`first_tokens_speed`)."""
     cmd = [str(binary), "-m", str(model), "-f", str(prompt_file), "-n", str(n), "--temp", "0", "--top-k", "1",
-           "-t", str(THREADS), "-tb", str(THREADS), "-c", "4096", "-b", "2048", *THEIR_ARGS[name]]
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)})
+           "-t", str(THREADS), "-tb", str(THREADS), "-c", "4096", "-b", "2048", "-lv", "5", *THEIR_ARGS[name]]
+    out = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                         env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)})
     if out.returncode != 0:
         raise RuntimeError(f"{name} failed ({out.returncode}):\n{(out.stdout + out.stderr)[-3000:]}")
     run = parse(out.stdout + out.stderr)
-    generated = ANSI.sub("", out.stdout).split(prompt_file.read_text(), 1)[-1].rstrip("\n")
-    return run["tps"], run["tokens"], generated
+    generated = ANSI.sub("", out.stdout).split(prompt_file.read_text(), 1)[-1].rstrip("\n")  # logs go to stderr
+    return run["tps"], run["tokens"], generated, first_tokens_speed(out.stdout + out.stderr, n + 1)
+
+
+STEP = re.compile(r"(\d+)\.(\d+)\.(\d+)\.(\d+) D accepted (\d+)/(\d+) draft tokens")
+DECODED = re.compile(r"(\d+)\.(\d+)\.(\d+)\.(\d+) I decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
+
+
+def _seconds(minutes: str, seconds: str, ms: str, us: str) -> float:
+    return int(minutes) * 60 + int(seconds) + int(ms) / 1e3 + int(us) / 1e6
+
+
+def first_tokens_speed(log: str, n_first: int) -> float:
+    """Tokens/s of a ``-lv 5`` run over its steps up to ``n_first`` tokens: each step's debug line
+    ("accepted a/b draft tokens", a + 1 tokens) is stamped when it ends, and the "decoded" line
+    when the generation does, ``seconds`` after it began. A run that ends at n_first (-n + 1)
+    reads as its own tokens/s; one whose last step overshot drops that step."""
+    done = DECODED.search(log)
+    t_end, seconds = _seconds(*done.groups()[:4]), float(done.group(6))
+    tokens, at = 0, None
+    for match in STEP.finditer(log):
+        step_tokens = int(match.group(5)) + 1
+        if tokens + step_tokens > n_first:
+            break
+        tokens += step_tokens
+        at = _seconds(*match.groups()[:4])
+    if at is None:
+        raise RuntimeError("no step of the run fits in its first tokens: was it run with -lv 5?")
+    return tokens / (at - (t_end - seconds))
 
 
 def their_lengths(binary: Path, model: Path, prompt_file: Path, types: list[str], n: int) -> dict[str, int]:
@@ -110,7 +143,7 @@ def their_lengths(binary: Path, model: Path, prompt_file: Path, types: list[str]
     draft turns a 256-token run into 321 tokens, the last 65 for one step's price."""
     lengths = {}
     for name in types:
-        _, n_tokens, _ = run_theirs(binary, model, prompt_file, name, n)
+        _, n_tokens, _, _ = run_theirs(binary, model, prompt_file, name, n)
         if n_tokens > n + 1:  # every run ends one token past -n (llama plain: 257 for 256)
             lengths[name] = n_tokens
     return lengths
@@ -178,11 +211,13 @@ def main() -> int:
             # Auto again at each of those lengths, in the same rounds: the same text as theirs
             at_length = {f"auto@{length}": length for length in sorted(set(longer[category].values()))
                          if "auto" in names}
+            # and each of those types' speed over its own steps up to n + 1 tokens, from the same runs
+            firsts_of = {f"{t} first": t for t in longer[category]}
             category_names = names + list(at_length)
-            for name in at_length:
+            for name in [*at_length, *firsts_of]:
                 over_ours[category][name], over_own[category][name] = [], []
             for _ in range(args.rounds):
-                speeds: dict[str, list[float]] = {name: [] for name in category_names}
+                speeds: dict[str, list[float]] = {name: [] for name in [*category_names, *firsts_of]}
                 for order in (category_names, category_names[::-1]):
                     for name in order:
                         if name in at_length:
@@ -194,7 +229,9 @@ def main() -> int:
                                 our_plain = ids
                             same = our_plain is None or ids == our_plain
                         else:
-                            tps, n_tokens, text = run_theirs(binary, model, path, name, n)
+                            tps, n_tokens, text, tps_first = run_theirs(binary, model, path, name, n)
+                            if name in longer[category]:
+                                speeds[f"{name} first"].append(tps_first)
                             if their_plain is None and name == LLAMA_PLAIN:
                                 their_plain = text
                             common = min(len(text), len(their_plain or text))
@@ -205,13 +242,15 @@ def main() -> int:
                         if name not in at_length:
                             n_generated[name].append(n_tokens)
                 mean = {name: statistics.mean(values) for name, values in speeds.items()}
-                for name in category_names:
+                for name in [*category_names, *firsts_of]:
+                    theirs = name in THEIR_TYPES or name in firsts_of
                     over_ours[category][name].append(mean[name] / mean["plain"])
-                    over_own[category][name].append(mean[name] / mean[LLAMA_PLAIN if name in THEIR_TYPES else "plain"])
+                    over_own[category][name].append(mean[name] / mean[LLAMA_PLAIN if theirs else "plain"])
             row = "  ".join(f"{name} {statistics.median(over_own[category][name]):.3f}"
                             for name in names if name not in ("plain", LLAMA_PLAIN))
-            if at_length:
-                row += "  " + "  ".join(f"{name} {statistics.median(over_own[category][name]):.3f}" for name in at_length)
+            if at_length or firsts_of:
+                row += "  " + "  ".join(f"{name} {statistics.median(over_own[category][name]):.3f}"
+                                        for name in [*at_length, *firsts_of])
             print(f"{category:<16} plain {mean['plain']:6.1f} t/s, llama plain {mean[LLAMA_PLAIN] / mean['plain']:.3f}x; "
                   f"over own plain: {row}", flush=True)
 
@@ -223,6 +262,11 @@ def main() -> int:
             length = longer[category].get(theirs)
             auto_ratios = table[category]["auto" if length is None else f"auto@{length}"]
             return statistics.median(a / t for a, t in zip(auto_ratios, table[category][theirs]))
+
+        def first_tokens(table: dict[str, dict[str, list[float]]], category: str, theirs: str) -> float:
+            """Auto's run of -n over ``theirs``' steps up to -n + 1 tokens, where theirs went past -n."""
+            first = f"{theirs} first" if theirs in longer[category] else theirs
+            return statistics.median(a / t for a, t in zip(table[category]["auto"], table[category][first]))
 
         def summary(table: dict[str, dict[str, list[float]]], name: str) -> tuple[float, float, str]:
             medians = [statistics.median(table[c][name]) for c in chat]
@@ -249,11 +293,13 @@ def main() -> int:
                     best = max(theirs, key=lambda t: summary(table, t)[0])
                     print(f"auto / best llama.cpp type ({best}) on chat: "
                           f"{summary(table, 'auto')[0] / summary(table, best)[0]:.3f}; "
-                          f"at {best}'s lengths: {geometric_mean([same_length(table, c, best) for c in chat]):.3f}")
+                          f"at {best}'s lengths: {geometric_mean([same_length(table, c, best) for c in chat]):.3f}; "
+                          f"over {best}'s first tokens: {geometric_mean([first_tokens(table, c, best) for c in chat]):.3f}")
                 if "code" in prompts and "ngram-mod" in names:
                     print("auto / ngram-mod on code: "
                           f"{statistics.median(table['code']['auto']) / statistics.median(table['code']['ngram-mod']):.3f}; "
-                          f"at ngram-mod's length: {same_length(table, 'code', 'ngram-mod'):.3f}")
+                          f"at ngram-mod's length: {same_length(table, 'code', 'ngram-mod'):.3f}; "
+                          f"over ngram-mod's first {CODE_TOKENS + 1} tokens: {first_tokens(table, 'code', 'ngram-mod'):.3f}")
         if mismatches:
             print("OUTPUT DIFFERS FROM ITS SIDE'S PLAIN: " + ", ".join(mismatches))
             return 1
