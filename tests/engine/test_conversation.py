@@ -207,9 +207,12 @@ def test_a_stopped_turn_keeps_its_partial_answer(smollm_session):
     assert follow.stats["n_prompt_reused"] > 0
 
 
-def test_an_answer_followed_from_its_events_is_kept_after_its_engine_dies(tmp_path, smollm_session):
+def test_an_answer_followed_from_its_events_is_kept_after_its_engine_dies(tmp_path, smollm_session, monkeypatch):
     """What an engine process streamed after its last save reaches the saved conversation through
     the window's follower (app.engine_process), as the engine itself would have written it."""
+    from specdec_studio.engine.chat import turns
+
+    monkeypatch.setattr(turns, "SAVE_INTERVAL_S", 3600.0)  # no save mid-turn, however slow the machine
     store = ConversationStore(tmp_path)
     chat = Chat(smollm_session, store=store)
     follower = AnswerInProgress()
@@ -218,8 +221,8 @@ def test_an_answer_followed_from_its_events_is_kept_after_its_engine_dies(tmp_pa
         follower.follow(event)
         if isinstance(event, StepDone) and event.step >= 12:
             break
-    # the engine "dies" here: the file holds the answer of its last save (at the turn's start, under
-    # SAVE_INTERVAL_S ago), the engine's memory what it streamed since
+    # the engine "dies" here: the file holds the answer of its last save (at the turn's start), the
+    # engine's memory what it streamed since
     in_memory = chat.conversation.messages[-1]
     conv_id, pieces = follower.interrupted()
     on_disk = store.load(conv_id)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import codecs
+
+import numpy as np
 
 from specdec_studio.engine.models.loading import LoadedModel
 from specdec_studio.engine.tokens import IncrementalDetokenizer, Vocab
@@ -38,10 +41,6 @@ def _is_utf8(data: bytes) -> bool:
 def test_incremental_detokenisation_equals_a_plain_utf8_decoder(any_model_path):
     """The whole-character shortcut gives, token by token, what an incremental UTF-8 decoder fed
     every piece gives: on random token runs (byte tokens, halves of characters, invalid bytes)."""
-    import codecs
-
-    import numpy as np
-
     with LoadedModel(any_model_path) as model:
         vocab = Vocab(model.vocab)
         rng = np.random.default_rng(7)
