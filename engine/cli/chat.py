@@ -23,8 +23,8 @@ import signal
 import sys
 import time
 
-from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, flush_tokens, read_text_file, rpc_servers_of,
-                                              run_setup, write_tokens)
+from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, flush_tokens, print_after_tokens,
+                                              read_text_file, rpc_servers_of, run_setup, write_tokens)
 from specdec_studio.engine.config import DEFAULT_MODE
 from specdec_studio.engine.chat.store import not_saved
 from specdec_studio.engine.errors import SpecDecError
@@ -206,11 +206,9 @@ def _answer(events, chat, args) -> None:
                         write_tokens(event, args.color)
                         wrote = True
                 elif isinstance(event, ConversationChanged) and event.note:
-                    flush_tokens()
-                    print(f"[{event.note}]", file=sys.stderr)
+                    print_after_tokens(f"[{event.note}]")
                 elif isinstance(event, RunWarning):
-                    flush_tokens()
-                    print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
+                    print_after_tokens(f"\nspecdec: warning: {event.message}")
                 elif isinstance(event, RunFinished):
                     final = event
         except SpecDecError:

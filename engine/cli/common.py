@@ -74,6 +74,12 @@ def flush_tokens() -> None:
     _last_flush[0] = time.monotonic()
 
 
+def print_after_tokens(text: str) -> None:
+    """A line on standard error after the tokens held back, so a terminal shows the two in order."""
+    flush_tokens()
+    print(text, file=sys.stderr)
+
+
 def add_context_args(p: argparse.ArgumentParser) -> None:
     from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX
 

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from specdec_studio.engine.errors import SpecDecError
-from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, ensure_profile, flush_tokens, print_stats,
-                                               read_text_file, rpc_servers_of, run_setup, write_tokens)
+from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, ensure_profile, flush_tokens,
+                                               print_after_tokens, print_stats, read_text_file, rpc_servers_of,
+                                               run_setup, write_tokens)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -60,12 +61,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 elif isinstance(event, StepDone) and not args.json:
                     write_tokens(event, args.color)
                     if args.kv_dump:
-                        flush_tokens()
                         view = session.memory.mirror.base.render_view(config.n_sequences)
-                        print(f"\n--- after step {event.step}\n{view}", file=sys.stderr)
+                        print_after_tokens(f"\n--- after step {event.step}\n{view}")
                 elif isinstance(event, RunWarning):
-                    flush_tokens()
-                    print(f"\nspecdec: warning: {event.message}", file=sys.stderr)
+                    print_after_tokens(f"\nspecdec: warning: {event.message}")
                 elif isinstance(event, RunFinished):
                     final = event
         finally:
