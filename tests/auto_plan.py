@@ -45,21 +45,25 @@ def perturbed(curve: CostCurve, seed: int, spread: float = PERTURBATION) -> Cost
 @contextlib.contextmanager
 def simulated_machine(session: Session, priced_with: CostCurve, machine: CostCurve):
     """Within it, every run of ``session`` prices with ``priced_with`` and every decode "takes" what
-    ``machine`` says a decode of its shape takes (the tokens are still the model's own)."""
-    memory = session.target.memory
-    real_decode = memory.decode
+    ``machine`` says a decode of its shape takes (the tokens are still the model's own).
 
-    def machine_decode(batch) -> float:
-        real_decode(batch)
+    The clock is replaced on the memory's class, not on the session's memory of the moment: a run
+    that needs more sequences than the context has makes a new context, and with it a new memory
+    (an Auto run after a plain one does), whose decodes would otherwise keep the real clock."""
+    memory_class = type(session.target.memory)
+    real_decode = memory_class.decode
+
+    def machine_decode(memory, batch) -> float:
+        real_decode(memory, batch)
         n = batch.n_tokens
         return machine.seconds(n, int(np.count_nonzero(batch.logits[:n])))
 
     session.cost_curve = lambda: priced_with  # what a run prices with (read once at its start)
-    memory.decode = machine_decode
+    memory_class.decode = machine_decode
     try:
         yield
     finally:
-        del memory.decode
+        memory_class.decode = real_decode
         del session.cost_curve
 
 
