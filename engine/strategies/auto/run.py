@@ -13,7 +13,7 @@ from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_leng
 from specdec_studio.engine.strategies.auto.draft_price import DraftPrice
 from specdec_studio.engine.strategies.auto.priors import MIN_GAIN
 from specdec_studio.engine.strategies.auto.report import AutoReport
-from specdec_studio.engine.strategies.auto.sources import Sources
+from specdec_studio.engine.strategies.auto.sources import Proposal, Sources
 from specdec_studio.engine.strategies.auto.tree import Node, build_tree, could_pay, first_chances
 from specdec_studio.engine.strategies.common import Runtime, begin_run
 
@@ -74,6 +74,7 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
     t_prev = rt.t_start
     step = 1
     redecode: list[int] = []  # accepted tokens whose cells were dropped to keep position order
+    went_deep = False  # the last plan passed every test
     while not rt.should_stop(n_past, 1):
         room = min(params.k_max, rt.n_ctx - n_past - 1 - len(redecode), rt.n_batch - 1 - len(redecode),
                    rt.config.max_tokens - len(out.ids) - 1)
@@ -82,7 +83,9 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
         drafted: list[int] = []  # the draft model's proposal this step, judged by what the target emits
         n_known = len(context)
         sources.advance(context)  # the suffix matcher follows every token: a long repeat wakes the planner
-        if room > 0 and guard.plans(step, sources.suffix.match_length):
+        if not (room > 0 and guard.plans(step, sources.suffix.match_length)):
+            went_deep = False
+        else:
             if not wary.current(guard.trust):
                 wary = Wary(cost, guard.trust)
             min_gain = guard.min_gain()
@@ -97,27 +100,41 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                 draft_read_prompt = True
             # Cheap tests first: the sources' first token, then four, then all they propose; most
             # steps of a chat stop after the first. A draft model proposes once, all its tokens
-            # (each costs a decode of the draft).
-            passed = 0
+            # (each costs a decode of the draft). While a copy goes on (the last plan passed every
+            # test), the sources are asked for all they propose at once: each cheaper test bounds
+            # the full one from above (tree.could_pay), so when the full one passes they all would,
+            # and when it fails they run on its first tokens (a source's proposal for fewer tokens
+            # is the first tokens of its longer one), the step going exactly as they decide.
             cuts = (room,) if use_draft else sorted({1, min(4, room), room})
-            for cut in cuts:
+            whole = sources.chains(context, room) if went_deep and not use_draft else None
+            passed, considered = 0, False
+            if whole:
+                considered = True
+                report.consider(whole, first_chances(whole, calibrator), wary.first_chance_needed(room, min_gain))
+                if could_pay(whole, calibrator, wary, room, min_gain):
+                    chains, passed = whole, len(cuts)
+            for cut in cuts[passed:]:
                 if use_draft:  # the draft model decodes: a Stop or a full context ends it
                     stop = lambda depth, reach: reach < price.min_reach(wary, depth, min_gain)  # noqa: E731
                     chains = rt.guarded(lambda: sources.chains(context, cut, draft_k, stop))
                     if chains is not None:
                         price.observe_decodes(draft.last_decode_times)
                         drafted = next((p.tokens for p in chains if p.source == "draft"), [])
+                elif whole is not None:
+                    chains = whole if cut == room else [first_tokens(p, cut) for p in whole]
                 else:
                     chains = sources.chains(context, cut)
                 chances = None
-                if chains and not passed:  # the step's first test: what each source offered, for the report
+                if chains and not considered:  # the step's first test: what each source offered, for the report
+                    considered = True
                     chances = first_chances(chains, calibrator)
                     report.consider(chains, chances, wary.first_chance_needed(room, min_gain))
                 if chains is None or not could_pay(chains, calibrator, wary, room, min_gain, None if cut == room else cut,
                                                    chances if cut == 1 else None):
                     break
                 passed += 1
-            else:
+            went_deep = passed == len(cuts)
+            if went_deep:
                 siblings = sources.siblings(context, room, chains)
                 if siblings:
                     report.consider(siblings, first_chances(siblings, calibrator), wary.first_chance_needed(room, min_gain))
@@ -281,6 +298,10 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             "tokens_right": price.accepted, "token_cost": round(price.token_cost(cost), 4), "verdict": verdict}
         if not draft_steps:  # its price ruled it out before it proposed anything
             counters.extra["auto"]["sources"]["draft"]["ruled_out"] = verdict
+
+
+def first_tokens(proposal: Proposal, n: int) -> Proposal:
+    return Proposal(proposal.source, proposal.tokens[:n], proposal.signals[:n])
 
 
 def judge_draft(price: DraftPrice, drafted: Sequence[int], emitted: Sequence[int]) -> None:
