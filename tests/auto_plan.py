@@ -49,7 +49,8 @@ def simulated_machine(session: Session, priced_with: CostCurve, machine: CostCur
 
     The clock is replaced on the memory's class, not on the session's memory of the moment: a run
     that needs more sequences than the context has makes a new context, and with it a new memory
-    (an Auto run after a plain one does), whose decodes would otherwise keep the real clock."""
+    (an Auto run after a plain one does), whose decodes would otherwise keep the real clock. So
+    within it every memory of the process (a draft model's too) keeps the machine's time."""
     memory_class = type(session.target.memory)
     real_decode = memory_class.decode
 

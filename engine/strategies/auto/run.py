@@ -301,6 +301,7 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
 
 
 def first_tokens(proposal: Proposal, n: int) -> Proposal:
+    """The proposal its source makes when asked for at most ``n`` tokens."""
     return Proposal(proposal.source, proposal.tokens[:n], proposal.signals[:n])
 
 
