@@ -109,6 +109,9 @@ class Runtime:
     # what past runs generated (engine.strategies.ngram_memory.NgramMemory): an Auto source, and
     # it learns this run's output at the end; None unless the run's config asks for it
     ngram_memory: object | None = None
+    # Auto's index of the context (engine.strategies.auto.sources.ContextIndex), kept by the session
+    # from run to run: a chat turn reads only the tokens its prompt adds to the last run's context
+    context_index: object | None = None
     # makes each generated token's Explanation (engine.strategies.explain.Explainer); None unless the run's
     # config asks for explanations
     explainer: Explainer | None = None

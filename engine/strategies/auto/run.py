@@ -46,7 +46,7 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
     out, counters, memory, batch = rt.output, rt.counters, rt.memory, rt.batch
     calibrator = Calibrator()
     cost = StepCost(rt.cost_curve)
-    sources = Sources(prompt, draft, memory=rt.ngram_memory)
+    sources = Sources(prompt, draft, memory=rt.ngram_memory, index=rt.context_index)
     # A recurrent state is one per sequence: no sibling branches there, one chain a step (the
     # session made the context with one sequence)
     n_seq = 1 if rt.memory.recurrent else rt.config.n_sequences

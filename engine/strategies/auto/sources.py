@@ -19,14 +19,45 @@ class Proposal:
     signals: list[tuple]
 
 
+class ContextIndex:
+    """The n-gram cache and the suffix matcher of a context, kept from one run to the next.
+
+    A chat turn's prompt is the previous turn's whole context (its prompt, its answer, the end of
+    its turn) and the new message. Reading a conversation afresh costs every turn more as it grows
+    (measured: 0.8 ms for 200 tokens, 4.8 ms for 1,000, 27 ms for 3,000), so a run whose prompt
+    begins with every token the index has read reads only the rest. Both structures only ever add
+    tokens, in order, so the index extended is the index a fresh read of the prompt makes."""
+
+    def __init__(self) -> None:
+        self.ngrams = NgramCacheDrafter(NGRAM_MIN, NGRAM_MAX)
+        self.suffix = SuffixMatcher()
+
+    def read(self, prompt: Sequence[int]) -> int:
+        """Bring the index to ``prompt``; returns how many of its tokens were read before (0 when
+        the prompt does not begin with what the index holds, which is then read afresh)."""
+        seen = self.suffix.tokens  # the n-gram cache counts only what the matcher has read
+        kept = len(seen)
+        if self.ngrams.n_seen > kept or kept > len(prompt) or list(prompt[:kept]) != seen:
+            self.ngrams.begin(())
+            self.suffix = SuffixMatcher()
+            kept = 0
+        self.suffix.extend(prompt[kept:])
+        self.ngrams.count(prompt)
+        return kept
+
+
 class Sources:
     """The candidate sources of one run, kept up to date with the context. ``alternatives``
-    adds the n-gram cache's sibling branches (a step whose tree has one sequence cannot use them)."""
+    adds the n-gram cache's sibling branches (a step whose tree has one sequence cannot use them).
+    ``index``: the context index of an earlier run (:class:`ContextIndex`), brought to ``prompt``
+    and kept up to date from here on; a new one without."""
 
-    def __init__(self, prompt: Sequence[int], draft=None, alternatives: bool = True, memory=None) -> None:
-        self.ngrams = NgramCacheDrafter(NGRAM_MIN, NGRAM_MAX)
-        self.ngrams.begin(prompt)
-        self.suffix = SuffixMatcher(prompt)
+    def __init__(self, prompt: Sequence[int], draft=None, alternatives: bool = True, memory=None,
+                 index: ContextIndex | None = None) -> None:
+        self.index = index if index is not None else ContextIndex()
+        self.index.read(prompt)
+        self.ngrams = self.index.ngrams
+        self.suffix = self.index.suffix
         self.draft = draft  # a DraftModelDrafter, or None
         self.alternatives = alternatives
         self.memory = memory  # an NgramMemory of past runs (engine.strategies.ngram_memory), or None

@@ -1,0 +1,86 @@
+"""Auto's context index kept from one run to the next: extended, it is the index a fresh read of the
+prompt makes, so a chat turn plans exactly as if it had read the whole conversation again."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec_studio.engine.chat.turns import Chat
+from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.events import RunFinished, StepDone
+from specdec_studio.engine.strategies.auto.sources import ContextIndex
+from tests.auto_plan import SHARED_PROFILES, load_curve, simulated_machine
+
+TOKENS = st.lists(st.integers(0, 5), max_size=90)  # a small vocabulary: n-grams and matches repeat
+
+
+def _state(index: ContextIndex) -> tuple:
+    """Everything the index's answers depend on."""
+    followers = {key: (dict(f.counts), f.total, f.best, f.best_count) for key, f in index.ngrams.followers.items()}
+    sam = index.suffix.automaton
+    return (followers, index.ngrams.n_seen, index.suffix.tokens, index.suffix.state, index.suffix.match_length,
+            sam.next, sam.link, sam.length, sam.first_end, sam.last, sam.n)
+
+
+@given(TOKENS, TOKENS, st.integers(0, 90), st.integers(0, 90), TOKENS)
+@settings(max_examples=150, deadline=None)
+def test_an_index_extended_is_the_index_read_afresh(prompt, answer, followed, counted, message):
+    """A run reads its prompt, its matcher follows the answer token by token and its n-gram cache
+    counts on the steps that plan (``counted`` ≤ ``followed`` tokens of it); the next prompt is that
+    context and a new message."""
+    index = ContextIndex()
+    assert index.read(prompt) == 0
+    context = [*prompt, *answer]
+    followed = min(followed, len(answer))
+    index.suffix.extend(answer[:followed])
+    index.ngrams.count(context[: len(prompt) + min(counted, followed)])
+    next_prompt = [*context, *message]
+    kept = index.read(next_prompt)
+    fresh = ContextIndex()
+    fresh.read(next_prompt)
+    assert kept == len(prompt) + followed
+    assert _state(index) == _state(fresh)
+
+
+@given(TOKENS, TOKENS)
+@settings(max_examples=50, deadline=None)
+def test_a_prompt_that_does_not_continue_the_index_is_read_afresh(first, second):
+    index = ContextIndex()
+    index.read(first)
+    kept = index.read(second)
+    fresh = ContextIndex()
+    fresh.read(second)
+    assert kept == (len(first) if second[: len(first)] == first else 0)
+    assert _state(index) == _state(fresh)
+
+
+def _chat_plans(session, messages: list[str], fresh_index: bool) -> list:
+    """Every step's plan and the tokens of an Auto chat from an empty cache."""
+    session.target.forget()
+    chat = Chat(session)
+    plans = []
+    for message in messages:
+        if fresh_index:
+            session._index = None  # as before the index was kept: the whole conversation read again
+        for event in chat.send(RunConfig(mode="auto", max_tokens=48), message):
+            if isinstance(event, StepDone):  # the first token (the prompt's decode) has no plan
+                auto = event.extra.get("auto", {})
+                plans.append(("step", auto.get("decision"), auto.get("k"), auto.get("predicted_gain"),
+                              [t.id for t in event.tokens]))
+            elif isinstance(event, RunFinished):
+                plans.append(("done", tuple(event.token_ids)))
+    return plans
+
+
+def test_chat_turns_plan_as_if_they_read_the_conversation_afresh(smollm_session):
+    """On a machine that keeps time (the shared smooth profile), so that only the index differs."""
+    machine = load_curve(SHARED_PROFILES / "smollm2-q4_1-smooth.json")
+    messages = ["List the first eight prime numbers, separated by commas.",
+                "Now list them again, then the next four.", "Repeat the whole list once more."]
+    with simulated_machine(smollm_session, machine, machine):
+        kept = _chat_plans(smollm_session, messages, fresh_index=False)
+        assert smollm_session._index.suffix.tokens  # the index was kept from turn to turn
+        afresh = _chat_plans(smollm_session, messages, fresh_index=True)
+    assert kept == afresh
+    assert any(plan[0] == "step" and plan[2] for plan in kept)  # trees were planned: the index was read
