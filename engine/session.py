@@ -94,7 +94,9 @@ class Session:
         self.draft: ModelContext | None = None
         self._mtp = None  # the MTP head on the target context (engine.drafts.mtp), made by the first MTP run
         self._ngram_memory = None  # what past runs of this model generated, read by the first run that asks
-        self._index = None  # Auto's index of the context's tokens, made by the first Auto run
+        # what strategies keep from one run to the next: their indexes of the context (Auto's, prompt
+        # lookup's n-gram cache), each brought to the next run's prompt by reading what it adds
+        self._kept: dict = {}
         try:
             self._load_template()
             self._make_context(1)  # checks the memory budget first
@@ -348,7 +350,7 @@ class Session:
             cost_curve=curve,
             draft_token_cost=self._auto_draft_cost(curve, mtp) if auto else 1.0,
             ngram_memory=self.ngram_memory() if auto and config.speculative.ngram_memory else None,
-            context_index=self._context_index() if auto else None,
+            kept=self._kept,
             explainer=Explainer(self.vocab.piece, sampler.greedy, sampler.distribution) if config.explain else None,
             observed=self.settings.observe,
         )
@@ -357,15 +359,6 @@ class Session:
         self._runtime = rt
         self._runs.add(events)
         return events
-
-    def _context_index(self):
-        """Auto's index of the context, kept from one run to the next (each run brings it to its
-        own prompt: engine.strategies.auto.sources.ContextIndex)."""
-        if self._index is None:
-            from specdec_studio.engine.strategies.auto.sources import ContextIndex
-
-            self._index = ContextIndex()
-        return self._index
 
     def ngram_memory(self):
         """The n-gram memory of this model's past runs (engine.strategies.ngram_memory), read from

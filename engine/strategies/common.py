@@ -109,9 +109,10 @@ class Runtime:
     # what past runs generated (engine.strategies.ngram_memory.NgramMemory): an Auto source, and
     # it learns this run's output at the end; None unless the run's config asks for it
     ngram_memory: object | None = None
-    # Auto's index of the context (engine.strategies.auto.sources.ContextIndex), kept by the session
-    # from run to run: a chat turn reads only the tokens its prompt adds to the last run's context
-    context_index: object | None = None
+    # what strategies keep from one run of the session to the next, by name: their indexes of the
+    # context (Auto's ContextIndex, prompt lookup's n-gram cache), which a chat turn, whose prompt is
+    # the last run's context and more, brings up to date by reading only what its prompt adds
+    kept: dict = field(default_factory=dict)
     # makes each generated token's Explanation (engine.strategies.explain.Explainer); None unless the run's
     # config asks for explanations
     explainer: Explainer | None = None

@@ -64,10 +64,17 @@ class NgramCacheDrafter:
         self.ngram_min, self.ngram_max = ngram_min, ngram_max
         self.followers: dict[tuple[int, ...], Followers] = {}
         self.n_seen = 0  # context tokens already counted
+        self.counted: list[int] = []  # those tokens
 
     def begin(self, prompt: Sequence[int]) -> None:
-        self.followers.clear()
-        self.n_seen = 0
+        """Count the prompt's n-grams: only those it adds where it begins with every token counted
+        so far (a chat turn after the run that counted the conversation before it), else afresh.
+        Counting only ever adds, in order, so the counts are the same either way."""
+        n = self.n_seen
+        if n == 0 or len(prompt) < n or list(prompt[:n]) != self.counted:
+            self.followers.clear()
+            self.n_seen = 0
+            self.counted = []
         self.count(prompt)
 
     def settle(self, context: Sequence[int]) -> None:
@@ -85,6 +92,7 @@ class NgramCacheDrafter:
                 if entry is None:
                     entry = followers[key] = Followers()
                 entry.add(token)
+        self.counted.extend(context[self.n_seen:])
         self.n_seen = len(context)
 
     def confident(self, seq: Sequence[int]) -> tuple[int, Followers] | None:
@@ -167,4 +175,12 @@ def make_drafter(params: SpeculativeParams):
 
 
 def run_lookup(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
-    yield from run_draft_verify(rt, prompt, make_drafter(rt.config.speculative))
+    params = rt.config.speculative
+    if params.lookup == "cache":  # its counts are kept for the session's next run (a chat's next turn)
+        key = ("lookup:cache", params.ngram_min, params.ngram_max)
+        drafter = rt.kept.get(key)
+        if drafter is None:
+            drafter = rt.kept[key] = make_drafter(params)
+    else:
+        drafter = make_drafter(params)
+    yield from run_draft_verify(rt, prompt, drafter)

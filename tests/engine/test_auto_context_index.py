@@ -1,5 +1,6 @@
-"""Auto's context index kept from one run to the next: extended, it is the index a fresh read of the
-prompt makes, so a chat turn plans exactly as if it had read the whole conversation again."""
+"""What strategies keep of the context from one run to the next (Auto's index, prompt lookup's n-gram
+cache): extended, it is what a fresh read of the prompt makes, so a chat turn plans and drafts
+exactly as if it had read the whole conversation again."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from hypothesis import strategies as st
 from specdec_studio.engine.chat.turns import Chat
 from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.events import RunFinished, StepDone
+from specdec_studio.engine.config import SpeculativeParams
 from specdec_studio.engine.strategies.auto.sources import ContextIndex
+from specdec_studio.engine.strategies.lookup import NgramCacheDrafter
 from tests.auto_plan import SHARED_PROFILES, load_curve, simulated_machine
 
 TOKENS = st.lists(st.integers(0, 5), max_size=90)  # a small vocabulary: n-grams and matches repeat
@@ -55,19 +58,39 @@ def test_a_prompt_that_does_not_continue_the_index_is_read_afresh(first, second)
     assert _state(index) == _state(fresh)
 
 
-def _chat_plans(session, messages: list[str], fresh_index: bool) -> list:
-    """Every step's plan and the tokens of an Auto chat from an empty cache."""
+@given(TOKENS, TOKENS, TOKENS, st.integers(1, 3), st.integers(0, 2))
+@settings(max_examples=100, deadline=None)
+def test_prompt_lookups_counts_extended_are_the_counts_made_afresh(prompt, answer, message, longest, shorter):
+    def counts(drafter: NgramCacheDrafter) -> dict:
+        return {key: (dict(f.counts), f.total, f.best, f.best_count) for key, f in drafter.followers.items()}
+
+    kept = NgramCacheDrafter(max(1, longest - shorter), longest)
+    kept.begin(prompt)
+    kept.count([*prompt, *answer])  # the run's steps count its context as it grows
+    next_prompt = [*prompt, *answer, *message]
+    kept.begin(next_prompt)
+    fresh = NgramCacheDrafter(max(1, longest - shorter), longest)
+    fresh.begin(next_prompt)
+    assert counts(kept) == counts(fresh) and kept.counted == fresh.counted == next_prompt
+    kept.begin(message)  # a prompt that does not continue them: counted afresh
+    fresh = NgramCacheDrafter(max(1, longest - shorter), longest)
+    fresh.begin(message)
+    assert counts(kept) == counts(fresh)
+
+
+def _chat_plans(session, messages: list[str], fresh_index: bool, config: RunConfig | None = None) -> list:
+    """Every step's plan and the tokens of a chat (Auto unless ``config``) from an empty cache."""
     session.target.forget()
     chat = Chat(session)
     plans = []
     for message in messages:
         if fresh_index:
-            session._index = None  # as before the index was kept: the whole conversation read again
-        for event in chat.send(RunConfig(mode="auto", max_tokens=48), message):
+            session._kept.clear()  # as before the index was kept: the whole conversation read again
+        for event in chat.send(config or RunConfig(mode="auto", max_tokens=48), message):
             if isinstance(event, StepDone):  # the first token (the prompt's decode) has no plan
                 auto = event.extra.get("auto", {})
                 plans.append(("step", auto.get("decision"), auto.get("k"), auto.get("predicted_gain"),
-                              [t.id for t in event.tokens]))
+                              event.n_drafted, event.n_accepted, [t.id for t in event.tokens]))
             elif isinstance(event, RunFinished):
                 plans.append(("done", tuple(event.token_ids)))
     return plans
@@ -80,7 +103,18 @@ def test_chat_turns_plan_as_if_they_read_the_conversation_afresh(smollm_session)
                 "Now list them again, then the next four.", "Repeat the whole list once more."]
     with simulated_machine(smollm_session, machine, machine):
         kept = _chat_plans(smollm_session, messages, fresh_index=False)
-        assert smollm_session._index.suffix.tokens  # the index was kept from turn to turn
+        assert smollm_session._kept["auto"].suffix.tokens  # the index was kept from turn to turn
         afresh = _chat_plans(smollm_session, messages, fresh_index=True)
     assert kept == afresh
     assert any(plan[0] == "step" and plan[2] for plan in kept)  # trees were planned: the index was read
+
+
+def test_prompt_lookup_chat_turns_draft_as_if_they_read_the_conversation_afresh(smollm_session):
+    messages = ["Write the numbers from one to twelve as words, one per line.", "Write them again, in the same way.",
+                "Once more, please."]
+    config = RunConfig(mode="lookup", max_tokens=48, speculative=SpeculativeParams(k=4))
+    kept = _chat_plans(smollm_session, messages, fresh_index=False, config=config)
+    assert len(smollm_session._kept[("lookup:cache", 1, 3)].counted) > 100  # kept from turn to turn
+    afresh = _chat_plans(smollm_session, messages, fresh_index=True, config=config)
+    assert kept == afresh
+    assert any(plan[0] == "step" and plan[4] for plan in kept)  # it drafted

@@ -13,7 +13,7 @@ from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_leng
 from specdec_studio.engine.strategies.auto.draft_price import DraftPrice
 from specdec_studio.engine.strategies.auto.priors import MIN_GAIN
 from specdec_studio.engine.strategies.auto.report import AutoReport
-from specdec_studio.engine.strategies.auto.sources import Proposal, Sources
+from specdec_studio.engine.strategies.auto.sources import ContextIndex, Proposal, Sources
 from specdec_studio.engine.strategies.auto.tree import Node, build_tree, could_pay, first_chances
 from specdec_studio.engine.strategies.common import Runtime, begin_run
 
@@ -46,7 +46,10 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
     out, counters, memory, batch = rt.output, rt.counters, rt.memory, rt.batch
     calibrator = Calibrator()
     cost = StepCost(rt.cost_curve)
-    sources = Sources(prompt, draft, memory=rt.ngram_memory, index=rt.context_index)
+    index = rt.kept.get("auto")
+    if index is None:
+        index = rt.kept["auto"] = ContextIndex()
+    sources = Sources(prompt, draft, memory=rt.ngram_memory, index=index)
     # A recurrent state is one per sequence: no sibling branches there, one chain a step (the
     # session made the context with one sequence)
     n_seq = 1 if rt.memory.recurrent else rt.config.n_sequences
