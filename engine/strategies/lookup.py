@@ -180,6 +180,9 @@ def run_lookup(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         key = ("lookup:cache", params.ngram_min, params.ngram_max)
         drafter = rt.kept.get(key)
         if drafter is None:
+            # one kept at a time: a sweep over n-gram sizes would otherwise keep a context's counts for each
+            for other in [k for k in rt.kept if isinstance(k, tuple) and k[0] == "lookup:cache"]:
+                del rt.kept[other]
             drafter = rt.kept[key] = make_drafter(params)
     else:
         drafter = make_drafter(params)
