@@ -8,9 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_studio.engine.chat.turns import Chat
-from specdec_studio.engine.config import RunConfig
+from specdec_studio.engine.config import RunConfig, SpeculativeParams
 from specdec_studio.engine.events import RunFinished, StepDone
-from specdec_studio.engine.config import SpeculativeParams
 from specdec_studio.engine.strategies.auto.sources import ContextIndex
 from specdec_studio.engine.strategies.lookup import NgramCacheDrafter
 from tests.auto_plan import SHARED_PROFILES, load_curve, simulated_machine
@@ -22,7 +21,8 @@ def _state(index: ContextIndex) -> tuple:
     """Everything the index's answers depend on."""
     followers = {key: (dict(f.counts), f.total, f.best, f.best_count) for key, f in index.ngrams.followers.items()}
     sam = index.suffix.automaton
-    return (followers, index.ngrams.n_seen, index.suffix.tokens, index.suffix.state, index.suffix.match_length,
+    return (followers, index.ngrams.n_seen, index.ngrams.counted, index.suffix.tokens, index.suffix.state,
+            index.suffix.match_length,
             sam.next, sam.link, sam.length, sam.first_end, sam.last, sam.n)
 
 
