@@ -79,8 +79,10 @@ def test_prompt_lookups_counts_extended_are_the_counts_made_afresh(prompt, answe
 
 
 def _chat_plans(session, messages: list[str], fresh_index: bool, config: RunConfig | None = None) -> list:
-    """Every step's plan and the tokens of a chat (Auto unless ``config``) from an empty cache."""
+    """Every step's plan and the tokens of a chat (Auto unless ``config``) from an empty cache and
+    nothing kept of earlier runs."""
     session.target.forget()
+    session._kept.clear()
     chat = Chat(session)
     plans = []
     for message in messages:
@@ -96,14 +98,18 @@ def _chat_plans(session, messages: list[str], fresh_index: bool, config: RunConf
     return plans
 
 
-def test_chat_turns_plan_as_if_they_read_the_conversation_afresh(smollm_session):
+def test_chat_turns_plan_as_if_they_read_the_conversation_afresh(smollm_session, monkeypatch):
     """On a machine that keeps time (the shared smooth profile), so that only the index differs."""
     machine = load_curve(SHARED_PROFILES / "smollm2-q4_1-smooth.json")
     messages = ["List the first eight prime numbers, separated by commas.",
                 "Now list them again, then the next four.", "Repeat the whole list once more."]
+    read_before: list[int] = []  # each turn: how many of its prompt's tokens the index had read
+    read = ContextIndex.read
+    monkeypatch.setattr(ContextIndex, "read", lambda index, prompt: read_before.append(read(index, prompt))
+                        or read_before[-1])
     with simulated_machine(smollm_session, machine, machine):
         kept = _chat_plans(smollm_session, messages, fresh_index=False)
-        assert smollm_session._kept["auto"].suffix.tokens  # the index was kept from turn to turn
+        assert read_before[0] == 0 and all(n > 50 for n in read_before[1:])  # turns 2 and 3 extended it
         afresh = _chat_plans(smollm_session, messages, fresh_index=True)
     assert kept == afresh
     assert any(plan[0] == "step" and plan[2] for plan in kept)  # trees were planned: the index was read
