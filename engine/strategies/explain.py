@@ -141,9 +141,9 @@ class _Softmax:
     about 1e-6 of the float64 sum here, and a probability is shown to 4 digits. Each e^x is taken as
     2^(x·log2 e): numpy's float32 exp2 runs at twice its exp (0.22 against 0.48 ns a value here),
     and the product's rounding moves a term within ±EXP_SAFE by at most ~4e-6 of itself (one
-    further down is too small to count). Taken of the logits
-    themselves, not less the largest, wherever that cannot overflow or lose the largest term (the
-    largest within ±EXP_SAFE); otherwise of the logits less the largest."""
+    further down is too small to count). Taken of the logits themselves, not less the largest,
+    wherever that cannot overflow or lose the largest term (the largest within ±EXP_SAFE);
+    otherwise of the logits less the largest."""
 
     EXP_SAFE = 60.0  # e^60 times 152k tokens stays far below float32's largest, e^-60 above its smallest normal
     LOG2_E = np.float32(1.0 / math.log(2.0))
