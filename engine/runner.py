@@ -13,6 +13,7 @@ import numpy as np
 
 from specdec_studio.engine.context import ModelContext
 from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted, RunWarning, StepDone
+from specdec_studio.engine.kv.cells import seq_ranges
 from specdec_studio.engine.strategies.common import FINISH_LENGTH, Runtime
 
 
@@ -72,17 +73,18 @@ def kv_snapshot(target: ModelContext, step: int, n_seq: int) -> KvSnapshot:
     cache = mirror.after_last_decode or mirror.base
     n_seq = min(n_seq, cache.n_seq)
     holes, largest = cache.fragmentation()
-    pos_min, pos_max = cache.seq_ranges()
+    seq_of_cell = cache.seqs[:, :n_seq].T.copy()  # a new array even when it is one column
+    pos_min, pos_max = seq_ranges(seq_of_cell, cache.pos)
     kept = mirror.base
     return KvSnapshot(
         step=step,
-        seq_of_cell=cache.seqs[:, :n_seq].T.copy(),  # a new array even when it is one column
+        seq_of_cell=seq_of_cell,
         pos_of_cell=np.where(cache.pos >= 0, cache.pos, kept.pos).astype(np.int32),
         used=cache.used,
         holes=holes,
         largest_free_run=largest,
-        seq_pos_min=tuple(int(v) for v in pos_min[:n_seq]),
-        seq_pos_max=tuple(int(v) for v in pos_max[:n_seq]),
+        seq_pos_min=tuple(pos_min.tolist()),
+        seq_pos_max=tuple(pos_max.tolist()),
         kept_seq_of_cell=None if kept is cache else kept.seqs[:, :n_seq].T.copy(),
         written_step=mirror.written_at.copy(),
         states=target.memory.recurrent_states(n_seq),

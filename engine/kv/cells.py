@@ -17,6 +17,16 @@ import numpy as np
 INT32_MAX = np.iinfo(np.int32).max
 
 
+def seq_ranges(seq_of_cell: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sequence min and max positions (-1 for a sequence with no cells), from the
+    sequence-major table ``seq_of_cell`` ((n_seq, n_cells) bool, C order) and each cell's position.
+    Row by row over contiguous memory in int32: ~3x faster than the cell-major reduction (0.2 against
+    0.66 ms for 31 sequences over 4,096 cells), and a KV snapshot makes that table anyway."""
+    pos_max = np.where(seq_of_cell, pos, np.int32(-1)).max(axis=1, initial=-1)
+    pos_min = np.where(seq_of_cell, pos, np.int32(INT32_MAX)).min(axis=1, initial=INT32_MAX)
+    return np.where(pos_max >= 0, pos_min, np.int32(-1)).astype(np.int32), pos_max.astype(np.int32)
+
+
 class RowSeqs:
     """The sequences of each row of a batch as its table (row i's first ``counts[i]`` entries),
     so that placing a ubatch marks every row's sequences in one numpy store."""
@@ -49,11 +59,14 @@ class KvCells:
         self.seqs = np.zeros((size, n_seq), dtype=bool)
         self.head = 0
         self.written: list[np.ndarray] = []  # the cells the latest decode wrote, per ubatch
+        # cells holding a position, kept up to date by every call that fills or frees one: every
+        # slot search reads it, and counting 16k cells each decode was most of a fast step's mirror
+        self.n_used = 0
 
     # ------------------------------------------------------------------------ queries
     @property
     def used(self) -> int:
-        return int(np.count_nonzero(self.pos >= 0))
+        return self.n_used
 
     def used_max_p1(self) -> int:
         nonempty = np.flatnonzero(self.pos >= 0)
@@ -69,23 +82,22 @@ class KvCells:
 
     def seq_ranges(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-sequence min and max positions (-1 for a sequence with no cells)."""
-        held = np.where(self.seqs, self.pos[:, None], -1)
-        pos_max = held.max(axis=0)
-        pos_min = np.where(self.seqs, self.pos[:, None], INT32_MAX).min(axis=0)
-        pos_min = np.where(pos_max >= 0, pos_min, -1)
-        return pos_min.astype(np.int32), pos_max.astype(np.int32)
+        return seq_ranges(self.seqs.T.copy(), self.pos)
 
     def copy(self) -> "KvCells":
         other = KvCells.__new__(KvCells)
         other.size, other.n_seq, other.n_swa = self.size, self.n_seq, self.n_swa
         other.pos, other.seqs, other.head = self.pos.copy(), self.seqs.copy(), self.head
+        other.n_used = self.n_used
         other.written = []
         return other
 
     # ------------------------------------------------------------------------ helpers
     def _clear_cells(self, mask: np.ndarray) -> None:
+        """Free the cells of ``mask``, each of them one that ``n_used`` counts."""
         self.pos[mask] = -1
         self.seqs[mask] = False
+        self.n_used -= int(np.count_nonzero(mask))
 
     def _lower_head_to_first(self, freed: np.ndarray) -> None:
         """llama.cpp's "if we freed up a slot, set head to it so searching can start there"."""
@@ -108,6 +120,7 @@ class KvCells:
         self.pos[:] = -1
         self.seqs[:] = False
         self.head = 0
+        self.n_used = 0
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> None:
         # on cell indices rather than masks: a step usually removes a few cells, or none
@@ -121,11 +134,18 @@ class KvCells:
         if freed.size:
             self.pos[freed] = -1
             self.seqs[freed] = False
+            self.n_used -= int(freed.size)
             # llama.cpp: "if we freed up a slot, set head to it so searching can start there"
             self.head = min(self.head, int(freed[0]))
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         if src == dst:
+            return
+        if p0 < 0 and p1 < 0:
+            # the whole sequence (lookahead copies the context into each of its ~30 branches every
+            # step): an empty cell holds no sequence, so every cell of src is in range, and one
+            # column is or-ed into the other in place, no mask or index array built
+            np.logical_or(self.seqs[:, dst], self.seqs[:, src], out=self.seqs[:, dst])
             return
         hit = self._in_range(p0, p1) & self.seqs[:, src]
         self.seqs[hit, dst] = True
@@ -194,6 +214,7 @@ class KvCells:
         if reused.size:
             self.seqs[reused] = False
         self.pos[cells] = pos
+        self.n_used += int(cells.size - reused.size)
         if seq_sets is None:
             self.seqs[cells, single_seq] = True
         else:
@@ -228,6 +249,7 @@ class KvCells:
                 return False
             trial.apply_ubatch(slot, pos[start:end], None if seq_sets is None else seq_sets[start:end], single_seq)
         self.pos, self.seqs, self.head, self.written = trial.pos, trial.seqs, trial.head, trial.written
+        self.n_used = trial.n_used
         return True
 
     # ------------------------------------------------------------------------ views

@@ -181,6 +181,8 @@ def _execute(session: Session, action: tuple, rng: np.random.Generator) -> None:
     pos_min, pos_max = memory.mirror.base.seq_ranges()
     for s in range(N_SEQ):
         assert (pos_min[s], pos_max[s]) == (memory.pos_min(s), memory.pos_max(s)), (action, s)
+    # the count of used cells is kept by each call, not recounted: it must still be the count
+    assert memory.mirror.base.used == int(np.count_nonzero(memory.mirror.base.pos >= 0)), action
 
 
 @pytest.mark.parametrize("n_programs", [pytest.param(30, id="30-programs"),
