@@ -69,8 +69,11 @@ class KvCells:
         return self.n_used
 
     def used_max_p1(self) -> int:
-        nonempty = np.flatnonzero(self.pos >= 0)
-        return int(nonempty[-1]) + 1 if nonempty.size else 0
+        """One past the last used cell (0 for an empty cache)."""
+        if self.n_used == 0:
+            return 0
+        # the first used cell from the end: argmax stops at the first True it meets
+        return self.size - int(np.argmax(self.pos[::-1] >= 0))
 
     def seq_pos_min(self, seq: int) -> int:
         mask = self.seqs[:, seq]
@@ -256,9 +259,11 @@ class KvCells:
     def fragmentation(self) -> tuple[int, int]:
         """(holes, largest free run): empty cells below the last used one, and the longest run of
         empty cells anywhere in the cache."""
-        empty = self.pos < 0
         top = self.used_max_p1()
-        holes = int(np.count_nonzero(empty[:top]))
+        holes = top - self.n_used  # every used cell lies below top
+        if holes == 0:  # the usual cache, filled from cell 0 without gaps: the free cells are the tail
+            return 0, self.size - top
+        empty = self.pos < 0
         padded = np.concatenate([[0], empty.astype(np.int8), [0]])
         edges = np.flatnonzero(np.diff(padded))
         largest = int((edges[1::2] - edges[::2]).max()) if edges.size else 0

@@ -181,8 +181,23 @@ def _execute(session: Session, action: tuple, rng: np.random.Generator) -> None:
     pos_min, pos_max = memory.mirror.base.seq_ranges()
     for s in range(N_SEQ):
         assert (pos_min[s], pos_max[s]) == (memory.pos_min(s), memory.pos_max(s)), (action, s)
-    # the count of used cells is kept by each call, not recounted: it must still be the count
-    assert memory.mirror.base.used == int(np.count_nonzero(memory.mirror.base.pos >= 0)), action
+    # the count of used cells is kept by each call, not recounted: it must still be the count, and
+    # the holes and free runs worked out from it must be those of the cells themselves
+    cells = memory.mirror.base
+    assert cells.used == int(np.count_nonzero(cells.pos >= 0)), action
+    assert cells.fragmentation() == _fragmentation_cell_by_cell(cells.pos), action
+
+
+def _fragmentation_cell_by_cell(pos: np.ndarray) -> tuple[int, int]:
+    """(empty cells below the last used one, longest run of empty cells), one cell at a time."""
+    used = [i for i, p in enumerate(pos) if p >= 0]
+    top = used[-1] + 1 if used else 0
+    holes = sum(1 for p in pos[:top] if p < 0)
+    largest = run = 0
+    for p in pos:
+        run = run + 1 if p < 0 else 0
+        largest = max(largest, run)
+    return holes, largest
 
 
 @pytest.mark.parametrize("n_programs", [pytest.param(30, id="30-programs"),
