@@ -60,7 +60,7 @@ class KvCells:
         self.head = 0
         self.written: list[np.ndarray] = []  # the cells the latest decode wrote, per ubatch
         # cells holding a position, kept up to date by every call that fills or frees one: every
-        # slot search reads it, and counting 16k cells each decode was most of a fast step's mirror
+        # slot search and every snapshot reads it, and a recount would cost a pass over the cells
         self.n_used = 0
 
     # ------------------------------------------------------------------------ queries
@@ -72,7 +72,7 @@ class KvCells:
         """One past the last used cell (0 for an empty cache)."""
         if self.n_used == 0:
             return 0
-        # the first used cell from the end: argmax stops at the first True it meets
+        # the first used cell from the end: one comparison pass and an argmax, no index array
         return self.size - int(np.argmax(self.pos[::-1] >= 0))
 
     def seq_pos_min(self, seq: int) -> int:
