@@ -72,9 +72,9 @@ def kv_snapshot(target: ModelContext, step: int, n_seq: int) -> KvSnapshot:
     mirror = target.memory.mirror
     cache = mirror.after_last_decode or mirror.base
     n_seq = min(n_seq, cache.n_seq)
-    holes, largest = cache.fragmentation()
-    seq_of_cell = cache.seqs[:, :n_seq].T.copy()  # a new array even when it is one column
     top = cache.used_max_p1()  # no cell past the last used one holds a sequence
+    holes, largest = cache.fragmentation(top)
+    seq_of_cell = cache.seqs[:, :n_seq].T.copy()  # a new array even when it is one column
     pos_min, pos_max = seq_ranges(seq_of_cell[:, :top], cache.pos[:top])
     kept = mirror.base
     return KvSnapshot(

@@ -256,10 +256,10 @@ class KvCells:
         return True
 
     # ------------------------------------------------------------------------ views
-    def fragmentation(self) -> tuple[int, int]:
+    def fragmentation(self, top: int | None = None) -> tuple[int, int]:
         """(holes, largest free run): empty cells below the last used one, and the longest run of
-        empty cells anywhere in the cache."""
-        top = self.used_max_p1()
+        empty cells anywhere in the cache. ``top``: :meth:`used_max_p1`, where the caller has it."""
+        top = self.used_max_p1() if top is None else top
         holes = top - self.n_used  # every used cell lies below top
         if holes == 0:  # the usual cache, filled from cell 0 without gaps: the free cells are the tail
             return 0, self.size - top
