@@ -5,7 +5,7 @@ A numpy array inside an event is never written again after the event is made.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Union
 
 import numpy as np
@@ -102,20 +102,50 @@ class RecurrentState:
 class KvSnapshot:
     """The KV cells after a step's decode (``seq_of_cell``: every branch and n-gram of the step in
     place) and after the strategy kept what verification accepted (``kept_seq_of_cell``); a cell
-    used in the first and free in the second held a token verified and removed this step."""
+    used in the first and free in the second held a token verified and removed this step.
+
+    The arrays cover the cache's first ``width`` cells, up to the last one in use in either picture
+    (``n_cells`` in all); every cell past them is free. A chat in a 4,096-cell cache uses a few
+    hundred, and the window keeps a snapshot of every step of a run."""
 
     step: int
-    seq_of_cell: np.ndarray  # (n_seq, n_cells) bool
-    pos_of_cell: np.ndarray  # (n_cells,) int32, -1 free
+    seq_of_cell: np.ndarray  # (n_seq, width) bool
+    pos_of_cell: np.ndarray  # (width,) int32, -1 free
     used: int
     holes: int
     largest_free_run: int = 0
     seq_pos_min: tuple[int, ...] = ()
     seq_pos_max: tuple[int, ...] = ()
-    kept_seq_of_cell: np.ndarray | None = None  # (n_seq, n_cells) bool; None: same as seq_of_cell
-    written_step: np.ndarray | None = None  # (n_cells,) int32: the run's step that wrote the cell, -1 before it
+    kept_seq_of_cell: np.ndarray | None = None  # (n_seq, width) bool; None: same as seq_of_cell
+    written_step: np.ndarray | None = None  # (width,) int32: the run's step that wrote the cell, -1 before it
     # the recurrent state of each sequence (hybrid and recurrent models; empty for a KV cache)
     states: tuple[RecurrentState, ...] = ()
+    n_cells: int = 0  # the cache's cells; 0: the arrays cover all of them
+
+    @property
+    def width(self) -> int:
+        """The cells the arrays cover."""
+        return self.pos_of_cell.shape[0]
+
+    @property
+    def cache_cells(self) -> int:
+        return max(self.n_cells, self.width)
+
+    def padded(self) -> "KvSnapshot":
+        """The same snapshot with arrays over every cell of the cache (the free ones past ``width``)."""
+        extra = self.cache_cells - self.width
+        if extra == 0:
+            return self
+
+        def wider(a: np.ndarray | None, fill) -> np.ndarray | None:
+            if a is None:
+                return None
+            pad = [(0, 0)] * (a.ndim - 1) + [(0, extra)]
+            return np.pad(a, pad, constant_values=fill)
+
+        return replace(self, seq_of_cell=wider(self.seq_of_cell, False), pos_of_cell=wider(self.pos_of_cell, -1),
+                       kept_seq_of_cell=wider(self.kept_seq_of_cell, False),
+                       written_step=wider(self.written_step, -1))
 
     @property
     def kept(self) -> np.ndarray:

@@ -71,22 +71,27 @@ def kv_snapshot(target: ModelContext, step: int, n_seq: int) -> KvSnapshot:
     plain arrays the GUI may keep (they are copies)."""
     mirror = target.memory.mirror
     cache = mirror.after_last_decode or mirror.base
+    kept = mirror.base
     n_seq = min(n_seq, cache.n_seq)
     top = cache.used_max_p1()  # no cell past the last used one holds a sequence
     holes, largest = cache.fragmentation(top)
-    seq_of_cell = cache.seqs[:, :n_seq].T.copy()  # a new array even when it is one column
-    pos_min, pos_max = seq_ranges(seq_of_cell[:, :top], cache.pos[:top])
-    kept = mirror.base
+    # The arrays stop at the last used cell: the copies, and what the window keeps of every step,
+    # grow with the cells in use rather than with the cache. The kept picture needs no more: only
+    # memory calls came after the decode (another decode drops the picture), and none of them
+    # fills a free cell.
+    seq_of_cell = cache.seqs[:top, :n_seq].T.copy()  # a new array even when it is one column
+    pos_min, pos_max = seq_ranges(seq_of_cell, cache.pos[:top])
     return KvSnapshot(
         step=step,
         seq_of_cell=seq_of_cell,
-        pos_of_cell=np.where(cache.pos >= 0, cache.pos, kept.pos).astype(np.int32),
+        pos_of_cell=cache.pos[:top].astype(np.int32),  # a copy
         used=cache.used,
         holes=holes,
         largest_free_run=largest,
         seq_pos_min=tuple(pos_min.tolist()),
         seq_pos_max=tuple(pos_max.tolist()),
-        kept_seq_of_cell=None if kept is cache else kept.seqs[:, :n_seq].T.copy(),
-        written_step=mirror.written_at.copy(),
+        kept_seq_of_cell=None if kept is cache else kept.seqs[:top, :n_seq].T.copy(),
+        written_step=mirror.written_at[:top].copy(),
         states=target.memory.recurrent_states(n_seq),
+        n_cells=cache.size,
     )

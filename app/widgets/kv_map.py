@@ -114,6 +114,9 @@ def cell_image(snapshot, colouring: str, window: int, n_prompt: int = 0,
     removed = snapshot.removed if snapshot.kept_seq_of_cell is not None else None
     if removed is not None and removed.any():
         image[:, removed] = np.where(seqs[:, removed], REMOVED, EMPTY)
+    free_tail = snapshot.cache_cells - snapshot.width  # the cells past the snapshot's arrays are free
+    if free_tail:
+        image = np.pad(image, ((0, 0), (0, free_tail)), constant_values=EMPTY)
     return np.ascontiguousarray(image)
 
 
@@ -284,7 +287,9 @@ class KvMapView(QtWidgets.QWidget):
         point = event.pos()
         cell, seq = int(point.x()), int(point.y())
         snap = self.snapshot
-        if 0 <= seq < snap.seq_of_cell.shape[0] and 0 <= cell < snap.seq_of_cell.shape[1]:
+        if 0 <= seq < snap.seq_of_cell.shape[0] and snap.width <= cell < snap.cache_cells:
+            self.hover_label.setText(f"cell {cell} · empty")
+        elif 0 <= seq < snap.seq_of_cell.shape[0] and 0 <= cell < snap.width:
             members = np.flatnonzero(snap.seq_of_cell[:, cell]).tolist()
             pos = int(snap.pos_of_cell[cell])
             written = int(snap.written_step[cell]) if snap.written_step is not None else -1

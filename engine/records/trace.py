@@ -16,7 +16,8 @@ A token of a run that explained its tokens (version 2) carries its explanation a
 "qtop": […], "matched": text, "rule": [p, q, draw]}``, the fields that do not apply left out.
 
 A KV snapshot stores only the cells that changed since the trace's previous snapshot (a cell's
-sequences as a hex bitmask); loading rebuilds every snapshot in full. A trace loads whole or not
+sequences as a hex bitmask); loading rebuilds every snapshot as the engine made it (arrays up to
+the last used cell). A trace loads whole or not
 at all: a truncated or corrupted file raises :class:`TraceError` naming the line.
 
 A replayed trace is just another event source: :class:`Replay` hands out the events whose time
@@ -160,6 +161,7 @@ class _KvEncoder:
         self.previous: tuple[np.ndarray, ...] | None = None
 
     def encode(self, snap: KvSnapshot) -> dict:
+        snap = snap.padded()  # the file gives every cell of the cache; a delta finds the cells that changed
         n_seq, n_cells = snap.seq_of_cell.shape
         state = _packed(snap)
         prev = self.previous
@@ -406,14 +408,17 @@ class _KvDecoder:
             kept[cell] = _seq_bits(kept_seqs, n_bytes)
             written[cell] = _in_range(step, -1, 2**31 - 1, "step")
         self.state = (pos, during, kept, written)
-        seq_of_cell = np.unpackbits(during, axis=1, count=n_seq, bitorder="little").astype(bool).T.copy()
-        kept_of_cell = np.unpackbits(kept, axis=1, count=n_seq, bitorder="little").astype(bool).T.copy()
+        # held as the engine gives it: arrays up to the last used cell (KvSnapshot)
+        top = int(np.flatnonzero(pos >= 0).max(initial=-1)) + 1
+        seq_of_cell = np.unpackbits(during[:top], axis=1, count=n_seq, bitorder="little").astype(bool).T.copy()
+        kept_of_cell = np.unpackbits(kept[:top], axis=1, count=n_seq, bitorder="little").astype(bool).T.copy()
         same = np.array_equal(seq_of_cell, kept_of_cell)
-        return KvSnapshot(_int(data["step"]), seq_of_cell, pos.copy(), _int(data["used"]), _int(data["holes"]),
+        return KvSnapshot(_int(data["step"]), seq_of_cell, pos[:top].copy(), _int(data["used"]), _int(data["holes"]),
                           _int(data["largest_free_run"]), tuple(_int(p) for p in _list(data["seq_pos_min"])),
                           tuple(_int(p) for p in _list(data["seq_pos_max"])),
-                          None if same else kept_of_cell, written.copy(),
-                          tuple(_recurrent_state(s) for s in _list(data.get("states", []))[:MAX_SEQUENCES]))
+                          None if same else kept_of_cell, written[:top].copy(),
+                          tuple(_recurrent_state(s) for s in _list(data.get("states", []))[:MAX_SEQUENCES]),
+                          n_cells)
 
 
 def _recurrent_state(record: object) -> RecurrentState:

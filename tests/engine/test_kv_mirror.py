@@ -50,7 +50,12 @@ def test_mirror_matches_llama_cpp_during_runs(verified_smollm, config):
     assert final.finish_reason in ("length", "stop")
     last = snapshots[-1]
     n_seq = config.n_sequences
-    assert last.seq_of_cell.shape == (n_seq, verified_smollm.memory.mirror.base.size)
+    # the arrays end at the last used cell; the cells past them are free
+    assert last.cache_cells == verified_smollm.memory.mirror.base.size > last.width
+    assert last.seq_of_cell.shape == (n_seq, last.width) and last.pos_of_cell[-1] >= 0
+    full = last.padded()
+    assert full.seq_of_cell.shape == (n_seq, last.cache_cells) and not full.kept[:, last.width:].any()
+    assert (full.pos_of_cell[last.width:] == -1).all() and (full.written_step[last.width:] == -1).all()
     assert last.seq_of_cell.flags["C_CONTIGUOUS"] and last.seq_of_cell.dtype == bool
     assert last.used == int(np.count_nonzero(last.pos_of_cell >= 0))
     # the snapshot shows the cache as the last decode left it; the live mirror equals llama.cpp
