@@ -62,6 +62,10 @@ class KvCells:
         # cells holding a position, kept up to date by every call that fills or frees one: every
         # slot search and every snapshot reads it, and a recount would cost a pass over the cells
         self.n_used = 0
+        # no cell at or past ``bound`` is used: the memory calls look at the cells below it only,
+        # so their cost follows the cells in use (a few hundred in a chat) rather than the cache.
+        # Raised by every placed ubatch, lowered to the last used cell by used_max_p1.
+        self.bound = 0
 
     # ------------------------------------------------------------------------ queries
     @property
@@ -71,9 +75,12 @@ class KvCells:
     def used_max_p1(self) -> int:
         """One past the last used cell (0 for an empty cache)."""
         if self.n_used == 0:
+            self.bound = 0
             return 0
-        # the first used cell from the end: one comparison pass and an argmax, no index array
-        return self.size - int(np.argmax(self.pos[::-1] >= 0))
+        # the first used cell from the end of those below the bound: one comparison pass and an
+        # argmax, no index array
+        self.bound -= int(np.argmax(self.pos[self.bound - 1::-1] >= 0))
+        return self.bound
 
     def seq_pos_min(self, seq: int) -> int:
         mask = self.seqs[:, seq]
@@ -88,18 +95,27 @@ class KvCells:
         return seq_ranges(self.seqs.T.copy(), self.pos)
 
     def copy(self) -> "KvCells":
+        """An equal KvCells. Only the cells below the bound are copied: the rest are free, and a
+        fresh zeroed table costs the pages written, not the cache's size (the mirror keeps a
+        picture of every step this way)."""
+        b = self.bound
         other = KvCells.__new__(KvCells)
         other.size, other.n_seq, other.n_swa = self.size, self.n_seq, self.n_swa
-        other.pos, other.seqs, other.head = self.pos.copy(), self.seqs.copy(), self.head
-        other.n_used = self.n_used
+        other.pos = np.full(self.size, -1, dtype=np.int32)
+        other.pos[:b] = self.pos[:b]
+        other.seqs = np.zeros((self.size, self.n_seq), dtype=bool)
+        other.seqs[:b] = self.seqs[:b]
+        other.head, other.n_used, other.bound = self.head, self.n_used, b
         other.written = []
         return other
 
     # ------------------------------------------------------------------------ helpers
     def _clear_cells(self, mask: np.ndarray) -> None:
-        """Free the cells of ``mask``, each of them one that ``n_used`` counts."""
-        self.pos[mask] = -1
-        self.seqs[mask] = False
+        """Free the cells of ``mask`` (over the first cells of the cache), each of them one that
+        ``n_used`` counts."""
+        n = mask.shape[0]
+        self.pos[:n][mask] = -1
+        self.seqs[:n][mask] = False
         self.n_used -= int(np.count_nonzero(mask))
 
     def _lower_head_to_first(self, freed: np.ndarray) -> None:
@@ -109,9 +125,11 @@ class KvCells:
             self.head = int(idx[0])
 
     def _in_range(self, p0: int, p1: int) -> np.ndarray:
+        """Which cells below the bound hold a position in [p0, p1) (p1 < 0: to the end)."""
+        pos = self.pos[: self.bound]
         if p1 < 0:  # to the end (the usual cut after a verification): one comparison
-            return self.pos >= max(p0, 0)
-        return (self.pos >= max(p0, 0)) & (self.pos < p1)
+            return pos >= max(p0, 0)
+        return (pos >= max(p0, 0)) & (pos < p1)
 
     def _swa_masked(self, pos_cell: np.ndarray, pos_next: np.ndarray) -> np.ndarray:
         if self.n_swa <= 0:
@@ -124,12 +142,13 @@ class KvCells:
         self.seqs[:] = False
         self.head = 0
         self.n_used = 0
+        self.bound = 0
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> None:
         # on cell indices rather than masks: a step usually removes a few cells, or none
         in_range = self._in_range(p0, p1)
         if seq >= 0:
-            hit = np.flatnonzero(in_range & self.seqs[:, seq])
+            hit = np.flatnonzero(in_range & self.seqs[: self.bound, seq])
             self.seqs[hit, seq] = False
             freed = hit if self.n_seq == 1 else hit[~self.seqs[hit].any(axis=1)]
         else:
@@ -148,17 +167,20 @@ class KvCells:
             # the whole sequence (lookahead copies the context into each of its ~30 branches every
             # step): an empty cell holds no sequence, so every cell of src is in range, and one
             # column is or-ed into the other in place, no mask or index array built
-            np.logical_or(self.seqs[:, dst], self.seqs[:, src], out=self.seqs[:, dst])
+            b = self.bound
+            np.logical_or(self.seqs[:b, dst], self.seqs[:b, src], out=self.seqs[:b, dst])
             return
-        hit = self._in_range(p0, p1) & self.seqs[:, src]
-        self.seqs[hit, dst] = True
+        hit = self._in_range(p0, p1) & self.seqs[: self.bound, src]
+        self.seqs[: self.bound, dst][hit] = True
 
     def seq_keep(self, seq: int) -> None:
-        has = self.seqs[:, seq].copy()
-        freed = (self.pos >= 0) & ~has
+        b = self.bound
+        has = self.seqs[:b, seq].copy()
+        freed = (self.pos[:b] >= 0) & ~has
         self._clear_cells(freed)
-        self.seqs[has] = False
-        self.seqs[has, seq] = True
+        seqs = self.seqs[:b]
+        seqs[has] = False
+        seqs[has, seq] = True
         self._lower_head_to_first(freed)
 
     def seq_add(self, seq: int, p0: int, p1: int, shift: int) -> None:
@@ -168,9 +190,11 @@ class KvCells:
         p1 = INT32_MAX if p1 < 0 else p1
         if p0 == p1:
             return
-        hit = (self.pos >= p0) & (self.pos < p1) & self.seqs[:, seq]
-        self.pos[hit] += shift
-        removed = hit & (self.pos < 0)
+        b = self.bound
+        pos = self.pos[:b]
+        hit = (pos >= p0) & (pos < p1) & self.seqs[:b, seq]
+        pos[hit] += shift
+        removed = hit & (pos < 0)
         self._clear_cells(removed)
         idx = np.flatnonzero(removed)
         # llama.cpp: head goes to the first freed cell, or else back to 0
@@ -218,6 +242,7 @@ class KvCells:
             self.seqs[reused] = False
         self.pos[cells] = pos
         self.n_used += int(cells.size - reused.size)
+        self.bound = max(self.bound, int(cells.max()) + 1)
         if seq_sets is None:
             self.seqs[cells, single_seq] = True
         else:
@@ -252,7 +277,7 @@ class KvCells:
                 return False
             trial.apply_ubatch(slot, pos[start:end], None if seq_sets is None else seq_sets[start:end], single_seq)
         self.pos, self.seqs, self.head, self.written = trial.pos, trial.seqs, trial.head, trial.written
-        self.n_used = trial.n_used
+        self.n_used, self.bound = trial.n_used, trial.bound
         return True
 
     # ------------------------------------------------------------------------ views
@@ -263,11 +288,12 @@ class KvCells:
         holes = top - self.n_used  # every used cell lies below top
         if holes == 0:  # the usual cache, filled from cell 0 without gaps: the free cells are the tail
             return 0, self.size - top
-        empty = self.pos < 0
+        # the runs among the cells below top, and the free tail past it
+        empty = self.pos[:top] < 0
         padded = np.concatenate([[0], empty.astype(np.int8), [0]])
         edges = np.flatnonzero(np.diff(padded))
         largest = int((edges[1::2] - edges[::2]).max()) if edges.size else 0
-        return holes, largest
+        return holes, max(largest, self.size - top)
 
     def render_dump(self) -> tuple[str, str]:
         """The two text blocks llama.cpp logs with LLAMA_KV_CACHE_DEBUG=3, rendered from the mirror."""

@@ -190,6 +190,8 @@ def _execute(session: Session, action: tuple, rng: np.random.Generator) -> None:
     # the holes and free runs worked out from it must be those of the cells themselves
     cells = memory.mirror.base
     assert cells.used == int(np.count_nonzero(cells.pos >= 0)), action
+    # the memory calls look below the bound only: no cell at or past it may be in use
+    assert not (cells.pos[cells.bound:] >= 0).any() and not cells.seqs[cells.bound:].any(), action
     assert cells.fragmentation() == _fragmentation_cell_by_cell(cells.pos), action
 
 
