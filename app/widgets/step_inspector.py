@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from specdec_studio.app.qt import QtCore, QtGui, QtWidgets, Qt
 from specdec_studio.app.widgets.kv_map import KvMapView
+from specdec_studio.engine.records.kv_history import KvHistory
 
 ROLE_COLOURS = {  # Okabe–Ito, as the KV map
     "input": "#56B4E9", "redecode": "#999999", "window": "#E69F00", "ngram": "#009E73",
@@ -36,14 +37,16 @@ class RunRecord:
     started: object | None = None  # RunStarted
     batches: dict[int, object] = field(default_factory=dict)  # step -> StepBatch
     steps: dict[int, object] = field(default_factory=dict)  # step -> StepDone
-    snapshots: dict[int, object] = field(default_factory=dict)  # step -> KvSnapshot (after its decode)
+    # step -> KvSnapshot (after its decode), kept as keyframes and changes: a long run's pictures
+    # would otherwise grow with the square of its length
+    snapshots: KvHistory = field(default_factory=KvHistory)
     finished: object | None = None  # RunFinished
 
     def clear(self) -> None:
         self.started = self.finished = None
         self.batches.clear()
         self.steps.clear()
-        self.snapshots.clear()
+        self.snapshots = KvHistory()
 
     def add(self, event) -> None:
         from specdec_studio.engine.events import KvSnapshot, RunFinished, RunStarted, StepBatch, StepDone
@@ -56,7 +59,7 @@ class RunRecord:
         elif isinstance(event, StepDone):
             self.steps[event.step] = event
         elif isinstance(event, KvSnapshot):
-            self.snapshots[event.step] = event
+            self.snapshots.add(event)
         elif isinstance(event, RunFinished):
             self.finished = event
 
@@ -66,8 +69,7 @@ class RunRecord:
 
     def snapshot_before(self, step: int):
         """The cells as the previous step left them (after its verification), if recorded."""
-        earlier = [s for s in self.snapshots if s < step]
-        return self.snapshots[max(earlier)] if earlier else None
+        return self.snapshots.before(step)
 
 
 class BatchPicture(QtWidgets.QWidget):

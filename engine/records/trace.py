@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,6 +42,7 @@ from specdec_studio.engine.errors import ConfigError, SpecDecError, not_utf8
 from specdec_studio.engine.events import (BatchRow, Event, Explanation, KvSnapshot, RecurrentState, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
                            StepBatch, StepDone, TokenInfo)
 from specdec_studio.engine.strategies.explain import TOP_N
+from specdec_studio.engine.records.kv_history import KvHistory
 
 # What a trace keeps: a run's own events (a chat's conversation updates are not part of it)
 TRACE_EVENTS = (RunStarted, StepDone, StepBatch, RejectedDraft, KvSnapshot, RunFinished, RunFailed, RunWarning)
@@ -63,7 +64,7 @@ class Trace:
     """A recorded run: its header and every event with its time (seconds since RunStarted)."""
 
     header: dict
-    events: tuple[tuple[float, Event], ...]
+    events: Sequence[tuple[float, Event]]  # a tuple, or RecordedEvents (its KV pictures kept compactly)
 
     @property
     def duration_s(self) -> float:
@@ -84,11 +85,56 @@ class Trace:
         return f"{mode} · {self.header.get('model', {}).get('name', 'unknown model')}"
 
 
+class _KvPlace:
+    """Where a KV snapshot of a trace's events sits in its :class:`KvHistory`."""
+
+    __slots__ = ("place",)
+
+    def __init__(self, place: int) -> None:
+        self.place = place
+
+
+class RecordedEvents(Sequence):
+    """A trace's events, each KV snapshot kept in a :class:`KvHistory` (keyframes and changes) and
+    rebuilt whole where it is read: a long run's pictures would otherwise take memory that grows
+    with the square of its length. Nothing is added once the trace is made."""
+
+    def __init__(self, items: list[tuple[float, Event | _KvPlace]], kv: KvHistory) -> None:
+        self._items = tuple(items)
+        self._kv = kv
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._whole(item) for item in self._items[index]]
+        return self._whole(self._items[index])
+
+    def _whole(self, item: tuple[float, Event | _KvPlace]) -> tuple[float, Event]:
+        t, event = item
+        return (t, self._kv.at(event.place)) if isinstance(event, _KvPlace) else item
+
+
+class _EventList:
+    """Events as they are collected, KV snapshots into a history of their own."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[float, Event | _KvPlace]] = []
+        self.kv = KvHistory()
+
+    def append(self, t: float, event: Event) -> None:
+        self.items.append((t, _KvPlace(self.kv.add(event)) if isinstance(event, KvSnapshot) else event))
+
+    def events(self) -> RecordedEvents:
+        return RecordedEvents(self.items, self.kv)
+
+
 class TraceRecorder:
     """Collects a run's events as they happen (on the engine's thread) into a :class:`Trace`."""
 
     def __init__(self) -> None:
-        self._events: list[tuple[float, Event]] = []
+        self._events = _EventList()
         self._t0: float | None = None
         self._header: dict = {}
 
@@ -97,14 +143,14 @@ class TraceRecorder:
             return
         now = time.perf_counter() if now is None else now
         if isinstance(event, RunStarted):
-            self._events, self._t0 = [], now
+            self._events, self._t0 = _EventList(), now
             self._header = make_header(event)
         if self._t0 is None:
             return  # nothing before a run's start belongs to a trace
-        self._events.append((now - self._t0, event))
+        self._events.append(now - self._t0, event)
 
     def trace(self) -> Trace | None:
-        return Trace(dict(self._header), tuple(self._events)) if self._events else None
+        return Trace(dict(self._header), self._events.events()) if self._events.items else None
 
 
 def make_header(started: RunStarted) -> dict:
@@ -222,7 +268,7 @@ def parse(lines: Iterable[str], name: str = "trace") -> Trace:
     except (ConfigError, TypeError, ValueError) as exc:
         raise TraceError(f"the trace {name} has a corrupted header ({exc})") from None
     decoder = _KvDecoder()
-    events: list[tuple[float, Event]] = []
+    events = _EventList()
     for number, line in enumerate(lines[1:], start=2):
         record = _json(line, name, number)
         try:
@@ -232,12 +278,13 @@ def parse(lines: Iterable[str], name: str = "trace") -> Trace:
             event = _event(_string(record["type"]), _object(record["data"]), decoder)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, ConfigError, MemoryError) as exc:
             raise TraceError(f"the trace {name} is corrupted at line {number} ({type(exc).__name__}: {exc})") from None
-        events.append((t, event))
-    if not events or not isinstance(events[0][1], RunStarted):
+        events.append(t, event)
+    items = events.items
+    if not items or not isinstance(items[0][1], RunStarted):
         raise TraceError(f"the trace {name} does not start with its run's start")
-    if not isinstance(events[-1][1], (RunFinished, RunFailed)):
+    if not isinstance(items[-1][1], (RunFinished, RunFailed)):
         raise TraceError(f"the trace {name} is truncated: it ends before its run finished (line {len(lines)})")
-    return Trace(header, tuple(events))
+    return Trace(header, events.events())
 
 
 def _json(line: str, name: str, number: int):

@@ -86,7 +86,8 @@ def test_replay_hands_out_every_event_in_order(recorded):
     got = []
     while not replay.done:
         got += replay.advance(0.01)
-    assert got == [e for _, e in original.events]
+    expected = [e for _, e in original.events]
+    assert len(got) == len(expected) and all(_same_event(a, b) for a, b in zip(got, expected))
     # stepping: each call ends with the next step's StepDone
     replay = Replay(original)
     first = replay.next_step()
@@ -366,3 +367,29 @@ def test_reports_and_transcripts_of_a_crafted_trace_carry_no_markup_from_it():
         assert EVIL in "".join(seen.text), name  # shown as the text it is
     report_tags = _Markup(pages["report"])
     assert report_tags.tags.count("img") == 1  # the one plot passed in, not the crafted one
+
+
+def test_a_traces_kv_pictures_are_kept_compactly_and_read_back_whole(smollm_session, monkeypatch):
+    """A run past its budget of whole pictures (here none), a keyframe or two in: every snapshot the
+    trace gives back equals the one the run took, while the trace keeps a fraction of their bytes."""
+    from specdec_studio.engine.records import kv_history
+    from specdec_studio.engine.records.kv_history import KEYFRAME_EVERY
+
+    monkeypatch.setattr(kv_history, "WHOLE_BYTES", 0)
+
+    config = RunConfig(mode="lookahead", max_tokens=160, lookahead=LookaheadParams(4, 3, 4))
+    recorder, taken = TraceRecorder(), []
+    for event in smollm_session.run(config, smollm_session.tokenize_prompt(CODE_PROMPT)):
+        recorder.add(event)
+        if isinstance(event, KvSnapshot):  # the run's own (a cleared cache's, before its first step)
+            taken.append(event)
+        if isinstance(event, StepDone):
+            taken.append(smollm_session.kv_snapshot(event.step, config.n_sequences))
+            recorder.add(taken[-1])
+    recorded = recorder.trace()
+    kept = [e for _, e in recorded.events if isinstance(e, KvSnapshot)]
+    assert len(kept) == len(taken) > 2 * KEYFRAME_EVERY
+    assert all(_same_event(a, b) and a.cache_cells == b.cache_cells for a, b in zip(kept, taken))
+    full = sum(a.nbytes for s in taken for a in (s.seq_of_cell, s.pos_of_cell, s.kept_seq_of_cell, s.written_step)
+               if a is not None)
+    assert recorded.events._kv.nbytes < full / 4
