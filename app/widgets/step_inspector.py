@@ -318,8 +318,8 @@ class StepInspector(QtWidgets.QWidget):
             view.begin_run(window, n_prompt)
             view.add_tokens(t.source for s in record.step_numbers if s <= step for t in record.steps[s].tokens)
         before = record.snapshot_before(step)
-        if before is not None:
-            self.kv_before.set_snapshot(_kept_only(before))
+        if before is not None:  # the cells as the previous step left them, its verification done
+            self.kv_before.set_snapshot(before.after_verification())
         after = record.snapshots.get(step)
         if after is not None:
             self.kv_after.set_snapshot(after)
@@ -363,10 +363,3 @@ class StepInspector(QtWidgets.QWidget):
         else:
             self.step_label.setText(f"Step {self.current} of {steps[-1]}"
                                     + (" · the run waits: Step decodes one more" if self.paused_run else ""))
-
-
-def _kept_only(snapshot):
-    """The snapshot as the step left the cache: verification's removals done."""
-    import dataclasses
-
-    return dataclasses.replace(snapshot, seq_of_cell=snapshot.kept, kept_seq_of_cell=None)

@@ -95,9 +95,9 @@ class KvCells:
         return seq_ranges(self.seqs.T.copy(), self.pos)
 
     def copy(self) -> "KvCells":
-        """An equal KvCells. Only the cells below the bound are copied: the rest are free, and a
-        fresh zeroed table costs the pages written, not the cache's size (the mirror keeps a
-        picture of every step this way)."""
+        """An equal KvCells. Only the cells below the bound are copied; the rest are free, so the
+        new tables are filled free rather than read from this one (the mirror keeps a picture of
+        each step's cells this way)."""
         b = self.bound
         other = KvCells.__new__(KvCells)
         other.size, other.n_seq, other.n_swa = self.size, self.n_seq, self.n_swa

@@ -17,8 +17,8 @@ A token of a run that explained its tokens (version 2) carries its explanation a
 
 A KV snapshot stores only the cells that changed since the trace's previous snapshot (a cell's
 sequences as a hex bitmask); loading rebuilds every snapshot as the engine made it (arrays up to
-the last used cell). A trace loads whole or not
-at all: a truncated or corrupted file raises :class:`TraceError` naming the line.
+the last used cell). A trace loads whole or not at all: a truncated or corrupted file raises
+:class:`TraceError` naming the line.
 
 A replayed trace is just another event source: :class:`Replay` hands out the events whose time
 has come on a clock the caller drives (the window's timer, or the CLI's sleep), at any speed.

@@ -42,3 +42,25 @@ def test_the_map_counts_the_cache_not_the_arrays(qtbot):
     view.set_snapshot(_trimmed())
     assert "3 sequences × 64 cells" in view.figures.text()
     assert "1 removed by verification" in view.figures.text()
+
+
+def test_the_cells_after_verification_are_counted_on_what_it_kept(qtbot):
+    """The step inspector's "before" picture: the previous step's cells once its verification
+    freed the rejected ones, with the figures counted on those cells, not on the decode's."""
+    after = _trimmed().after_verification()
+    assert after.kept_seq_of_cell is None and after.width == 11 and after.cache_cells == 64
+    assert (after.used, after.holes, after.largest_free_run) == (11, 0, 53)
+    assert after.seq_pos_min == (0, 8, -1) and after.seq_pos_max == (9, 10, -1)
+    # a hole: sequence 0 kept nothing at cells 2-4 (sequence 1 keeps none of them either)
+    snap = _trimmed()
+    kept = snap.kept_seq_of_cell.copy()
+    kept[0, 2:5] = False
+    holed = KvSnapshot(snap.step, snap.seq_of_cell, snap.pos_of_cell, 12, 0, 52, (), (), kept, snap.written_step,
+                       n_cells=64).after_verification()
+    assert (holed.used, holed.holes, holed.largest_free_run) == (8, 3, 53) and holed.pos_of_cell[3] == -1
+    view = KvMapView()
+    qtbot.addWidget(view)
+    view.begin_run(0, 6)
+    view.set_snapshot(holed)
+    assert "used cells 8 · holes 3 · largest empty run 53" in view.figures.text()
+    assert "removed by verification" not in view.figures.text()
