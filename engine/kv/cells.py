@@ -242,7 +242,10 @@ class KvCells:
             self.seqs[reused] = False
         self.pos[cells] = pos
         self.n_used += int(cells.size - reused.size)
-        self.bound = max(self.bound, int(cells.max()) + 1)
+        # a slot is ascending cells, wrapped to the cache's start at most once: unwrapped, its last
+        # cell is its highest (no reduction over it, on every decode)
+        last = int(cells[-1])
+        self.bound = max(self.bound, last + 1 if last >= cells[0] else int(cells.max()) + 1)
         if seq_sets is None:
             self.seqs[cells, single_seq] = True
         else:
