@@ -95,9 +95,8 @@ class KvCells:
         return seq_ranges(self.seqs.T.copy(), self.pos)
 
     def copy(self) -> "KvCells":
-        """An equal KvCells. Only the cells below the bound are copied; the rest are free, so the
-        new tables are filled free rather than read from this one (the mirror keeps a picture of
-        each step's cells this way)."""
+        """An equal KvCells (a batch's trial placement). Only the cells below the bound are copied;
+        the rest are free, so the new tables are filled free rather than read from this one."""
         b = self.bound
         other = KvCells.__new__(KvCells)
         other.size, other.n_seq, other.n_swa = self.size, self.n_seq, self.n_swa
@@ -105,6 +104,19 @@ class KvCells:
         other.pos[:b] = self.pos[:b]
         other.seqs = np.zeros((self.size, self.n_seq), dtype=bool)
         other.seqs[:b] = self.seqs[:b]
+        other.head, other.n_used, other.bound = self.head, self.n_used, b
+        other.written = []
+        return other
+
+    def picture(self) -> "KvCells":
+        """A copy to read, not to change: its arrays cover only the cells below the bound (every
+        cell past them is free), so it costs the cells in use, not the cache. The mirror keeps one
+        of every step that has branches to tidy; a snapshot reads its used cells, its last used
+        cell and its holes, all of which lie below the bound."""
+        b = self.bound
+        other = KvCells.__new__(KvCells)
+        other.size, other.n_seq, other.n_swa = self.size, self.n_seq, self.n_swa
+        other.pos, other.seqs = self.pos[:b].copy(), self.seqs[:b].copy()
         other.head, other.n_used, other.bound = self.head, self.n_used, b
         other.written = []
         return other
@@ -396,7 +408,7 @@ class KvMirror:
 
     def _keep_picture(self) -> None:
         if self._decoded:
-            self.after_last_decode = self.base.copy()
+            self.after_last_decode = self.base.picture()
             self._decoded = False
 
     def on_seq_rm(self, seq_id: int, p0: int, p1: int) -> None:
