@@ -10,6 +10,8 @@ from typing import Literal, Union
 
 import numpy as np
 
+from specdec_studio.engine.kv.cells import longest_run, seq_ranges
+
 TokenSource = Literal["prompt", "sampled", "accepted_ngram", "accepted_draft"]
 
 
@@ -157,16 +159,13 @@ class KvSnapshot:
         used_cells = np.flatnonzero(in_use)
         top = int(used_cells[-1]) + 1 if used_cells.size else 0
         pos = np.where(in_use[:top], self.pos_of_cell[:top], -1).astype(np.int32)
+        held = kept[:, :top].copy()
+        pos_min, pos_max = seq_ranges(held, pos)
         # free runs below the last used cell, and the free tail past it
-        edges = np.flatnonzero(np.diff(np.concatenate([[0], (~in_use[:top]).astype(np.int8), [0]])))
-        largest = max(int((edges[1::2] - edges[::2]).max(initial=0)), self.cache_cells - top)
-        held = kept[:, :top]
-        pos_max = np.where(held, pos, -1).max(axis=1, initial=-1)
-        pos_min = np.where(held, pos, np.iinfo(np.int32).max).min(axis=1, initial=np.iinfo(np.int32).max)
-        return replace(self, seq_of_cell=held.copy(), pos_of_cell=pos, used=int(used_cells.size),
+        largest = max(longest_run(~in_use[:top]), self.cache_cells - top)
+        return replace(self, seq_of_cell=held, pos_of_cell=pos, used=int(used_cells.size),
                        holes=top - int(used_cells.size), largest_free_run=largest,
-                       seq_pos_min=tuple(np.where(pos_max >= 0, pos_min, -1).tolist()),
-                       seq_pos_max=tuple(pos_max.tolist()), kept_seq_of_cell=None,
+                       seq_pos_min=tuple(pos_min.tolist()), seq_pos_max=tuple(pos_max.tolist()), kept_seq_of_cell=None,
                        written_step=None if self.written_step is None else self.written_step[:top].copy(),
                        n_cells=self.cache_cells)
 

@@ -287,15 +287,17 @@ class KvMapView(QtWidgets.QWidget):
         point = event.pos()
         cell, seq = int(point.x()), int(point.y())
         snap = self.snapshot
-        if 0 <= seq < snap.seq_of_cell.shape[0] and snap.width <= cell < snap.cache_cells:
+        if not (0 <= seq < snap.seq_of_cell.shape[0] and 0 <= cell < snap.cache_cells):
+            return
+        if cell >= snap.width:  # past the snapshot's arrays: free
             self.hover_label.setText(f"cell {cell} · empty")
-        elif 0 <= seq < snap.seq_of_cell.shape[0] and 0 <= cell < snap.width:
-            members = np.flatnonzero(snap.seq_of_cell[:, cell]).tolist()
-            pos = int(snap.pos_of_cell[cell])
-            written = int(snap.written_step[cell]) if snap.written_step is not None else -1
-            when = "before this run" if written < 0 else ("with the prompt" if written == 0 else f"at step {written}")
-            gone = " · removed by verification" if snap.kept_seq_of_cell is not None and snap.removed[cell] else ""
-            self.hover_label.setText(
-                f"cell {cell} · " + ("empty" if pos < 0 and not members
-                                     else f"position {pos} · sequences {members} · written {when}{gone}")
-            )
+            return
+        members = np.flatnonzero(snap.seq_of_cell[:, cell]).tolist()
+        pos = int(snap.pos_of_cell[cell])
+        written = int(snap.written_step[cell]) if snap.written_step is not None else -1
+        when = "before this run" if written < 0 else ("with the prompt" if written == 0 else f"at step {written}")
+        gone = " · removed by verification" if snap.kept_seq_of_cell is not None and snap.removed[cell] else ""
+        self.hover_label.setText(
+            f"cell {cell} · " + ("empty" if pos < 0 and not members
+                                 else f"position {pos} · sequences {members} · written {when}{gone}")
+        )

@@ -27,6 +27,12 @@ def seq_ranges(seq_of_cell: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np
     return np.where(pos_max >= 0, pos_min, np.int32(-1)).astype(np.int32), pos_max.astype(np.int32)
 
 
+def longest_run(flags: np.ndarray) -> int:
+    """The length of the longest run of True in the 1-D bool array ``flags`` (0 if none)."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], flags.astype(np.int8), [0]])))
+    return int((edges[1::2] - edges[::2]).max(initial=0))
+
+
 class RowSeqs:
     """The sequences of each row of a batch as its table (row i's first ``counts[i]`` entries),
     so that placing a ubatch marks every row's sequences in one numpy store."""
@@ -304,11 +310,7 @@ class KvCells:
         if holes == 0:  # the usual cache, filled from cell 0 without gaps: the free cells are the tail
             return 0, self.size - top
         # the runs among the cells below top, and the free tail past it
-        empty = self.pos[:top] < 0
-        padded = np.concatenate([[0], empty.astype(np.int8), [0]])
-        edges = np.flatnonzero(np.diff(padded))
-        largest = int((edges[1::2] - edges[::2]).max()) if edges.size else 0
-        return holes, max(largest, self.size - top)
+        return holes, max(longest_run(self.pos[:top] < 0), self.size - top)
 
     def render_dump(self) -> tuple[str, str]:
         """The two text blocks llama.cpp logs with LLAMA_KV_CACHE_DEBUG=3, rendered from the mirror."""
