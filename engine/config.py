@@ -105,6 +105,10 @@ class SpeculativeParams:
     adaptive: Literal["off", "tutorial", "heuristic"] = "off"
     k_min: int = 1
     k_max: int = 16
+    # Auto's longest step, in proposed tokens; a run prices it lower where the machine's cost curve
+    # makes a step that long dearer than MAX_STEP_COST plain steps (engine.strategies.auto.priors):
+    # 16 on a 2-core CPU, more where a batch costs little more than a token (a GPU)
+    auto_k_max: int = 64
     p_min: float = 0.0
     ngram_max: int = 3  # prompt lookup: longest n-gram matched
     ngram_min: int = 1
@@ -129,6 +133,8 @@ class SpeculativeParams:
             raise ConfigError(f"adaptive rule must be off, tutorial or heuristic, got {self.adaptive!r}")
         if not 1 <= self.k_min <= self.k_max:
             raise ConfigError(f"need 1 <= k_min <= k_max, got {self.k_min} and {self.k_max}")
+        if self.auto_k_max < 1:
+            raise ConfigError(f"Auto's longest step must be >= 1 token, got {self.auto_k_max}")
         if not 0.0 <= self.p_min < 1.0:
             raise ConfigError(f"p_min must be in [0, 1), got {self.p_min}")
         if not 1 <= self.ngram_min <= self.ngram_max:
@@ -179,7 +185,7 @@ class RunConfig:
             k = self.speculative.k_max if self.speculative.adaptive != "off" else self.speculative.k
             return k + 1, k + 1
         if self.mode == "auto":
-            return self.speculative.k_max + 1, self.speculative.k_max + 1
+            return self.speculative.auto_k_max + 1, self.speculative.auto_k_max + 1
         return 1, 1
 
     def as_dict(self) -> dict:

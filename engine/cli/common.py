@@ -152,7 +152,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     sp.add_argument("-k", "--draft", type=int, default=DEFAULT_K, help="tokens drafted per step")
     sp.add_argument("--adaptive", choices=("off", "tutorial", "heuristic"), default="off")
     sp.add_argument("--k-min", type=int, default=1)
-    sp.add_argument("--k-max", type=int, default=16)
+    sp.add_argument("--k-max", type=int, default=16, help="adaptive -k: the longest draft")
+    sp.add_argument("--auto-k-max", type=int, default=64,
+                    help="Auto: the longest step in proposed tokens; the machine's profile may cap it lower "
+                         "(16 on a 2-core CPU)")
     sp.add_argument("--p-min", type=float, default=0.0)
     sp.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram matched")
     sp.add_argument("--ngram-min", type=int, default=1, help="prompt lookup: shortest n-gram matched")
@@ -189,7 +192,7 @@ def config_from(args: argparse.Namespace):
             args.W, args.N, args.G, not args.no_prompt_pool, args.window_from_prompt, not args.reference_kv
         ),
         speculative=SpeculativeParams(
-            k=args.draft, adaptive=args.adaptive, k_min=args.k_min, k_max=args.k_max,
+            k=args.draft, adaptive=args.adaptive, k_min=args.k_min, k_max=args.k_max, auto_k_max=args.auto_k_max,
             p_min=args.p_min, ngram_max=args.ngram_max, ngram_min=args.ngram_min, lookup=args.lookup,
             ngram_memory=args.ngram_memory, lookup_key=args.lookup_key, lookup_copy=args.lookup_copy,
             rollback=args.rollback,

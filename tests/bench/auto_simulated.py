@@ -7,8 +7,9 @@ the code prompt and every ``--every``-th shipped chat prompt, ``-n`` tokens each
 setting's simulated speed-up over plain, then per setting the chat prompts' geometric mean, their
 worst, and the code prompt:
 
-- ``auto``: Auto as it ships (a tree of at most ``k_max`` = 16 rows);
-- ``auto k_max 64``: Auto allowed ngram-mod's draft length;
+- ``auto``: Auto as it ships (up to 64 proposed tokens a step, as many as the machine's profile
+  prices within ``MAX_STEP_COST`` plain steps: 16 on the shipped CPU profiles);
+- ``auto 16 tokens``: Auto held to 16 proposed tokens whatever the profile (its cap before);
 - ``lookup mod``: our port of llama.cpp's ``ngram-mod`` (24-gram match, copies of 48-64 tokens).
 
 Noise-free is not the same as real: the machine is the profile, so a size the profile misprices
@@ -36,7 +37,7 @@ from specdec_studio.engine.tuning.sweep import prompt_tokens  # noqa: E402
 
 SETTINGS = {
     "auto": SpeculativeParams(),
-    "auto k_max 64": SpeculativeParams(k_max=64),
+    "auto 16 tokens": SpeculativeParams(auto_k_max=16),
     "lookup mod": SpeculativeParams(k=64, lookup="mod"),
 }
 
@@ -45,9 +46,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=128, help="tokens per prompt")
     ap.add_argument("--every", type=int, default=3, help="every how many-th shipped chat prompt (1: all 94)")
-    ap.add_argument("--machine", default="smollm2-q4_1-smooth", help="the profile (tests/data/profiles) that keeps time")
+    ap.add_argument("--machine", default="smollm2-q4_1-smooth", help="the profile that keeps time: a name in tests/data/profiles, or a profile's .json path")
     args = ap.parse_args()
-    machine = load_curve(SHARED_PROFILES / f"{args.machine}.json")
+    machine = load_curve(Path(args.machine) if args.machine.endswith(".json") else SHARED_PROFILES / f"{args.machine}.json")
     print(f"SmolLM2, greedy, {args.n} tokens, decodes timed by the {args.machine} profile")
     with Session(model_path(), n_ctx=4096, n_threads=2, observe=False) as session, \
             simulated_machine(session, machine, machine):

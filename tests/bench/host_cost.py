@@ -69,6 +69,16 @@ def cut_model(layers: int) -> Path:
     return dst
 
 
+def ensure_profile(model: Path) -> None:
+    """The model's batch-cost profile, measured once (untimed) as ``specdec run --mode auto`` does
+    before its first run: Auto prices its steps with it, and the runs here pass --no-predict."""
+    from specdec_studio.engine.session import Session
+    from specdec_studio.engine.tuning import profile
+
+    with Session(model, n_threads=THREADS, observe=False) as session:
+        profile.load_or_measure(session)
+
+
 def run_ours(model: Path, prompt_file: Path, args: list[str]) -> dict:
     cmd = [sys.executable, "-m", "specdec_studio.engine.cli", "run", "-m", str(model), "-f", str(prompt_file),
            "-n", str(N_TOKENS), "--temp", "0", "-t", str(THREADS), "--no-predict", "--json",
@@ -115,6 +125,8 @@ def main() -> int:
         for n in layers:
             model = cut_model(n)
             for name, (ours_args, binary, their_args) in pairs.items():
+                if "auto" in ours_args:
+                    ensure_profile(model)
                 ratios, host, share = [], [], []
                 for _ in range(args.rounds):
                     a1 = run_theirs(tools / binary, model, theirs_prompt, their_args)

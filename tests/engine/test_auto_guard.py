@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from specdec_studio.engine.strategies.auto import Calibrator, Proposal, StepCost, build_tree
 from specdec_studio.engine.strategies.auto.guard import Guard, Wary
 from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_lengths
-from specdec_studio.engine.strategies.auto.priors import (GUARD_START_TRUST, IDLE_STRETCH, PLAN_INTERVAL_MAX, PRIOR_MAX,
+from specdec_studio.engine.strategies.auto.priors import (GUARD_START_TRUST, IDLE_STRETCH, MAX_STEP_COST, PLAN_INTERVAL_MAX,
+                                                          PRIOR_MAX, UNPRICED_STEP_TOKENS,
                                                           WAKE_MATCH)
 from specdec_studio.engine.strategies.auto.tree import could_pay
 from specdec_studio.engine.tuning.cost_model import CostCurve
@@ -223,3 +224,40 @@ def test_a_source_that_beats_its_priors_starts_its_other_bins_higher_and_one_tha
     # another source, or the same one where another family agreed, keeps its own scale
     assert copying.probability("ngram", (3, 2, 1, 0), 0) == fresh.probability("ngram", (3, 2, 1, 0), 0)
     assert copying.probability("suffix", long, 0, agreed=True) == fresh.probability("suffix", long, 0, agreed=True)
+
+
+def _scaled_curve(relative: dict[int, float], t1: float = 0.008) -> CostCurve:
+    sizes = tuple(sorted(relative))
+    times = tuple(t1 * relative[b] for b in sizes)
+    return CostCurve(sizes, times, times)
+
+
+def test_a_step_proposes_as_many_tokens_as_its_decode_affords():
+    from tests.auto_plan import SHARED_PROFILES, load_curve
+
+    # the shipped CPU profiles: a 17-token decode costs ~8.5 plain steps, 16 proposed tokens
+    for name in ("smooth", "bumpy"):
+        cost = StepCost(load_curve(SHARED_PROFILES / f"smollm2-q4_1-{name}.json"))
+        assert cost.affordable_tokens(64) == 16
+        assert cost.relative(17) <= MAX_STEP_COST < cost.relative(18)
+    # a batch that costs little more than a token (a GPU): the whole ceiling
+    assert StepCost(FLAT).affordable_tokens(64) == 64
+    # every token of a batch as dear as a decode of its own (the dearest shape the fit allows): a
+    # step of 8 tokens is the most that stays within MAX_STEP_COST, so 7 proposed
+    linear = StepCost(_scaled_curve({1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0, 16: 16.0}))
+    assert linear.affordable_tokens(64) == 7
+    assert StepCost(FLAT).affordable_tokens(5) == 5  # never above the ceiling asked
+    # without a profile the run cannot price a long step before making one
+    assert StepCost().affordable_tokens(64) == UNPRICED_STEP_TOKENS
+
+
+def test_the_affordable_length_follows_the_runs_correction_of_the_profile():
+    curve = _scaled_curve({1: 1.0, 8: 4.5, 16: 8.0, 32: 16.0})
+    cost = StepCost(curve)
+    before = cost.affordable_tokens(64)
+    t1 = 0.008
+    for _ in range(StepCost.TRUSTED + 1):  # this machine: batches a third cheaper than the profile says
+        cost.observe(1, t1)
+        cost.observe(9, t1 * (1 + (4.5 - 1) * 2 / 3))
+    assert cost.scale < 0.7
+    assert cost.affordable_tokens(64) > before

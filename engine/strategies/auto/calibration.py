@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import statistics
 
-from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, COST_SLOPE, PRIOR_MAX, PRIOR_WEIGHT,
-                                                          SCALE_WEIGHT, SHAPE_CHANGE_PRIOR, SOURCES, signal_prior)
+from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, COST_SLOPE, MAX_STEP_COST, PRIOR_MAX,
+                                                          PRIOR_WEIGHT, SCALE_WEIGHT, SHAPE_CHANGE_PRIOR, SOURCES,
+                                                          UNPRICED_STEP_TOKENS, signal_prior)
 
 
 POSITIONS = 5  # positions 0-3 have bins of their own; 4 and deeper share one
@@ -127,6 +128,7 @@ class StepCost:
         self.seen: dict[int, list[float]] = {}  # B -> the last KEEP decode times, after the first
         self._first: set[int] = set()
         self._table: list[float] = []
+        self._affordable: dict[int, int] = {}  # ceiling -> affordable_tokens(ceiling), for the table's scale
         self.scale = 1.0  # the run's measured extra cost of a batch over the curve's (see _rescale)
         self._fastest: dict[int, float] = {}  # B -> the fastest timing _rescale last saw
         self._previous = 1
@@ -169,6 +171,7 @@ class StepCost:
         if abs(scale - self.scale) > self.SCALE_STEP * self.scale:
             self.scale = scale
             self._table.clear()
+            self._affordable.clear()
 
     def relative(self, n_tokens: int) -> float:
         if self.curve is not None:
@@ -178,6 +181,20 @@ class StepCost:
             return self._table[n_tokens]
         measured = self.measured_relative(n_tokens)
         return measured if measured is not None else 1.0 + COST_SLOPE * (n_tokens - 1)
+
+    def affordable_tokens(self, ceiling: int) -> int:
+        """The most tokens (at most ``ceiling``, at least 1) a step may propose: as many as keep the
+        step's decode within MAX_STEP_COST plain steps on the profile's curve, as this run has
+        corrected it; UNPRICED_STEP_TOKENS without a profile."""
+        if self.curve is None:
+            return max(1, min(ceiling, UNPRICED_STEP_TOKENS))
+        tokens = self._affordable.get(ceiling)
+        if tokens is None:
+            tokens = 1
+            while tokens < ceiling and self.relative(tokens + 2) <= MAX_STEP_COST:
+                tokens += 1
+            self._affordable[ceiling] = tokens
+        return tokens
 
     def measured_relative(self, n_tokens: int) -> float | None:
         """This run's own T(B)/T(1) once it has timed TRUSTED decodes of both sizes, else None."""

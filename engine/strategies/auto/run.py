@@ -79,7 +79,8 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
     redecode: list[int] = []  # accepted tokens whose cells were dropped to keep position order
     went_deep = False  # the last plan passed every test
     while not rt.should_stop(n_past, 1):
-        room = min(params.k_max, rt.n_ctx - n_past - 1 - len(redecode), rt.n_batch - 1 - len(redecode),
+        room = min(cost.affordable_tokens(params.auto_k_max), rt.n_ctx - n_past - 1 - len(redecode),
+                   rt.n_batch - 1 - len(redecode),
                    rt.config.max_tokens - len(out.ids) - 1)
         t0 = time.perf_counter()
         nodes, gain = [], 1.0
