@@ -237,7 +237,10 @@ def test_cli_json_reports_sources_and_decisions():
                            "-t", str(N_THREADS), "--json", "--no-predict"], capture_output=True, text=True, check=True)
     stats = json.loads(done.stdout)["stats"]
     assert sum(stats["auto"]["decisions"].values()) == stats["steps"] - 1
-    assert set(stats["auto"]) == {"trust", "decisions", "sources", "agreed", "calibration"}
+    assert set(stats["auto"]) == {"trust", "decisions", "sources", "agreed", "calibration", "step_tokens_max"}
+    # the longest step the profile allowed: within --auto-k-max, and no step proposed more
+    assert 1 <= stats["auto"]["step_tokens_max"] <= 64
+    assert len(stats["accept_per_position"]) <= stats["auto"]["step_tokens_max"]
 
 
 def test_auto_validates_its_draft_limit():

@@ -295,6 +295,8 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
         step += 1
     counters.extra["auto"] = report.as_dict(calibrator, guard.trust, draft=draft_kind is not None,
                                             memory=rt.ngram_memory is not None)
+    # the longest step the machine's profile allowed by the run's end (at most --auto-k-max)
+    counters.extra["auto"]["step_tokens_max"] = cost.affordable_tokens(params.auto_k_max)
     if draft_kind is not None:  # what the decoding source was, how often it was asked, and its price
         verdict = price.verdict(wary, guard.min_gain(), draft_steps)
         counters.extra["auto"]["draft"] = {
