@@ -152,7 +152,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     sp.add_argument("-k", "--draft", type=int, default=DEFAULT_K, help="tokens drafted per step")
     sp.add_argument("--adaptive", choices=("off", "tutorial", "heuristic"), default="off")
     sp.add_argument("--k-min", type=int, default=1)
-    sp.add_argument("--k-max", type=int, default=16, help="adaptive -k: the longest draft")
+    sp.add_argument("--k-max", type=int, default=16,
+                    help="the longest draft: adaptive -k's, and a draft model's inside Auto and --parallel Auto")
     sp.add_argument("--auto-k-max", type=int, default=64,
                     help="Auto: the longest step in proposed tokens; the machine's profile may cap it lower "
                          "(16 on a 2-core CPU)")

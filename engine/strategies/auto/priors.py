@@ -60,10 +60,11 @@ MIN_GAIN = 1.1  # a tree must beat a plain step by a margin: its prediction errs
 # No step is bet on more than MAX_STEP_COST plain steps' worth of decode: the calibration of a
 # chain's deep tokens is the planner's weakest guess, and a copy that breaks early wastes every row
 # after the break. On this 2-core CPU a 17-token decode of SmolLM2 costs 8.3-8.5 plain steps (the
-# shipped profiles), and 16 proposed tokens measured best there (32 and 64 lost on the code prompt);
-# where a batch costs less per token the same bet buys a longer step: the model cut to one layer,
-# a GPU-like step time, gets 23 (code prompt, 256 tokens: 1,219 -> 1,462 tokens/s). Without a
-# profile a run cannot price long steps before it has made them, and keeps UNPRICED_STEP_TOKENS.
+# shipped profiles), and 16 proposed tokens measured best there (on the code prompt 64 lost, 32 did
+# no better); where a batch costs less per token the same bet buys a longer step: the model cut to
+# one layer, a GPU-like step time, gets 23 (code prompt, 256 tokens, in process: 1,219 -> 1,462
+# tokens/s). Without a profile a run cannot price long steps before it has made them, and keeps
+# UNPRICED_STEP_TOKENS.
 MAX_STEP_COST = 8.6
 UNPRICED_STEP_TOKENS = 16
 SHAPE_CHANGE_PRIOR = 0.05  # the graph rebuild a tree step causes, in plain steps, until measured
