@@ -1,12 +1,14 @@
 """One run from its first event to its last: the strategy's events framed by RunStarted and
-RunFinished, a warning when the KV map stops following the cache, a final KV snapshot, and the
-cache's token record brought up to date for the next run's prefix reuse.
-
-How often the GUI wants a snapshot in between is the GUI's business (it asks the session).
+RunFinished, a warning when the KV map stops following the cache, a final KV snapshot (and one
+after every step where the session is asked for them), and the cache's token record brought up to
+date for the next run's prefix reuse. Where explanations are made on their own thread, a step's
+events wait here for them while the next step decodes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -15,6 +17,7 @@ from specdec_studio.engine.context import ModelContext
 from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted, RunWarning, StepDone
 from specdec_studio.engine.kv.cells import seq_ranges
 from specdec_studio.engine.strategies.common import FINISH_LENGTH, Runtime
+from specdec_studio.engine.strategies.explain import Deferred
 
 
 def run_events(rt: Runtime, strategy: Callable[[Runtime, Sequence[int]], Iterator[Event]],
@@ -27,15 +30,31 @@ def run_events(rt: Runtime, strategy: Callable[[Runtime, Sequence[int]], Iterato
     step = 0
     failures = memory.observer_failures
     n_failures = len(failures)
+    # With explanations made on their own thread, a step's events wait here until its explanations
+    # are done, while the strategy goes on to decode the next step (run ahead); they leave in order
+    explainer = rt.explainer if rt.explainer is not None and rt.explainer.thread is not None else None
+    held: deque[Event] = deque()
     try:
         for event in strategy(rt, prompt):
-            yield event
+            held.append(event)
             if len(failures) > n_failures:
-                yield RunWarning(f"the KV map stopped following the cache ({failures[-1]}); "
-                                 "decoding goes on unaffected")
+                held.append(RunWarning(f"the KV map stopped following the cache ({failures[-1]}); "
+                                       "decoding goes on unaffected"))
                 n_failures = len(failures)
             if isinstance(event, StepDone):
                 step = event.step
+                if rt.step_snapshots and memory.mirror_ok:
+                    held.append(kv_snapshot(target, step, rt.config.n_sequences))
+            if explainer is None:
+                yield from _release(held)
+            elif rt.run_ahead is not None and not rt.run_ahead():
+                explainer.dispatch()
+                yield from _release(held, wait=True)  # held between steps: show the step the cache holds
+            else:
+                yield from _release(held, wait=False)
+        if explainer is not None:
+            explainer.dispatch()
+        yield from _release(held)
     finally:
         # Even a run abandoned by its consumer leaves the record of the cache true.
         if rt.t_start is not None:
@@ -51,6 +70,23 @@ def run_events(rt: Runtime, strategy: Callable[[Runtime, Sequence[int]], Iterato
     output.finish(FINISH_LENGTH)  # a strategy that returns without a reason ran out of tokens
     yield RunFinished(output.text(), tuple(output.ids), output.finish_reason or FINISH_LENGTH, rt.counters.as_dict(),
                       output.end_token)
+
+
+def _release(held: deque, wait: bool = True) -> Iterator[Event]:
+    """The held events in order, their explanations finished; without ``wait``, only up to the
+    first whose explanations are still being made."""
+    while held:
+        event = held[0]
+        if isinstance(event, StepDone):
+            pending = [t.why for t in event.tokens if isinstance(t.why, Deferred)]
+            if pending:
+                if not wait and not all(why.done() for why in pending):
+                    return
+                event = dataclasses.replace(event, tokens=tuple(
+                    dataclasses.replace(t, why=t.why.result()) if isinstance(t.why, Deferred) else t
+                    for t in event.tokens))
+        held.popleft()
+        yield event
 
 
 def learn_output(rt: Runtime, prompt: list[int]) -> str | None:

@@ -7,10 +7,11 @@ call that may come from another thread is :meth:`Session.cancel`.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import llama_cpp as llama
@@ -26,7 +27,7 @@ from specdec_studio.engine.runner import kv_snapshot, run_events
 from specdec_studio.engine.sampling import Sampler
 from specdec_studio.engine.stats import RunCounters
 from specdec_studio.engine.strategies.common import Output, Runtime
-from specdec_studio.engine.strategies.explain import Explainer
+from specdec_studio.engine.strategies.explain import Explainer, ExplainerThread
 from specdec_studio.engine.tokens import Vocab
 
 
@@ -97,6 +98,13 @@ class Session:
         # what strategies keep from one run to the next: their indexes of the context (Auto's, prompt
         # lookup's n-gram cache), each brought to the next run's prompt by reading what it adds
         self._kept: dict = {}
+        # What a window asks of its runs (a script need not): every step's KV picture among the
+        # events (engine.runner), explanations made on a thread of their own while the next step
+        # decodes, and whether a run may decode ahead of the step its consumer shows (None: yes)
+        self.step_snapshots = False
+        self.explain_in_background = False
+        self.run_ahead: Callable[[], bool] | None = None
+        self._explain_thread: ExplainerThread | None = None
         try:
             self._load_template()
             self._make_context(1)  # checks the memory budget first
@@ -206,6 +214,9 @@ class Session:
             events.close()
         self._runs.clear()
         self._runtime = None
+        if self._explain_thread is not None:
+            self._explain_thread.close()
+            self._explain_thread = None
         self.unload_draft()
         self._close_mtp()
         if self.target is not None:
@@ -351,14 +362,41 @@ class Session:
             draft_token_cost=self._auto_draft_cost(curve, mtp) if auto else 1.0,
             ngram_memory=self.ngram_memory() if auto and config.speculative.ngram_memory else None,
             kept=self._kept,
-            explainer=Explainer(self.vocab.piece, sampler.greedy, sampler.distribution) if config.explain else None,
+            explainer=Explainer(self.vocab.piece, sampler.greedy, sampler.distribution,
+                                self._explainer_thread()) if config.explain else None,
             observed=self.settings.observe,
+            step_snapshots=self.step_snapshots,
+            run_ahead=self.run_ahead,
         )
         started = RunStarted(config.as_dict(), self.model.info.summary(), len(prompt), prompt_text)
         events = run_events(rt, strategy, prompt, target, started)
         self._runtime = rt
         self._runs.add(events)
         return events
+
+    def decode_leaves_a_core(self) -> bool:
+        """Whether this machine has a core a decode does not use: llama.cpp's threads are fewer than
+        the cores this process may run on, or every layer is on a GPU or on RPC servers (the host
+        then waits on them). Work done beside a decode is free only then; where llama.cpp's
+        threads take every core, a thread beside them slows the decode by what it saves (measured:
+        ``tests/bench/explain_cost.py``)."""
+        from specdec_studio.engine.models.devices import supports_gpu_offload
+
+        model = self.model
+        layers = model.n_gpu_layers
+        if model.rpc_servers or (layers < 0 or layers >= model.info.n_layer) and supports_gpu_offload():
+            return True
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return cores > max(self.n_threads, self.n_threads_batch)
+
+    def _explainer_thread(self) -> ExplainerThread | None:
+        """The thread explanations are made on where the session is asked to (one for its life:
+        one explanation at a time, in the order asked, the order a run's events need them)."""
+        if not self.explain_in_background:
+            return None
+        if self._explain_thread is None:
+            self._explain_thread = ExplainerThread()
+        return self._explain_thread
 
     def ngram_memory(self):
         """The n-gram memory of this model's past runs (engine.strategies.ngram_memory), read from

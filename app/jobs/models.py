@@ -22,6 +22,13 @@ def load_model(state: WorkerState, path: str, n_ctx: int, n_threads: int | None,
                       rpc_servers=rpc_servers)
     state.close_session()
     state.session = session
+    # What the window asks of every run: each step's KV picture among its events; explanations
+    # made on their own thread while the next step decodes where a decode leaves a core free (a
+    # GPU's host, or more cores than llama.cpp's threads), in line where it does not; and no step
+    # decoded ahead of the one shown while the demo holds the run
+    session.step_snapshots = True
+    session.explain_in_background = session.decode_leaves_a_core()
+    session.run_ahead = lambda: not state.gate.paused
     others = [p for p in catalog.cached_models() if p != resolved]
     candidates = [(str(resolved), None)] + [(str(p), why) for p, why in draft_candidates(session.model, others)]
     state.emit(ModelLoaded(str(resolved), session.model.info.summary(), session.has_chat_template,

@@ -9,7 +9,7 @@ from specdec_studio.app.worker_messages import BaselineDone, BaselineRequest, Pa
 
 
 def run(state: WorkerState, command: RunRequest) -> None:
-    from specdec_studio.engine.events import RunFinished, StepDone
+    from specdec_studio.engine.events import KvSnapshot, RunFinished, StepDone
     from specdec_studio.engine.records.trace import TraceRecorder
 
     session = state.require_session()
@@ -31,18 +31,30 @@ def run(state: WorkerState, command: RunRequest) -> None:
     state.emit(RunRequested(command.config, user_text, command.chat))
     finished = False
     recorder = TraceRecorder()
+
+    def hold(step: int) -> None:  # between two steps, at the demo's gate
+        with session.off_the_clock():  # a demo's pause is no generation time
+            state.gate.wait(on_pause=lambda: state.emit(Paused(step, True)))
+
+    held_after = None  # a step whose KV picture comes next: the gate waits after it, not before
     try:
         for event in events:
+            if held_after is not None and not (isinstance(event, KvSnapshot) and event.step == held_after):
+                hold(held_after)  # the picture did not come (the mirror failed meanwhile)
+                held_after = None
             finished = finished or isinstance(event, RunFinished)
             state.emit(event)
             recorder.add(event)
+            # each step's KV picture comes as the event after its StepDone (the session's
+            # step_snapshots, set at load: app.jobs.models); a held run shows both
             if isinstance(event, StepDone):
-                if session.memory.mirror_ok:  # the KV map's picture of this step
-                    snapshot = session.kv_snapshot(event.step, command.config.n_sequences)
-                    state.emit(snapshot)
-                    recorder.add(snapshot)
-                with session.off_the_clock():  # a demo's pause is no generation time
-                    state.gate.wait(on_pause=lambda step=event.step: state.emit(Paused(step, True)))
+                if session.step_snapshots and session.memory.mirror_ok:
+                    held_after = event.step
+                else:
+                    hold(event.step)
+            elif held_after is not None:  # the step's KV picture, just shown
+                hold(held_after)
+                held_after = None
         recorded = recorder.trace()
         if recorded is not None and finished:
             state.emit(TraceReady(recorded))
@@ -78,10 +90,8 @@ def race(state: WorkerState, command: RaceRequest) -> None:
         n_tokens = 0
         for event in session.run(config, tokens, prompt_text=command.text, fresh_cancel=False):
             recorder.add(event)
-            if isinstance(event, StepDone):
+            if isinstance(event, StepDone):  # its KV picture is the next event (the session's step_snapshots)
                 n_tokens += len(event.tokens)
-                if session.memory.mirror_ok:
-                    recorder.add(session.kv_snapshot(event.step, config.n_sequences))
                 state.emit(RaceProgress(which, n_tokens))
             elif isinstance(event, RunFailed):
                 state.emit(event)

@@ -20,7 +20,7 @@ from specdec_studio.engine.events import BatchRow, Event, Explanation, StepBatch
 from specdec_studio.engine.memory import DecodeAborted, Memory, NoKvSlot
 from specdec_studio.engine.sampling import Sampler, argmax_rows, logits_row
 from specdec_studio.engine.stats import RunCounters
-from specdec_studio.engine.strategies.explain import Explainer
+from specdec_studio.engine.strategies.explain import Deferred, Explainer
 from specdec_studio.engine.tokens import IncrementalDetokenizer, Vocab
 
 FINISH_STOP = "stop"  # the model produced an end-of-generation token
@@ -58,7 +58,9 @@ class Output:
             self.end_token = token
             return None
         text = self.detok.feed(token)
-        if why is not None:
+        if isinstance(why, Deferred):  # made on the explainer's thread: it takes the text when done
+            why.chosen_text = text
+        elif why is not None:
             why = dataclasses.replace(why, chosen_text=text)
         self.ids.append(token)
         self.pieces.append(text)
@@ -118,6 +120,14 @@ class Runtime:
     explainer: Explainer | None = None
     # a window or a trace watches: every step's batch is described (StepBatch) for the step inspector
     observed: bool = True
+    # every StepDone is followed by the KV map's picture of that step (KvSnapshot), taken before
+    # the next step: a consumer that asked for it need not (and, with explanations made on their
+    # own thread, must not: it would see the cache of the step after)
+    step_snapshots: bool = False
+    # with explanations made on their own thread, whether the run may decode its next step while
+    # the last one's are still being made; None: always. A demo that holds the run between steps
+    # says no, so that the step it shows is the one the cache holds
+    run_ahead: Callable[[], bool] | None = None
 
     def logits(self, i: int) -> np.ndarray:
         return logits_row(self.ctx, i, self.vocab.n_tokens)
@@ -132,6 +142,8 @@ class Runtime:
         Every decode of a generation step goes through here, so its shape is counted once."""
         if self.memory.mirror is not None:
             self.memory.mirror.stamp = self.counters.steps  # the step this decode belongs to
+        if self.explainer is not None and self.explainer.thread is not None:
+            self.explainer.dispatch()  # the last step's explanations are made while this decodes
         try:  # guarded(), written out: this is every step's path
             dt = self.memory.decode(self.batch)
         except NoKvSlot:

@@ -6,13 +6,19 @@ vocabulary, so it is numpy, and the top tokens are found through column maxima: 
 ``argpartition`` costs ~0.3 ms on 49k logits, maxima of contiguous blocks ~0.09 ms, of strided
 columns ~8 µs. Inside a run (SmolLM2's 49k vocabulary, its logits fresh from llama.cpp; median of
 3,072 tokens) an explained token costs ~90 µs of host time: ~42 µs the top tokens, ~28 µs the
-softmax's denominator, ~11 µs the ranked entries.
+softmax's denominator, ~11 µs the ranked entries. A session can have them made on a thread of their
+own while the next step decodes (:class:`ExplainerThread`): the run's path then keeps only a copy
+of the logit row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import queue
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -66,16 +72,85 @@ def rounded(p: float) -> float:
     return float(f"{p:.4g}")
 
 
-class Explainer:
-    """Makes the explanations of one run's tokens; ``piece(token) -> bytes`` names them."""
+class Deferred:
+    """An explanation still to be made on the explainer's thread (:class:`Explainer` with a
+    ``thread``). The run's output gives it the token's text (known before the explanation is
+    done); :meth:`result` is the finished :class:`Explanation`. Never leaves the engine: the run's
+    events carry the result (engine.runner)."""
 
-    def __init__(self, piece, greedy: bool, distribution=None) -> None:
+    __slots__ = ("future", "chosen_text")
+
+    def __init__(self, future: Future) -> None:
+        self.future = future
+        self.chosen_text = ""
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def result(self) -> Explanation:
+        return dataclasses.replace(self.future.result(), chosen_text=self.chosen_text)
+
+
+class ExplainerThread:
+    """The thread a session's explanations are made on: batches of jobs, in the order given.
+
+    Python threads share one interpreter lock, and an explanation is mostly short numpy calls that
+    hold it. A job handed over at once would take the lock from the run's thread in the middle of
+    its step. So the run queues a step's jobs and hands them over just before its next decode
+    (:meth:`Explainer.dispatch`): they are made while llama.cpp decodes, with the lock free."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="specdec-explain", daemon=True)
+        self._thread.start()
+
+    def run(self, jobs: list) -> None:
+        """Make ``jobs`` ((future, call, args), …) in order, after every batch given before."""
+        self._jobs.put(jobs)
+
+    def close(self) -> None:
+        """Finish the jobs given, then end the thread."""
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _serve(self) -> None:
+        while (jobs := self._jobs.get()) is not None:
+            for future, call, args in jobs:
+                try:
+                    future.set_result(call(*args))
+                except BaseException as exc:  # noqa: BLE001 - the run's thread raises it where it reads the result
+                    future.set_exception(exc)
+
+
+class Explainer:
+    """Makes the explanations of one run's tokens; ``piece(token) -> bytes`` names them.
+
+    With a ``thread`` (:class:`ExplainerThread`) the work is done there: :meth:`explain` copies
+    the logit row it is given (llama.cpp's buffer, which the next decode overwrites) and returns a
+    :class:`Deferred`, and the run's thread goes on to its next decode while the explanation is
+    made beside it, on a core the decode does not use. The run calls :meth:`dispatch` before each
+    decode, and before it waits for a result."""
+
+    def __init__(self, piece, greedy: bool, distribution=None, thread: ExplainerThread | None = None) -> None:
         self.piece = piece
         self.greedy = greedy
         # the sampler's distribution (filtered, tempered): what sampled verification reads
         self.distribution = distribution
+        self.thread = thread
+        self.queued: list = []  # jobs not yet handed to the thread: (future, call, args)
         self.scratch: np.ndarray | None = None  # the softmax's working buffer, one per run
         self.texts: dict[int, str] = {}  # each token's text, decoded once a run
+
+    def _later(self, call, *args) -> Future:
+        future: Future = Future()
+        self.queued.append((future, call, args))
+        return future
+
+    def dispatch(self) -> None:
+        """Hand the queued jobs to the thread (a run does just before it decodes)."""
+        if self.queued:
+            self.thread.run(self.queued)
+            self.queued = []
 
     def text(self, token: int) -> str:
         text = self.texts.get(token)
@@ -105,9 +180,20 @@ class Explainer:
         return self.scratch
 
     def explain(self, logits: np.ndarray, chosen: int, *, dist: np.ndarray | None = None, proposed: int = -1,
-                proposer: str = "", accepted: bool = False, proposer_top: tuple[Ranked, ...] = (),
-                matched: str = "", q: float | None = None, draw: float | None = None) -> Explanation:
-        """The explanation of ``chosen``, emitted at the position whose target logits are ``logits``."""
+                proposer: str = "", accepted: bool = False, proposer_top: "tuple[Ranked, ...] | Future" = (),
+                matched: str = "", q: float | None = None, draw: float | None = None) -> "Explanation | Deferred":
+        """The explanation of ``chosen``, emitted at the position whose target logits are ``logits``
+        (a :class:`Deferred` one with a thread). ``dist``, where given, is a distribution the caller
+        made for this row alone (the sampler's are new arrays): it is not copied."""
+        if self.thread is None:
+            return self._explain(logits, chosen, dist, proposed, proposer, accepted, proposer_top, matched, q, draw)
+        logits = None if logits is None or dist is not None and not self.greedy else np.array(logits)
+        return Deferred(self._later(self._explain, logits, chosen, dist, proposed, proposer, accepted,
+                                    proposer_top, matched, q, draw))
+
+    def _explain(self, logits, chosen, dist, proposed, proposer, accepted, proposer_top, matched, q, draw) -> Explanation:
+        if isinstance(proposer_top, Future):  # made earlier on the same thread: done already
+            proposer_top = proposer_top.result()
         ids, p = self.target_probs(logits, dist)
         p_proposed = float(p[proposed]) if proposed >= 0 and not self.greedy else None
         # the chosen token's text is the one the output shows: Output.push puts it in
@@ -116,9 +202,15 @@ class Explainer:
                            bool(accepted), proposer_top,
                            matched, not self.greedy, p_proposed, q, draw)
 
-    def proposer_top(self, logits: np.ndarray, dist: np.ndarray | None = None) -> tuple[Ranked, ...]:
+    def proposer_top(self, logits: np.ndarray, dist: np.ndarray | None = None) -> "tuple[Ranked, ...] | Future":
         """A draft's (or MTP head's) top tokens: from its sampling distribution ``dist`` where it
-        drew its proposal, else from the softmax of its ``logits``."""
+        drew its proposal, else from the softmax of its ``logits``; with a thread, a future of them
+        (for :meth:`explain`'s ``proposer_top``)."""
+        if self.thread is not None:
+            return self._later(self._proposer_top, None if dist is not None else np.array(logits), dist)
+        return self._proposer_top(logits, dist)
+
+    def _proposer_top(self, logits: np.ndarray | None, dist: np.ndarray | None) -> tuple[Ranked, ...]:
         if dist is not None:
             return self.ranked(dist, top_indices(dist))
         ids = top_indices(logits)

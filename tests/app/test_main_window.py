@@ -184,7 +184,9 @@ def test_stop_ends_within_one_step_and_the_app_runs_again(window, qtbot):
 
     assert window.last_finished.finish_reason == "cancelled"
     steps_after_stop = [e for t, e in emitted if t > stop_time and isinstance(e, StepDone)]
-    assert len(steps_after_stop) <= 1
+    # at most the step in flight when Stop came, and the one before it: the window's runs make their
+    # explanations while the next step decodes, so a step's event leaves after that decode
+    assert len(steps_after_stop) <= 2
     assert "cancelled" in window.statusBar().currentMessage()
     run(window, qtbot, "Hello", max_tokens=8)
     assert window.last_finished.finish_reason == "length"
@@ -233,23 +235,22 @@ def test_stop_during_a_model_load_skips_its_profile_and_keeps_the_app_usable(win
     assert window.last_finished.finish_reason == "length"
 
 
-def test_an_error_in_the_middle_of_a_chat_turn_ends_the_answer_as_interrupted(window, qtbot):
-    session = window.worker._state.session
-    original = session.kv_snapshot
+def test_an_error_in_the_middle_of_a_chat_turn_ends_the_answer_as_interrupted(window, qtbot, monkeypatch):
+    from specdec_studio.engine import runner
+
+    original = runner.kv_snapshot  # the run takes each step's KV picture (the window's step_snapshots)
     calls: list[int] = []
 
-    def failing(step, n_seq):
+    def failing(target, step, n_seq):
         calls.append(step)
         if len(calls) == 4:
             raise RuntimeError("a fault in the middle of a run")
-        return original(step, n_seq)
+        return original(target, step, n_seq)
 
-    session.kv_snapshot = failing
-    try:
+    with monkeypatch.context() as patched:
+        patched.setattr(runner, "kv_snapshot", failing)
         window.input.chat_mode.setChecked(True)
         run(window, qtbot, "Count from one to twenty, please.", mode="plain", max_tokens=64)
-    finally:
-        del session.kv_snapshot
     assert "a fault in the middle of a run" in window.error_label.text()
     answer = window.conversation.messages[-1]
     assert answer.role == "assistant" and answer.state == "interrupted" and answer.content

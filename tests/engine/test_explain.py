@@ -4,6 +4,7 @@ file (an older trace, without them, still loads)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
-from specdec_studio.engine.events import Explanation, StepDone
+from specdec_studio.engine.events import Explanation, KvSnapshot, StepDone
 from specdec_studio.engine.strategies.explain import TOP_N, Explainer, top_indices, verdict
 from specdec_studio.engine.records import trace
 from specdec_studio.engine.records.trace import TraceRecorder
@@ -138,6 +139,95 @@ def test_sampled_explanations_reproduce_every_accept_decision(smollm_session, sm
         assert (t.id == w.proposed) == w.accepted
         if mode == "lookup":
             assert w.q == 1.0  # a point mass: accepted with probability p
+
+
+@pytest.fixture
+def window_runs(smollm_session):
+    """``smollm_session`` set as the window sets it (app.jobs.models), then back as it was."""
+    session = smollm_session
+    saved = session.explain_in_background, session.step_snapshots, session.run_ahead
+    session.explain_in_background, session.step_snapshots = True, True
+    yield session
+    session.explain_in_background, session.step_snapshots, session.run_ahead = saved
+
+
+BACKGROUND_CASES = {
+    **{name: GREEDY[name] for name in ("plain", "lookahead", "lookup-cache", "speculative", "auto")},
+    "sampled lookup": RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4),
+                                sampling=SamplingParams(temperature=0.8, seed=11)),
+    "sampled speculative": RunConfig(mode="speculative", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4),
+                                     sampling=SamplingParams(temperature=0.8, seed=11)),
+}
+
+
+@pytest.mark.parametrize("name", list(BACKGROUND_CASES))
+def test_explanations_made_on_their_own_thread_are_the_ones_made_in_line(window_runs, smollm_drafts, smollm_profile, name):
+    """The window's runs explain on a thread of their own while the next step decodes: every event
+    leaves the run with its explanations done, and they are the ones the run makes in line (Auto's
+    on a machine that keeps time: its plans follow the clock)."""
+    from tests.auto_plan import load_curve, simulated_machine
+
+    session = window_runs
+    session.load_draft(smollm_drafts["default-q3_k_m"])
+    config = dataclasses.replace(BACKGROUND_CASES[name], explain=True)
+    curve = load_curve(smollm_profile)
+    made = {}
+    for background in (False, True):
+        session.explain_in_background = background
+        with simulated_machine(session, curve, curve):
+            events = list(session.run(config, session.tokenize_prompt(CODE_PROMPT)))
+        steps = [e for e in events if isinstance(e, StepDone)]
+        assert all(isinstance(t.why, Explanation) for e in steps for t in e.tokens)
+        made[background] = [(e.step, t.id, t.source, t.why) for e in steps for t in e.tokens]
+    assert made[True] == made[False]
+    assert any(why.proposed >= 0 for *_, why in made[True]) or name == "plain"
+
+
+def test_each_steps_kv_picture_follows_its_step_while_the_next_step_decodes(window_runs):
+    """With explanations made beside the run, a step's events leave after the next step decoded; its
+    KV picture is taken when the step ends (engine.runner), so it is the picture a consumer took
+    at the step itself before."""
+    session = window_runs
+    config = RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4), explain=True)
+    prompt = session.tokenize_prompt(CODE_PROMPT)
+    session.explain_in_background, session.step_snapshots = False, False
+    taken = {}
+    for event in session.run(config, prompt):
+        if isinstance(event, StepDone):
+            taken[event.step] = session.kv_snapshot(event.step, config.n_sequences)
+    session.explain_in_background, session.step_snapshots = True, True
+    events = list(session.run(config, prompt))
+    followed = {}
+    for before, event in zip(events, events[1:]):
+        if isinstance(before, StepDone):
+            assert isinstance(event, KvSnapshot) and event.step == before.step
+            followed[event.step] = event
+    assert followed.keys() == taken.keys() and len(taken) > 5
+    for step, mine in followed.items():
+        theirs = taken[step]
+        assert (mine.used, mine.seq_pos_max) == (theirs.used, theirs.seq_pos_max), f"step {step}"
+        np.testing.assert_array_equal(mine.seq_of_cell, theirs.seq_of_cell)
+        np.testing.assert_array_equal(mine.pos_of_cell, theirs.pos_of_cell)
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_held_run_decodes_no_step_ahead_of_the_one_it_shows(window_runs, held):
+    """Plain decoding with explanations made beside it: each step's tokens reach the consumer after
+    the next step decoded, unless the run is held (a demo paused between steps), when the cache the
+    consumer sees holds exactly the tokens shown."""
+    session = window_runs
+    session.run_ahead = (lambda: False) if held else None
+    prompt = session.tokenize_prompt(CODE_PROMPT)
+    shown, ahead = 0, []
+    for event in session.run(RunConfig(max_tokens=12, explain=True), prompt):
+        if isinstance(event, StepDone):
+            shown += len(event.tokens)
+            # the cache holds the prompt and every token shown but the newest (decoded next)
+            ahead.append(session.target.memory.pos_max(0) + 1 - (len(prompt) + shown - 1))
+    if held:
+        assert set(ahead) == {0}
+    else:  # its explanations are handed over as the next step decodes: it leaves after that decode
+        assert len(ahead) > 2 and min(ahead[:-1]) >= 1 and ahead[-1] == 0
 
 
 def test_explanations_survive_a_trace_and_an_old_trace_still_loads(smollm_session, tmp_path):
