@@ -45,8 +45,9 @@ def run_events(rt: Runtime, strategy: Callable[[Runtime, Sequence[int]], Iterato
                 step = event.step
                 if rt.step_snapshots and memory.mirror_ok:
                     held.append(kv_snapshot(target, step, rt.config.n_sequences))
-            if explainer is None:
-                yield from _release(held)
+            if explainer is None:  # every explanation made in line: nothing waits
+                while held:
+                    yield held.popleft()
             elif rt.run_ahead is not None and not rt.run_ahead():
                 explainer.dispatch()
                 yield from _release(held, wait=True)  # held between steps: show the step the cache holds
