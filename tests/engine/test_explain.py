@@ -230,6 +230,44 @@ def test_a_held_run_decodes_no_step_ahead_of_the_one_it_shows(window_runs, held)
         assert len(ahead) > 2 and min(ahead[:-1]) >= 1 and ahead[-1] == 0
 
 
+def test_stop_and_a_failed_explanation_end_a_run_explained_beside_it_cleanly(window_runs, monkeypatch):
+    """Stop while explanations are made beside the run: it ends cancelled, every token it shows
+    explained. An explanation that fails fails the run where its events would leave, as one made in
+    line does; the session's next run is whole."""
+    from specdec_studio.engine.events import RunFinished
+    from specdec_studio.engine.strategies.explain import Explainer
+
+    session = window_runs
+    config = RunConfig(mode="lookup", max_tokens=200, speculative=SpeculativeParams(k=4), explain=True)
+    prompt = session.tokenize_prompt(CODE_PROMPT)
+    steps, finished = [], None
+    for event in session.run(config, prompt):
+        if isinstance(event, StepDone):
+            steps.append(event)
+            if len(steps) == 5:
+                session.cancel()
+        finished = event
+    assert isinstance(finished, RunFinished) and finished.finish_reason == "cancelled"
+    assert all(isinstance(t.why, Explanation) for e in steps for t in e.tokens)
+    assert len(steps) <= 7  # the step in flight at the Stop, and the one whose explanations it held
+
+    real = Explainer._explain
+    calls = []
+
+    def failing(self, *args):
+        calls.append(1)
+        if len(calls) == 9:
+            raise RuntimeError("an explanation that fails")
+        return real(self, *args)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Explainer, "_explain", failing)
+        with pytest.raises(RuntimeError, match="an explanation that fails"):
+            list(session.run(config, prompt))
+    done = list(session.run(dataclasses.replace(config, max_tokens=16), prompt))
+    assert done[-1].finish_reason == "length" and len(done[-1].token_ids) == 16
+
+
 def test_explanations_survive_a_trace_and_an_old_trace_still_loads(smollm_session, tmp_path):
     config = RunConfig(mode="lookup", max_tokens=24, speculative=SpeculativeParams(k=4), explain=True)
     recorder = TraceRecorder()
