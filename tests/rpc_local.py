@@ -133,3 +133,29 @@ class LatencyRelay:
         for s in (self._listener, *self._sockets):
             with contextlib.suppress(OSError):
                 s.close()
+
+
+class RelayProcess:
+    """A :class:`LatencyRelay` in a process of its own. In the client's process its forwarding
+    threads would take the interpreter lock from the client's own threads (a run's explanations
+    made beside its decodes, for one), and a bench of those would time the relay as well."""
+
+    def __init__(self, target: str, round_trip_s: float) -> None:
+        code = ("import sys; from tests.rpc_local import LatencyRelay; "
+                "relay = LatencyRelay(sys.argv[1], float(sys.argv[2])); print(relay.endpoint, flush=True); "
+                "sys.stdin.read()")  # until the parent closes the pipe
+        self.proc = subprocess.Popen([sys.executable, "-c", code, target, str(round_trip_s)], cwd=REPO,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.endpoint = self.proc.stdout.readline().strip()
+        if not self.endpoint:
+            self.close()
+            raise RuntimeError(f"the relay to {target} did not start")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

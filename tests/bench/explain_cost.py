@@ -9,9 +9,10 @@ row (~0.02 ms). Whether that pays depends on what the host does while a step dec
 - ``local``: the default model cut to one layer (``host_cost.cut_model``, ~1,000 tokens/s with
   prompt lookup), decoded by llama.cpp on this machine's cores: the explanation's thread takes a
   core the decode uses;
-- ``rpc``: the same cut on two local ``rpc-server`` processes behind a relay that adds ``--latency-ms``
-  to every round trip (``tests.rpc_local``): while a step crosses the link the host waits, as a
-  GPU's host waits on the GPU.
+- ``rpc``: the same cut on two local ``rpc-server`` processes behind relays (each a process of its
+  own: ``tests.rpc_local.RelayProcess``) that add ``--latency-ms`` to every round trip: while a step
+  crosses the link the host waits, as a GPU's host waits on the GPU. The servers still compute on
+  this machine's cores.
 
 For each, prompt lookup k=3 on the code prompt (``-n`` tokens) runs without explanations, with them
 in line and with them on their own thread, in turn (ABBA rounds); it prints the medians' tokens/s,
@@ -37,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from specdec_studio.engine.config import RunConfig, SpeculativeParams  # noqa: E402
 from specdec_studio.engine.session import Session, last_event  # noqa: E402
-from tests.rpc_local import LatencyRelay, rpc_servers  # noqa: E402
+from tests.rpc_local import RelayProcess, rpc_servers  # noqa: E402
 
 SETTINGS = ("no explanations", "in line", "own thread")
 
@@ -89,7 +90,7 @@ def main() -> None:
             report(f"local ({THREADS} threads)", measure(session, args.tokens, args.rounds))
     if "rpc" in wanted:
         with rpc_servers(2, threads=args.server_threads) as servers:
-            relays = [LatencyRelay(s.endpoint, args.latency_ms / 1000) for s in servers]
+            relays = [RelayProcess(s.endpoint, args.latency_ms / 1000) for s in servers]
             try:
                 with Session(model, n_ctx=4096, n_threads=THREADS,
                              rpc_servers=tuple(r.endpoint for r in relays)) as session:
