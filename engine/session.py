@@ -383,8 +383,8 @@ class Session:
         from specdec_studio.engine.models.devices import supports_gpu_offload
 
         model = self.model
-        layers = model.n_gpu_layers
-        if model.rpc_servers or (layers < 0 or layers >= model.info.n_layer) and supports_gpu_offload():
+        every_layer_offloaded = model.n_gpu_layers < 0 or model.n_gpu_layers >= model.info.n_layer
+        if model.rpc_servers or (every_layer_offloaded and supports_gpu_offload()):
             return True
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         return cores > max(self.n_threads, self.n_threads_batch)
