@@ -268,6 +268,19 @@ def test_stop_and_a_failed_explanation_end_a_run_explained_beside_it_cleanly(win
     assert done[-1].finish_reason == "length" and len(done[-1].token_ids) == 16
 
 
+def test_a_decode_leaves_a_core_only_where_llama_cpps_threads_are_fewer_than_the_cores(smollm_session, monkeypatch):
+    """The window makes explanations beside the decode only where a core is free of it (measured:
+    where llama.cpp's threads take every core, a thread beside them costs the decode as much)."""
+    import os
+
+    session = smollm_session
+    threads = max(session.n_threads, session.n_threads_batch)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(threads)))
+    assert not session.decode_leaves_a_core()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(threads + 1)))
+    assert session.decode_leaves_a_core()
+
+
 def test_explanations_survive_a_trace_and_an_old_trace_still_loads(smollm_session, tmp_path):
     config = RunConfig(mode="lookup", max_tokens=24, speculative=SpeculativeParams(k=4), explain=True)
     recorder = TraceRecorder()
