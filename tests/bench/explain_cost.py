@@ -7,8 +7,9 @@ thread they are made while the next step decodes, and the run's path keeps a cop
 row (~0.02 ms). Whether that pays depends on what the host does while a step decodes:
 
 - ``local``: the default model cut to one layer (``host_cost.cut_model``, ~1,000 tokens/s with
-  prompt lookup), decoded by llama.cpp on this machine's cores: the explanation's thread takes a
-  core the decode uses;
+  prompt lookup), decoded by llama.cpp on this machine's cores with ``SPECDEC_BENCH_THREADS``
+  threads: 2 (the default) take every core of this machine, and the explanations' thread then takes
+  one from the decode; 1 leaves it a core, as a machine with more cores than llama.cpp's threads;
 - ``rpc``: the same cut on two local ``rpc-server`` processes behind relays (each a process of its
   own: ``tests.rpc_local.RelayProcess``) that add ``--latency-ms`` to every round trip: while a step
   crosses the link the host waits, as a GPU's host waits on the GPU. The servers still compute on
