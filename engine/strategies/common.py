@@ -142,8 +142,8 @@ class Runtime:
         Every decode of a generation step goes through here, so its shape is counted once."""
         if self.memory.mirror is not None:
             self.memory.mirror.stamp = self.counters.steps  # the step this decode belongs to
-        if self.explainer is not None and self.explainer.thread is not None:
-            self.explainer.dispatch()  # the last step's explanations are made while this decodes
+        if self.explainer is not None:  # the last step's explanations (if queued) are made while this decodes
+            self.explainer.dispatch()
         try:  # guarded(), written out: this is every step's path
             dt = self.memory.decode(self.batch)
         except NoKvSlot:

@@ -147,7 +147,8 @@ class Explainer:
         return future
 
     def dispatch(self) -> None:
-        """Hand the queued jobs to the thread (a run does just before it decodes)."""
+        """Hand the queued jobs to the thread (a run does just before it decodes); nothing is ever
+        queued without one."""
         if self.queued:
             self.thread.run(self.queued)
             self.queued = []
