@@ -107,7 +107,8 @@ class SpeculativeParams:
     k_max: int = 16
     # Auto's longest step, in proposed tokens; a run prices it lower where the machine's cost curve
     # makes a step that long dearer than MAX_STEP_COST plain steps (engine.strategies.auto.priors):
-    # 16 on a 2-core CPU, more where a batch costs little more than a token (a GPU)
+    # 16 on a 2-core CPU, more where a batch costs little more than a token (a GPU); round a loop
+    # the text has repeated, as long as the loop has gone on (engine.strategies.auto.run)
     auto_k_max: int = 64
     p_min: float = 0.0
     ngram_max: int = 3  # prompt lookup: longest n-gram matched

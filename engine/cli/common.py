@@ -156,7 +156,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                     help="the longest draft: adaptive -k's, and a draft model's inside Auto and --parallel Auto")
     sp.add_argument("--auto-k-max", type=int, default=64,
                     help="Auto: the longest step in proposed tokens; the machine's profile may cap it lower "
-                         "(16 on a 2-core CPU)")
+                         "(16 on a 2-core CPU), except round a loop the text has already repeated")
     sp.add_argument("--p-min", type=float, default=0.0)
     sp.add_argument("--ngram-max", type=int, default=3, help="prompt lookup: longest n-gram matched")
     sp.add_argument("--ngram-min", type=int, default=1, help="prompt lookup: shortest n-gram matched")

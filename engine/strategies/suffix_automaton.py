@@ -87,6 +87,20 @@ class SuffixMatcher:
         for t in tokens:
             self.add(t)
 
+    def period(self) -> int:
+        """The distance between the text's end and the end of the match's earliest occurrence
+        (0 without a match)."""
+        if not self.match_length:
+            return 0
+        return len(self.tokens) - 1 - self.automaton.first_end[self.state]
+
+    def loop_length(self) -> int:
+        """How many tokens the text has gone round a loop: the match's length when the match
+        reaches back over its own period (the end repeats what it wrote one period before, a
+        line written again and again), else 0."""
+        period = self.period()
+        return self.match_length if 0 < period <= self.match_length else 0
+
     def continuation(self, k: int, min_length: int = 1) -> tuple[list[int], int]:
         """Up to ``k`` tokens that followed the earliest earlier occurrence of the longest
         matching suffix (at least ``min_length`` long), and that match's length.
@@ -95,10 +109,10 @@ class SuffixMatcher:
         text's end is periodic with that distance (a loop, a repeated line), and what followed
         the earlier occurrence runs into the text's end; the proposal then goes on around the
         period for all ``k`` tokens instead of stopping there."""
-        if self.match_length < min_length or k <= 0:
+        if self.match_length < max(1, min_length) or k <= 0:
             return [], 0
-        start = self.automaton.first_end[self.state] + 1
-        period = len(self.tokens) - start
+        period = self.period()
+        start = len(self.tokens) - period
         if self.match_length < period or start + k <= len(self.tokens):
             return self.tokens[start: start + k], self.match_length
         return [self.tokens[start + j % period] for j in range(k)], self.match_length

@@ -237,10 +237,32 @@ def test_cli_json_reports_sources_and_decisions():
                            "-t", str(N_THREADS), "--json", "--no-predict"], capture_output=True, text=True, check=True)
     stats = json.loads(done.stdout)["stats"]
     assert sum(stats["auto"]["decisions"].values()) == stats["steps"] - 1
-    assert set(stats["auto"]) == {"trust", "decisions", "sources", "agreed", "calibration", "step_tokens_max"}
-    # the longest step the profile allowed: within --auto-k-max, and no step proposed more
+    assert set(stats["auto"]) == {"trust", "decisions", "sources", "agreed", "calibration", "step_tokens_max",
+                                  "loop_steps"}
+    # the longest step the profile allowed: within --auto-k-max, and no step proposed more (48 tokens
+    # of this answer hold no loop, the one thing that may go past it)
     assert 1 <= stats["auto"]["step_tokens_max"] <= 64
+    assert stats["auto"]["loop_steps"] == 0
     assert len(stats["accept_per_position"]) <= stats["auto"]["step_tokens_max"]
+
+
+def test_round_a_loop_a_step_goes_past_the_priced_cap(verified, exactness_probe):
+    # a CPU-like curve: a step may bet no more than 9 tokens (MAX_STEP_COST plain steps), yet a
+    # batch of 40 costs under half a plain step a token
+    cpu_like = CostCurve(sizes=(1, 2, 8, 16, 64), t_all_logits=(0.010, 0.0185, 0.072, 0.12, 0.30),
+                         t_last_logit=(0.010, 0.018, 0.07, 0.115, 0.28))
+    verified.cost_curve = lambda: cpu_like
+    try:
+        prompt = verified.tokenize_prompt("running_stats.variance()\n" * 12)  # the model goes on round it
+        plain, _ = _final(verified.run(RunConfig(max_tokens=96), prompt))
+        auto, seen = _final(verified.run(RunConfig(mode="auto", max_tokens=96), prompt))
+    finally:
+        verified.cost_curve = lambda: FLAT
+    deviation = exactness_probe(Path(verified.model.info.path))["max_abs_diff"]
+    assert_lossless(verified, prompt, plain.token_ids, auto.token_ids, deviation, "auto round a loop")
+    cap = auto.stats["auto"]["step_tokens_max"]
+    longest = max(e.n_drafted for e in seen if isinstance(e, StepDone))
+    assert cap < 16 and longest > cap and auto.stats["auto"]["loop_steps"] > 0, (cap, longest)
 
 
 def test_auto_validates_its_draft_limit():
