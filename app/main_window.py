@@ -30,7 +30,7 @@ from specdec_studio.app.window_state import WindowState
 from specdec_studio.app.window_tuning import TuningMixin
 from specdec_studio.app.window_jobs import JobsMixin
 from specdec_studio.engine.events import KvSnapshot, RejectedDraft, RunFinished, RunStarted, StepBatch, StepDone
-from specdec_studio.engine.strategies.auto.report import source_counts, source_lines
+from specdec_studio.engine.strategies.auto.report import source_counts, source_lines, step_limit_line
 
 # On a 2-core machine every millisecond the GUI thread works is taken from llama.cpp's threads (and
 # one of them preempted stalls the other at the next barrier): the window drains the engine's events
@@ -413,7 +413,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         if "auto" in event.stats:  # a line of counts; hover for each source's whole account
             auto = event.stats["auto"]
             self.auto_sources.setText("Sources, accepted/sent: " + source_counts(auto) + " — hover for why")
-            self.auto_sources.setToolTip("\n".join(source_lines(auto)))
+            self.auto_sources.setToolTip("\n".join(line for line in [*source_lines(auto), step_limit_line(auto)] if line))
         self.stats.refresh()
         self.stats.finish(event.stats, self.baselines.get(self.last_run_key),
                           self.predicted_speedup(event.stats, self.last_run_mode))

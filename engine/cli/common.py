@@ -250,12 +250,13 @@ def print_stats(config, stats: dict, finish_reason: str) -> None:
         if stats["n_drafted"]:
             print(f"accept    = {100.0 * stats['accept_rate']:.3f}%", file=err)
     if config.mode == "auto" and "auto" in stats:
-        from specdec_studio.engine.strategies.auto.report import source_lines
+        from specdec_studio.engine.strategies.auto.report import source_lines, step_limit_line
 
         auto = stats["auto"]
         print("decisions = " + ", ".join(f"{d} {n}" for d, n in auto["decisions"].items()), file=err)
-        for line in source_lines(auto):
-            print(f"  {line}", file=err)
+        for line in [*source_lines(auto), step_limit_line(auto)]:
+            if line:
+                print(f"  {line}", file=err)
         agreed = auto.get("agreed", {})
         if agreed.get("offered"):
             print(f"  of these, proposed by several sources: offered {agreed['offered']}, "

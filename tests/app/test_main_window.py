@@ -132,6 +132,9 @@ def test_auto_shows_its_decisions_proposers_and_calibration(window, qtbot, monke
     assert any("+" in p for p in proposers)  # the code prompt repeats itself: both sources saw the same tokens
     assert proposer_name("ngram+suffix") == "the context n-gram cache and the suffix match, which agreed"
     assert not window.stats.calibration_plot.isHidden()
+    # the sources' account, and how long a step could be (the flat curve's price allows 64)
+    assert window.auto_sources.text().startswith("Sources, accepted/sent: ")
+    assert window.auto_sources.toolTip().splitlines()[-1].startswith("steps of at most 64 proposed tokens")
     run(window, qtbot, "Hello", mode="plain", max_tokens=4)
     assert window.decisions_box.isHidden() and window.stats.calibration_plot.isHidden()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specdec_studio.engine.strategies.auto.calibration import Calibrator
-from specdec_studio.engine.strategies.auto.report import AutoReport, source_counts, source_lines
+from specdec_studio.engine.strategies.auto.report import AutoReport, source_counts, source_lines, step_limit_line
 from specdec_studio.engine.strategies.auto.sources import Proposal
 
 
@@ -29,3 +29,12 @@ def test_the_short_form_gives_counts_or_says_never_sent():
     auto = report.as_dict(Calibrator())
     assert source_counts(auto) == ("n-gram cache: never sent · n-gram cache's other followers: never sent · "
                                    "suffix match: never sent")
+
+
+def test_the_step_limit_line_names_the_profile_cap_and_the_loops_past_it():
+    assert step_limit_line({"step_tokens_max": 16, "loop_steps": 0}) == \
+        "steps of at most 16 proposed tokens (the profile's price)"
+    assert step_limit_line({"step_tokens_max": 16, "loop_steps": 3}).endswith(
+        "; 3 steps went past that round a loop the text repeated")
+    assert step_limit_line({"step_tokens_max": 9, "loop_steps": 1}).endswith("; 1 step went past that round a loop the text repeated")
+    assert step_limit_line({"decisions": {}}) is None  # a trace from before runs reported it

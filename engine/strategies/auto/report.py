@@ -123,6 +123,18 @@ def source_lines(auto: dict) -> list[str]:
     return lines
 
 
+def step_limit_line(auto: dict) -> str | None:
+    """How long a step of the run could be: the profile's cap, and the steps a loop took past it
+    (None for a trace recorded before runs reported it)."""
+    if "step_tokens_max" not in auto:
+        return None
+    line = f"steps of at most {auto['step_tokens_max']} proposed tokens (the profile's price)"
+    loops = auto.get("loop_steps", 0)
+    if loops:
+        line += f"; {loops} step{'s' * (loops != 1)} went past that round a loop the text repeated"
+    return line
+
+
 def source_counts(auto: dict) -> str:
     """The short form of :func:`source_lines`, for one line of the window: each source's accepted
     and sent tokens, or that it was never sent."""
