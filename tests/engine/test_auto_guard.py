@@ -261,3 +261,25 @@ def test_the_affordable_length_follows_the_runs_correction_of_the_profile():
         cost.observe(9, t1 * (1 + (4.5 - 1) * 2 / 3))
     assert cost.scale < 0.7
     assert cost.affordable_tokens(64) > before
+
+
+def test_runs_share_a_curves_prices_until_their_own_clock_rescales_them():
+    from specdec_studio.engine.strategies.auto.calibration import CurvePrices
+
+    curve = _scaled_curve({1: 1.0, 8: 4.5, 16: 8.0, 32: 16.0})
+    first, second = StepCost(curve), StepCost(_scaled_curve({1: 1.0, 8: 4.5, 16: 8.0, 32: 16.0}))
+    assert first._table is second._table  # equal curves (a profile read again) share one table
+    fitted = curve.fitted()
+    # the values a run worked out for itself before: 1 + scale·(T(B)/T(1) - 1), scale 1, past the table too
+    for b in (1, 2, 17, CurvePrices.SIZES - 1, CurvePrices.SIZES, 200):
+        assert first.relative(b) == 1.0 + 1.0 * (fitted.relative(b, b) - 1.0)
+    before = first.affordable_tokens(64)
+    t1 = 0.008
+    for _ in range(StepCost.TRUSTED + 1):  # this run's machine: batches a third cheaper than the profile says
+        first.observe(1, t1)
+        first.observe(9, t1 * (1 + (4.5 - 1) * 2 / 3))
+    assert first.scale < 0.7 and first.affordable_tokens(64) > before
+    assert first.relative(9) == 1.0 + first.scale * (fitted.relative(9, 9) - 1.0)
+    # the other run's prices are untouched by it
+    assert second.scale == 1.0 and second.affordable_tokens(64) == before
+    assert second.relative(9) == 1.0 + 1.0 * (fitted.relative(9, 9) - 1.0)
