@@ -248,7 +248,7 @@ def test_cli_json_reports_sources_and_decisions():
 
 def test_round_a_loop_a_step_goes_past_the_priced_cap(verified, exactness_probe):
     # a CPU-like curve: a step may bet no more than 9 tokens (MAX_STEP_COST plain steps), yet a
-    # batch of 40 costs under half a plain step a token
+    # batch of 64 costs under half a plain step a token
     cpu_like = CostCurve(sizes=(1, 2, 8, 16, 64), t_all_logits=(0.010, 0.0185, 0.072, 0.12, 0.30),
                          t_last_logit=(0.010, 0.018, 0.07, 0.115, 0.28))
     verified.cost_curve = lambda: cpu_like

@@ -161,17 +161,20 @@ BACKGROUND_CASES = {
 
 
 @pytest.mark.parametrize("name", list(BACKGROUND_CASES))
-def test_explanations_made_on_their_own_thread_are_the_ones_made_in_line(window_runs, smollm_drafts, smollm_profile, name):
+def test_explanations_made_on_their_own_thread_are_the_ones_made_in_line(window_runs, smollm_drafts, name):
     """The window's runs explain on a thread of their own while the next step decodes: every event
     leaves the run with its explanations done, and they are the ones the run makes in line (Auto's
-    on a machine that keeps time: its plans follow the clock)."""
-    from tests.auto_plan import load_curve, simulated_machine
+    on a machine that keeps time: its plans follow the clock). The machine is the shipped smooth
+    profile's, not one measured in the test session: on a profile measured while the machine was
+    busy Auto may rightly send nothing in 40 tokens (it did in 4 of 8 runs, before and after
+    2026-12-05's changes to Auto alike), and this test needs proposals to explain."""
+    from tests.auto_plan import SHARED_PROFILES, load_curve, simulated_machine
 
     session = window_runs
     config = dataclasses.replace(BACKGROUND_CASES[name], explain=True)
     if config.mode == "speculative":
         session.load_draft(smollm_drafts["default-q3_k_m"])
-    curve = load_curve(smollm_profile)
+    curve = load_curve(SHARED_PROFILES / "smollm2-q4_1-smooth.json")
     made = {}
     for background in (False, True):
         session.explain_in_background = background
