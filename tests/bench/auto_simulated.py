@@ -8,7 +8,8 @@ setting's simulated speed-up over plain, then per setting the chat prompts' geom
 worst, and the code prompt:
 
 - ``auto``: Auto as it ships (up to 64 proposed tokens a step, as many as the machine's profile
-  prices within ``MAX_STEP_COST`` plain steps: 16 on the shipped CPU profiles);
+  prices within ``MAX_STEP_COST`` plain steps: 16 on the shipped CPU profiles, or round a loop as
+  many as the loop has gone on);
 - ``auto 16 tokens``: Auto held to 16 proposed tokens whatever the profile (its cap before);
 - ``lookup mod``: our port of llama.cpp's ``ngram-mod`` (24-gram match, copies of 48-64 tokens).
 

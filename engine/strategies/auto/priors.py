@@ -64,7 +64,8 @@ MIN_GAIN = 1.1  # a tree must beat a plain step by a margin: its prediction errs
 # no better); where a batch costs less per token the same bet buys a longer step: the model cut to
 # one layer, a GPU-like step time, gets 23 (code prompt, 256 tokens, in process: 1,219 -> 1,462
 # tokens/s). Without a profile a run cannot price long steps before it has made them, and keeps
-# UNPRICED_STEP_TOKENS.
+# UNPRICED_STEP_TOKENS. A loop the text keeps repeating is the exception (auto.run): there a step
+# may propose as many tokens as the loop has gone on.
 MAX_STEP_COST = 8.6
 UNPRICED_STEP_TOKENS = 16
 SHAPE_CHANGE_PRIOR = 0.05  # the graph rebuild a tree step causes, in plain steps, until measured
