@@ -102,6 +102,11 @@ class Calibrator:
                 for i, (s, a, n) in enumerate(self.reliability) if n]
 
 
+def scaled_relative(curve, scale: float, n_tokens: int) -> float:
+    """T(B)/T(1) of ``curve`` with its extra cost per batch scaled by ``scale`` (0 for no tokens)."""
+    return 1.0 + scale * (curve.relative(n_tokens, n_tokens) - 1.0) if n_tokens else 0.0
+
+
 class CurvePrices:
     """A profile's fitted curve and what it prices at a run's starting scale (1): worked out once
     per curve and shared by every run priced with it. A run used to fit the curve before its
@@ -113,7 +118,7 @@ class CurvePrices:
 
     def __init__(self, curve) -> None:
         self.curve = curve.fitted()
-        self.table = tuple(1.0 + 1.0 * (self.curve.relative(b, b) - 1.0) if b else 0.0 for b in range(self.SIZES))
+        self.table = tuple(scaled_relative(self.curve, 1.0, b) for b in range(self.SIZES))
         self.affordable: dict[int, int] = {}  # ceiling -> affordable tokens at scale 1 (the same on every thread)
 
 
@@ -205,10 +210,9 @@ class StepCost:
             if n_tokens < len(table):
                 return table[n_tokens]
             if not self._own_table:  # past the shared table: worked out each time asked (rare)
-                return 1.0 + self.scale * (self.curve.relative(n_tokens, n_tokens) - 1.0)
+                return scaled_relative(self.curve, self.scale, n_tokens)
             while len(table) <= n_tokens:  # the curve's values, worked out once per scale
-                b = len(table)
-                table.append(1.0 + self.scale * (self.curve.relative(b, b) - 1.0) if b else 0.0)
+                table.append(scaled_relative(self.curve, self.scale, len(table)))
             return table[n_tokens]
         measured = self.measured_relative(n_tokens)
         return measured if measured is not None else 1.0 + COST_SLOPE * (n_tokens - 1)
