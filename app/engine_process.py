@@ -17,6 +17,14 @@ whatever the user had in it. So a model on RPC servers is loaded and run by an
   every turn and stays on screen. Of the run in flight, the answer keeps what the stream showed:
   the window follows it (:class:`engine.chat.turns.AnswerInProgress`) and the fresh child writes
   it into the saved conversation, marked interrupted.
+
+A server that stalls rather than dies (a laptop's network dropped, a machine suspended) keeps the
+step in flight waiting for ever: llama.cpp's RPC client has no time limit, and its abort callback is
+checked by the CPU backend only, so the child cannot honour a Stop mid-step. The window can: a Stop
+the child has not answered within :meth:`EngineProcess.stop_grace_s` of silence ends the child,
+which costs what a lost server costs (the model, not the chat). While a job runs and the child says
+nothing for longer than a step could explain, :class:`app.worker_messages.EngineQuiet` tells the
+window so, once a second, so a user is never left looking at a frozen run without a word.
 """
 
 from __future__ import annotations
@@ -30,8 +38,17 @@ import time
 from specdec_studio.app import worker_messages as m
 from specdec_studio.app.engine_worker import SHUTDOWN_WAIT_S, EngineWorker
 from specdec_studio.engine.chat.turns import AnswerInProgress
+from specdec_studio.engine.events import StepDone
 
 FORWARD_INTERVAL_S = 0.004  # the child's event batches: the window drains at ~60 Hz anyway
+# A Stop ends the child once it has been silent this long since the Stop (or its last word after
+# it), or STOP_GRACE_STEPS of its slowest step so far where steps are slower: a healthy step ends
+# well within that, and a Stop is honoured between steps (measured on two local servers, a Stop
+# ended a 2,000-token lookup run in 0.03 s; with one server stopped by SIGSTOP, never).
+STOP_GRACE_S = 5.0
+STOP_GRACE_STEPS = 3
+QUIET_NOTICE_S = 10.0  # silence in a running job worth a word to the window (or QUIET_NOTICE_STEPS steps)
+QUIET_NOTICE_STEPS = 5
 _CALLS = ("stop", "pause", "resume", "step_once")
 
 
@@ -98,6 +115,10 @@ class EngineProcess(EngineWorker):
         self._queued: dict[int, str] = {}  # job id -> request name, sent but not taken up yet
         self._lost = False
         self._answer = AnswerInProgress()  # the chat answer the child is writing, as streamed
+        self._heard_at = time.monotonic()  # when the child last sent anything
+        self._stop_asked_at: float | None = None  # a Stop sent while a job ran, not answered yet
+        self._slowest_step_s = 0.0  # the longest step this child has reported
+        self._quiet_said = 0  # whole seconds of the current silence already told to the window
 
     def _send(self, item) -> None:
         try:
@@ -114,6 +135,16 @@ class EngineProcess(EngineWorker):
 
     def stop(self) -> None:
         self._send(("call", "stop", 0))
+        if self._stop_asked_at is None and (self._running is not None or self._queued):
+            self._stop_asked_at = time.monotonic()
+
+    def stop_grace_s(self) -> float:
+        """How long a Stop may go unanswered, in silence, before the child is ended."""
+        return max(STOP_GRACE_S, STOP_GRACE_STEPS * self._slowest_step_s)
+
+    def quiet_notice_s(self) -> float:
+        """How long a running job's silence goes before the window is told of it."""
+        return max(QUIET_NOTICE_S, QUIET_NOTICE_STEPS * self._slowest_step_s)
 
     def pause(self) -> None:
         self._send(("call", "pause", 0))
@@ -151,14 +182,37 @@ class EngineProcess(EngineWorker):
             except (EOFError, OSError):  # the child died, maybe in the middle of a batch
                 self._lost = True
                 break
+            self._heard_at = time.monotonic()
+            self._quiet_said = 0
             for blob in blobs:
                 event = pickle.loads(blob)
                 self._follow(event)
                 out.append(event)
-        if not self._closing and self._child.pid is not None and (self._lost or not self._child.is_alive()):
+        if self._closing or self._child.pid is None:
+            return out
+        if self._lost or not self._child.is_alive():
             self._child.join(2.0)
             out.extend(self._child_lost())
+        elif self._running is not None:
+            out.extend(self._watch_silence())
         return out
+
+    def _watch_silence(self) -> list:
+        """A running job's silence: past a Stop's grace, the child is ended (see the module); before
+        that, the window hears of a long one once a second."""
+        now = time.monotonic()
+        if self._stop_asked_at is not None:
+            grace = self.stop_grace_s()
+            if now - max(self._stop_asked_at, self._heard_at) > grace:
+                self._child.kill()
+                self._child.join(2.0)
+                return self._child_lost(f"The RPC servers had not finished the step in flight {grace:.0f} s after "
+                                        f"Stop, so the engine process was ended")
+        quiet = now - self._heard_at
+        if quiet > self.quiet_notice_s() and int(quiet) > self._quiet_said:
+            self._quiet_said = int(quiet)
+            return [m.EngineQuiet(self._quiet_said, self._stop_asked_at is not None, self.stop_grace_s())]
+        return []
 
     @property
     def alive(self) -> bool:
@@ -172,15 +226,20 @@ class EngineProcess(EngineWorker):
             self._answer = AnswerInProgress()  # whatever answer came before, its engine settled it
         elif isinstance(event, m.JobEnded) and self._running and self._running[0] == event.job:
             self._running = None
+            self._stop_asked_at = None  # answered: the jobs queued before it end as stopped at once
         else:
+            if isinstance(event, StepDone):
+                self._slowest_step_s = max(self._slowest_step_s, event.t_step_s)
             self._answer.follow(event)
 
-    def _child_lost(self) -> list:
+    def _child_lost(self, ended_by_stop: str = "") -> list:
         """The reports a window needs when the child died: the job in flight failed with the child's
-        last sentence, the model is gone, the jobs still queued never ran; then a fresh child."""
-        sentence = ""
+        last sentence, the model is gone, the jobs still queued never ran; then a fresh child.
+        ``ended_by_stop``: the window ended the child for a Stop it could not honour (the sentence
+        why); the job in flight was stopped, not failed."""
+        sentence = ended_by_stop
         try:
-            if self._last_words.poll():
+            if not sentence and self._last_words.poll():
                 sentence = self._last_words.recv()
         except (EOFError, OSError):
             pass
@@ -191,7 +250,7 @@ class EngineProcess(EngineWorker):
         events: list = [m.LoadFailed(sentence, previous_model_kept=False)]
         if self._running is not None:
             job, request = self._running
-            events.append(m.JobEnded(job, request, "failed", sentence))
+            events.append(m.JobEnded(job, request, "stopped" if ended_by_stop else "failed", sentence))
         for job, request in self._queued.items():
             events.append(m.JobEnded(job, request, "stopped", "the engine process ended before it ran"))
         if self._child.is_alive():  # it closed its pipe but lingers: it is no engine of ours any more

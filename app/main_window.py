@@ -15,7 +15,7 @@ import time
 from specdec_studio.app.activity import Activity, Facts, Trigger, allowed_controls, refusal
 from specdec_studio.app.engine_worker import EngineWorker
 from specdec_studio.app.worker_messages import (BaselineDone, BatchKv, ConversationList, DistillDone, DownloadProgress, DraftLoaded,
-                                                ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress, JobEnded,
+                                                EngineQuiet, ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress, JobEnded,
                                                 JobTaken, LoadFailed, LoadStarted, ModelLoaded, Paused,
                                                 ProfileProgress, ProfileReady, ProfileStarted, RaceProgress,
                                                 RaceReady, RunRequested, SavedSweeps, TraceReady)
@@ -101,6 +101,17 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
 
     def _on_job_taken(self, event: JobTaken) -> None:
         self.stream_job = event.job
+
+    def _on_engine_quiet(self, event: EngineQuiet) -> None:
+        """A job on RPC servers has gone silent: say so, and what Stop will do, on the status bar."""
+        if event.stopping:
+            self.statusBar().showMessage(
+                f"Stopping… no word from the RPC servers for {event.seconds} s: the engine process is ended "
+                f"{event.grace_s:.0f} s after Stop if they stay silent (the chat is kept).")
+        else:
+            self.statusBar().showMessage(
+                f"No word from the RPC servers for {event.seconds} s: they are still on this step, or one stopped "
+                f"answering. Stop ends the engine process if they stay silent; the chat is kept.")
 
     def _on_job_ended(self, event: JobEnded) -> None:
         """The end of a job: the activity ends if it was the job it belongs to. A failure is said
@@ -260,7 +271,7 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
             RaceReady: self._on_race_ready, RunFinished: self._on_finished, RunWarning: self._on_warning,
             ConversationChanged: self._on_conversation, ConversationList: self._on_conversation_list,
             RunFailed: self._on_run_failed, BaselineDone: self._on_baseline,
-            JobTaken: self._on_job_taken, JobEnded: self._on_job_ended,
+            JobTaken: self._on_job_taken, JobEnded: self._on_job_ended, EngineQuiet: self._on_engine_quiet,
         }
         handlers.update(dict.fromkeys((ProfileStarted, ProfileProgress, ProfileReady, SavedSweeps, ExactnessReady,
                                        FormatsProgress, FormatsCompared, FormatSpeedsMeasured,

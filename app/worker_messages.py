@@ -295,6 +295,17 @@ class JobTaken:
 
 
 @dataclass(frozen=True)
+class EngineQuiet:
+    """The engine process has said nothing for ``seconds`` while a job runs (app.engine_process):
+    its RPC servers are still on the step, or one has stopped answering. ``stopping``: a Stop is
+    waiting, and the process is ended once the silence since the Stop passes ``grace_s``."""
+
+    seconds: int
+    stopping: bool
+    grace_s: float
+
+
+@dataclass(frozen=True)
 class JobEnded:
     """Job ``job`` ended: "done", "stopped" (its Stop flag was set) or "failed" (``message`` says why)."""
 

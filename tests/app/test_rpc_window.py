@@ -1,11 +1,17 @@
 """The window with a model on two llama.cpp RPC servers: the model bar takes them (remembered per
 model), the model runs in an engine process, and a server killed mid-answer costs that answer only:
-one sentence, the window usable, the chat kept."""
+one sentence, the window usable, the chat kept. A server that stalls mid-step is said on the status
+bar, and Stop still ends the run."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 
+from specdec_studio.app import engine_process
 from specdec_studio.app.engine_process import EngineProcess
 from specdec_studio.app.engine_worker import EngineWorker
 from tests.rpc_local import rpc_servers
@@ -81,6 +87,47 @@ def test_a_model_on_rpc_servers_chats_and_survives_a_server_killed_mid_answer(wi
     send(window, qtbot, "Name one animal.", mode="plain", max_tokens=8)
     assert window.last_finished.finish_reason in ("stop", "length")
     assert [m.content for m in window.conversation.messages if m.role == "user"][0] == "Name one colour."
+
+
+def test_stop_ends_a_run_whose_server_stalled_mid_step(window, qtbot, monkeypatch):
+    """A server stopped with SIGSTOP never answers the step in flight, and the child cannot honour
+    a Stop mid-step: the window says so while it waits, and ends the child the grace after Stop.
+    The answer keeps what the stream showed; the chat and the window go on."""
+    monkeypatch.setattr(engine_process, "QUIET_NOTICE_S", 1.0)  # the real 10 s and 5 s, shortened
+    monkeypatch.setattr(engine_process, "STOP_GRACE_S", 2.0)
+    model = window.model_bar.loaded_path
+    send(window, qtbot, "Name one colour.", mode="plain", max_tokens=12)
+    with rpc_servers(2) as procs:
+        load_on(window, qtbot, model, ",".join(p.endpoint for p in procs))
+        window.input.set_text("Write a long story about a lighthouse keeper.")
+        window.controls.set_values({"mode": "lookup", "max_tokens": 2000})
+        shown_before = len(window.stream.toPlainText())
+        window.start_run()
+        qtbot.waitUntil(lambda: len(window.stream.toPlainText()) > shown_before + 150, timeout=TIMEOUT_MS)
+        os.kill(procs[1].proc.pid, signal.SIGSTOP)
+        try:
+            shown = window.stream.toPlainText()
+            qtbot.waitUntil(lambda: "No word from the RPC servers" in window.statusBar().currentMessage(),
+                            timeout=TIMEOUT_MS)
+            assert window.running  # the step in flight waits on the stalled server
+            window.stop_run()
+            stopped_at = time.monotonic()
+            qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+            waited = time.monotonic() - stopped_at
+            message = window.error_label.text()
+        finally:
+            os.kill(procs[1].proc.pid, signal.SIGCONT)
+    assert 2.0 <= waited < 10.0, waited  # the grace, then the child's end: not for ever
+    assert "2 s after Stop, so the engine process was ended" in message and "chat kept" in message
+    assert not window.model_loaded
+    qtbot.waitUntil(lambda: window.conversation.messages[-1].state == "interrupted", timeout=TIMEOUT_MS)
+    cut_short = window.conversation.messages[-1]
+    assert cut_short.role == "assistant" and cut_short.content[:100] in shown
+    assert [m.content for m in window.conversation.messages if m.role == "user"] == [
+        "Name one colour.", "Write a long story about a lighthouse keeper."]
+    load_on(window, qtbot, model, "")
+    send(window, qtbot, "Name one animal.", mode="plain", max_tokens=8)
+    assert window.last_finished.finish_reason in ("stop", "length")
 
 
 def test_an_engine_process_that_dies_is_reported_and_replaced(qtbot):
