@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -18,16 +19,70 @@ from specdec_studio.engine.errors import SpecDecError, not_utf8
 CYAN, GREEN, RESET = "\033[0;96m", "\033[0;92m", "\033[0m"
 
 
+SECOND_CTRL_C = ("stopped at the second Ctrl+C without waiting for llama.cpp to return "
+                 "(an RPC server may have stopped answering)")
+HANDLED_WITHIN_S = 0.5  # a main thread that runs Python handles a Ctrl+C well within this
+
+
 @contextlib.contextmanager
 def ctrl_c_stops():
     """A Stop flag that Ctrl+C sets from the moment the command starts, model loading included:
-    a run, profile or sweep then ends cleanly at its next check instead of with a traceback."""
+    a run, profile or sweep then ends cleanly at its next check instead of with a traceback.
+
+    A step waiting on an RPC server that stalled never returns to Python (llama.cpp's RPC client
+    has no time limit), so neither the flag's check nor a Python signal handler would ever run.
+    Python's C-level handler still writes each signal to a wakeup pipe, and a thread reading it
+    sets the flag at once; a second Ctrl+C that the main thread has not handled within
+    HANDLED_WITHIN_S ends the process with one sentence (exit status 130). While another handler
+    is in place (the chat's prompt, where Ctrl+C ends the chat), the thread leaves it alone."""
     stop = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    handled = [0]  # times the main thread ran the handler (Python runs it once for presses that pile up)
+
+    def on_ctrl_c(*_) -> None:
+        handled[0] += 1
+        stop.set()
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)  # the C-level handler must never block on it
+
+    def ours() -> bool:
+        return signal.getsignal(signal.SIGINT) is on_ctrl_c
+
+    def watch() -> None:
+        seen, presses = handled[0], 0  # presses read since the handler was last seen to run
+        while True:
+            try:
+                got = os.read(read_end, 64)
+            except OSError:
+                return
+            if not got:  # the write end closed: the command is done
+                return
+            if signal.SIGINT not in got or not ours():
+                continue
+            stop.set()
+            if handled[0] != seen:
+                seen, presses = handled[0], 0
+            presses += 1
+            if presses < 2:
+                continue
+            time.sleep(HANDLED_WITHIN_S)
+            if handled[0] == seen and ours():  # two presses and no handler: stuck in native code
+                flush_tokens()
+                print(f"\nspecdec: {SECOND_CTRL_C}", file=sys.stderr, flush=True)
+                os._exit(130)
+
+    previous = signal.signal(signal.SIGINT, on_ctrl_c)
+    previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    watcher = threading.Thread(target=watch, name="specdec-ctrl-c", daemon=True)
+    watcher.start()
     try:
         yield stop
     finally:
+        signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGINT, previous)
+        os.close(write_end)
+        watcher.join(1.0)
+        os.close(read_end)
 
 
 def read_text_file(path: str | Path) -> str:

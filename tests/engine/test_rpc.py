@@ -161,6 +161,35 @@ def test_a_server_killed_mid_chat_costs_that_turn_only(smollm_path, tmp_path):
     assert [m["content"] for m in messages if m["role"] == "user"][0] == "Name three colours."
 
 
+def test_a_second_ctrl_c_ends_a_cli_run_whose_server_stalled(smollm_path, tmp_path):
+    """A server stopped with SIGSTOP never answers the step in flight: the first Ctrl+C cannot be
+    honoured (the main thread waits in llama.cpp), the second ends the process in one sentence."""
+    import signal
+
+    from specdec_studio.engine.cli.common import SECOND_CTRL_C
+
+    with rpc_servers(2) as procs:
+        run = _cli("run", "-m", str(smollm_path), "--rpc", ",".join(p.endpoint for p in procs), "-n", "4000",
+                   "-c", "4096", "-t", "1", "--mode", "plain", "--no-predict", "-p", "Write a long story.",
+                   data_dir=tmp_path)
+        try:
+            assert run.stdout.read(40)  # it is generating
+            os.kill(procs[1].proc.pid, signal.SIGSTOP)
+            time.sleep(0.5)  # the step that went out before the stall has returned, the next one waits
+            run.send_signal(signal.SIGINT)
+            time.sleep(2.0)
+            assert run.poll() is None  # Stop set, but the step in flight never ends
+            run.send_signal(signal.SIGINT)
+            out, err = run.communicate(timeout=30)
+        finally:
+            os.kill(procs[1].proc.pid, signal.SIGCONT)
+            if run.poll() is None:
+                run.kill()
+    assert run.returncode == 130
+    assert err.decode().strip().splitlines()[-1] == f"specdec: {SECOND_CTRL_C}"
+    assert "Traceback" not in err.decode()
+
+
 @pytest.mark.slow
 def test_llama_cpps_own_rpc_server_holds_the_layers_too(tiny_archs, tmp_path):
     """The rpc-server binary that scripts/build_llama_tools.sh builds from the same sources (a few
