@@ -6,11 +6,15 @@ each shot from the X screen:
 1. the model loaded on the servers (the title says so, the model bar's field names them, its
    tooltip lists what each holds), a chat answer by prompt lookup;
 2. one server killed mid-answer: the sentence naming it, the chat still on screen with the answer
-   kept as far as it had come (marked interrupted), the window ready to load the model again.
+   kept as far as it had come (marked interrupted), the window ready to load the model again;
+3. on two fresh servers, one stalled mid-answer (SIGSTOP): the status bar's word once the servers
+   have been silent for 10 s, then what Stop did 5 s later (the engine process ended, the chat kept).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -58,6 +62,25 @@ def main() -> None:
         wait(lambda: not window.machine.busy and "stopped answering" in window.error_label.text())
         wait(lambda: window.conversation.messages[-1].state == "interrupted")  # written by the fresh engine
         shots.shoot("rpc-server-lost-mid-answer", 0.8)
+
+    with rpc_servers(2) as procs:
+        window.model_bar.rpc.setText(",".join(p.endpoint for p in procs))
+        window.load_model(model)
+        wait(lambda: window.model_loaded and not window.machine.busy and "RPC" in window.windowTitle())
+        window.input.set_text("Write a long story about a sailor who maps the coast, bay by bay.")
+        shown = len(window.stream.toPlainText())
+        window.start_run()
+        wait(lambda: len(window.stream.toPlainText()) > shown + 700)
+        os.kill(procs[1].proc.pid, signal.SIGSTOP)
+        try:
+            wait(lambda: "No word from the RPC servers for 11 s" in window.statusBar().currentMessage())
+            shots.shoot("rpc-server-stalled-mid-answer", 0.3)
+            window.stop_run()
+            wait(lambda: not window.machine.busy and "after Stop" in window.error_label.text())
+            wait(lambda: window.conversation.messages[-1].state == "interrupted")
+            shots.shoot("rpc-stalled-server-stopped", 0.8)
+        finally:
+            os.kill(procs[1].proc.pid, signal.SIGCONT)
         window.close()
 
 
