@@ -5,13 +5,15 @@ learns from proposals it did not send."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec_studio.engine.strategies.auto import Calibrator, Proposal, StepCost, build_tree
 from specdec_studio.engine.strategies.auto.guard import Guard, Wary
 from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_lengths
-from specdec_studio.engine.strategies.auto.priors import (GUARD_START_TRUST, IDLE_STRETCH, MAX_STEP_COST, PLAN_INTERVAL_MAX,
+from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, GUARD_START_TRUST, IDLE_STRETCH, LONG_MATCH_BUCKET,
+                                                          MAX_STEP_COST, PLAN_INTERVAL_MAX,
                                                           PRIOR_MAX, UNPRICED_STEP_TOKENS,
                                                           WAKE_MATCH)
 from specdec_studio.engine.strategies.auto.tree import could_pay
@@ -209,6 +211,24 @@ def test_a_longer_suffix_match_is_believed_at_least_as_much_as_a_shorter_one():
     for _ in range(20):  # until their own outcomes say otherwise
         calibrator.observe("suffix", (3,), 0, None, False)
     assert calibrator.probability("suffix", (3,), 0) < 0.3
+
+
+def test_a_long_suffix_matchs_deeper_tokens_are_not_discounted_until_judged():
+    """A chain is discounted by CHAIN_DECAY a position until its deeper tokens are judged, except
+    along a suffix match of LONG_MATCH_BUCKET's length: a chain right so far has only made it longer."""
+    fresh = Calibrator()
+    long, shorter = (LONG_MATCH_BUCKET,), (LONG_MATCH_BUCKET - 1,)
+    first = fresh.probability("suffix", long, 0)
+    for position in range(1, 8):
+        assert fresh.probability("suffix", long, position) == pytest.approx(first)
+        assert fresh.probability("suffix", long, position, agreed=True) == pytest.approx(
+            fresh.probability("suffix", long, 0, agreed=True))
+    assert fresh.probability("suffix", shorter, 3) == pytest.approx(
+        CHAIN_DECAY ** 3 * fresh.probability("suffix", shorter, 0))
+    assert fresh.probability("ngram", (4, 3, 3, 0), 2) < fresh.probability("ngram", (4, 3, 3, 0), 0)
+    for _ in range(20):  # the run's own outcomes deep in such a chain still rule
+        fresh.observe("suffix", long, 4, None, False)
+    assert fresh.probability("suffix", long, 4) < 0.3 < fresh.probability("suffix", long, 3)
 
 
 def test_a_source_that_beats_its_priors_starts_its_other_bins_higher_and_one_that_trails_lower():

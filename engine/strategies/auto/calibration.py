@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import statistics
 
-from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, COST_SLOPE, MAX_STEP_COST, PRIOR_MAX,
+from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, COST_SLOPE, LONG_MATCH_BUCKET, MAX_STEP_COST, PRIOR_MAX,
                                                           PRIOR_WEIGHT, SCALE_WEIGHT, SHAPE_CHANGE_PRIOR, SOURCES,
                                                           UNPRICED_STEP_TOKENS, signal_prior)
 
@@ -60,7 +60,8 @@ class Calibrator:
         if position == 0:
             prior = self._signal_prior(source, signal, agreed)
         else:
-            prior = CHAIN_DECAY * self.probability(source, signal, position - 1, agreed)
+            decay = 1.0 if source == "suffix" and signal[0] >= LONG_MATCH_BUCKET else CHAIN_DECAY
+            prior = decay * self.probability(source, signal, position - 1, agreed)
         if source == "suffix" and signal[0] > 0:  # a longer match is right at least as often as a shorter one
             prior = max(prior, self.probability(source, (signal[0] - 1,), position, agreed))
         return (acc + PRIOR_WEIGHT * prior) / (off + PRIOR_WEIGHT)

@@ -20,6 +20,14 @@ PRIOR_WEIGHT = 4.0
 # chain's later tokens are less sure than its first until they have been judged (on the shipped
 # code-editing answers a copied line is right for a few tokens, then the edit starts).
 CHAIN_DECAY = 0.9
+# ... except along a suffix match of LONG_MATCH_BUCKET's length or more (33 tokens and up): there
+# a chain that has been right so far has only made its match longer, and the answer is copying.
+# On the code prompt at 1 llama.cpp thread, where a batch costs nearly its tokens' worth and only a
+# long sure chain pays, the decay held Auto to plain steps through most of a 60-token copy of the
+# prompt that ngram-mod took in one step (in process, 256 tokens: 97.3 -> 101.8 tokens/s, ngram-mod
+# 104.7; at 2 threads 167.7 -> 172.8). From 17 tokens (bucket 4) the chat prompts lost on the
+# simulated machine (geometric mean 1.060 -> 1.052 at 128 tokens); from 33 they held (1.059).
+LONG_MATCH_BUCKET = 5
 SUFFIX_PRIOR = (0.35, 0.45, 0.6, 0.75, 0.85, 0.92)  # by match-length bucket: 2, 3-4, 5-8, 9-16, 17-32, 33+
 DRAFT_PRIOR = (0.2, 0.45, 0.7, 0.85, 0.93)  # by the draft's probability: <.3, <.6, <.8, <.95, more
 ALT_PRIOR = (0.08, 0.15, 0.25, 0.35)  # a 2nd or 3rd follower, by its share: <.15, <.3, <.45, more
