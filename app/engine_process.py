@@ -204,10 +204,12 @@ class EngineProcess(EngineWorker):
         if self._stop_asked_at is not None:
             grace = self.stop_grace_s()
             if now - max(self._stop_asked_at, self._heard_at) > grace:
+                loading = self._running[1] in ("LoadRequest", "DraftRequest", "FetchRequest")
+                what = "the model's load onto them" if loading else "the step in flight"
                 self._child.kill()
                 self._child.join(2.0)
-                return self._child_lost(f"The RPC servers had not finished the step in flight {grace:.0f} s after "
-                                        f"Stop, so the engine process was ended")
+                return self._child_lost(f"The RPC servers had not finished {what} {grace:.0f} s after Stop, "
+                                        f"so the engine process was ended")
         quiet = now - self._heard_at
         if quiet > self.quiet_notice_s() and int(quiet) > self._quiet_said:
             self._quiet_said = int(quiet)

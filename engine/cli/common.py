@@ -32,9 +32,11 @@ def ctrl_c_stops():
     A step waiting on an RPC server that stalled never returns to Python (llama.cpp's RPC client
     has no time limit), so neither the flag's check nor a Python signal handler would ever run.
     Python's C-level handler still writes each signal to a wakeup pipe, and a thread reading it
-    sets the flag at once; a second Ctrl+C that the main thread has not handled within
-    HANDLED_WITHIN_S ends the process with one sentence (exit status 130). While another handler
-    is in place (the chat's prompt, where Ctrl+C ends the chat), the thread leaves it alone."""
+    sets the flag at once; two presses in a row that the main thread has not handled (the second
+    given HANDLED_WITHIN_S) end the process with one sentence (exit status 130). So on a stalled
+    step the second Ctrl+C ends it; where the first was handled and the command then stalls (its
+    model's buffers freed on the servers), the next two do. While another handler is in place (the
+    chat's prompt, where Ctrl+C ends the chat), the thread leaves it alone."""
     stop = threading.Event()
     handled = [0]  # times the main thread ran the handler (Python runs it once for presses that pile up)
 
