@@ -24,8 +24,8 @@ CHAIN_DECAY = 0.9
 # a chain that has been right so far has only made its match longer, and the answer is copying.
 # On the code prompt at 1 llama.cpp thread, where a batch costs nearly its tokens' worth and only a
 # long sure chain pays, the decay held Auto to plain steps through most of a 60-token copy of the
-# prompt that ngram-mod took in one step (in process, 256 tokens: 97.3 -> 101.8 tokens/s, ngram-mod
-# 104.7; at 2 threads 167.7 -> 172.8). From 17 tokens (bucket 4) the chat prompts lost on the
+# prompt that ngram-mod took in one step (in process, 256 tokens: 97.3 -> 101.8 tokens/s, our port of
+# ngram-mod 104.7; at 2 threads 167.7 -> 172.8). From 17 tokens (bucket 4) the chat prompts lost on the
 # simulated machine (geometric mean 1.060 -> 1.052 at 128 tokens); from 33 they held (1.059).
 LONG_MATCH_BUCKET = 5
 SUFFIX_PRIOR = (0.35, 0.45, 0.6, 0.75, 0.85, 0.92)  # by match-length bucket: 2, 3-4, 5-8, 9-16, 17-32, 33+
