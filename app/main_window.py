@@ -195,6 +195,9 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         self._pending_rejected.clear()
         self.stats.reset()
         self._generation_s = 0.0
+        # a note about the chat as it stood (an answer kept after a lost engine, turns about to be
+        # dropped) is news until the next run: that run's own notes, if any, come with its events
+        self.conversation_note.setText("")
         if not self.statusBar().currentMessage().startswith("The batch-cost profile was skipped"):
             self.statusBar().showMessage("Running…")
 

@@ -258,8 +258,14 @@ def test_an_error_in_the_middle_of_a_chat_turn_ends_the_answer_as_interrupted(wi
     answer = window.conversation.messages[-1]
     assert answer.role == "assistant" and answer.state == "interrupted" and answer.content
     assert "[interrupted" in window.stream.toPlainText()
+    from specdec_studio.engine.chat.turns import ConversationChanged
+
+    # a note about the chat as it stands (as an engine process that died leaves one) ...
+    window._on_conversation(ConversationChanged(window.conversation, "the answer that was cut short is kept"))
+    assert window.conversation_note.text() == "The answer that was cut short is kept"
     run(window, qtbot, "Thanks.", mode="plain", max_tokens=8)  # the chat goes on
     assert window.conversation.messages[-1].state == "done"
+    assert window.conversation_note.text() == ""  # ... was news until the next run
 
 
 def test_bad_model_file_shows_the_error_and_keeps_the_app_usable(window, qtbot, tmp_path):
