@@ -43,8 +43,9 @@ from specdec_studio.engine.events import StepDone
 FORWARD_INTERVAL_S = 0.004  # the child's event batches: the window drains at ~60 Hz anyway
 # A Stop ends the child once it has been silent this long since the Stop (or its last word after
 # it), or STOP_GRACE_STEPS of its slowest step so far where steps are slower: a healthy step ends
-# well within that, and a Stop is honoured between steps (measured on two local servers, a Stop
-# ended a 2,000-token lookup run in 0.03 s; with one server stopped by SIGSTOP, never).
+# well within that, and a Stop is honoured between steps (measured on two local servers, a plain
+# run with one server stopped by SIGSTOP: the Stop went unanswered for 20 s, and was answered
+# 0.03 s after the server was let go on).
 STOP_GRACE_S = 5.0
 STOP_GRACE_STEPS = 3
 QUIET_NOTICE_S = 10.0  # silence in a running job worth a word to the window (or QUIET_NOTICE_STEPS steps)
