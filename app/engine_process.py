@@ -205,8 +205,7 @@ class EngineProcess(EngineWorker):
         if self._stop_asked_at is not None:
             grace = self.stop_grace_s()
             if now - max(self._stop_asked_at, self._heard_at) > grace:
-                loading = self._running[1] in ("LoadRequest", "DraftRequest", "FetchRequest")
-                what = "the model's load onto them" if loading else "the step in flight"
+                what = "the model's load onto them" if self._running[1] in m.LOAD_REQUESTS else "the step in flight"
                 self._child.kill()
                 self._child.join(2.0)
                 return self._child_lost(f"The RPC servers had not finished {what} {grace:.0f} s after Stop, "

@@ -15,7 +15,8 @@ import time
 from specdec_studio.app.activity import Activity, Facts, Trigger, allowed_controls, refusal
 from specdec_studio.app.engine_worker import EngineWorker
 from specdec_studio.app.worker_messages import (BaselineDone, BatchKv, ConversationList, DistillDone, DownloadProgress, DraftLoaded,
-                                                EngineQuiet, ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress, JobEnded,
+                                                LOAD_REQUESTS, EngineQuiet, ExactnessReady, FormatsCompared,
+                                                FormatSpeedsMeasured, FormatsProgress, JobEnded,
                                                 JobTaken, LoadFailed, LoadStarted, ModelLoaded, Paused,
                                                 ProfileProgress, ProfileReady, ProfileStarted, RaceProgress,
                                                 RaceReady, RunRequested, SavedSweeps, TraceReady)
@@ -41,8 +42,6 @@ FIGURES_INTERVAL_S = 0.25
 RECORDED = (StepDone, StepBatch, KvSnapshot, RunStarted, RunFinished)  # what the step inspector's record keeps
 # events that change nothing but the stream and the figures: no button changes state with them
 STEP_EVENTS = (StepDone, StepBatch, KvSnapshot, RejectedDraft)
-# the requests whose failure the model bar reports itself (LoadFailed comes first)
-LOAD_REQUESTS = ("LoadRequest", "FetchRequest", "DraftRequest")
 
 
 class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, DemoMixin, JobsMixin, QtWidgets.QMainWindow):

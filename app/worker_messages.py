@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the requests that load a model (their names, as JobTaken and JobEnded carry them): the model bar
+# reports their failure itself (LoadFailed comes first), and a Stop that must end an engine process
+# says a load, not a step, did not finish
+LOAD_REQUESTS = ("LoadRequest", "FetchRequest", "DraftRequest")
+
 
 @dataclass(frozen=True)
 class LoadStarted:
