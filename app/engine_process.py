@@ -22,7 +22,9 @@ A server that stalls rather than dies (a laptop's network dropped, a machine sus
 step in flight waiting for ever: llama.cpp's RPC client has no time limit, and its abort callback is
 checked by the CPU backend only, so the child cannot honour a Stop mid-step. The window can: a Stop
 the child has not answered within :meth:`EngineProcess.stop_grace_s` of silence ends the child,
-which costs what a lost server costs (the model, not the chat). While a job runs and the child says
+which costs what a lost server costs (the model, not the chat). Its servers are then greeted
+afresh, all at once and off the window's thread (:func:`engine.models.rpc.silent`): freed of their
+client, the healthy ones answer at once, so the sentence names the server that does not. While a job runs and the child says
 nothing for longer than a step could explain, :class:`app.worker_messages.EngineQuiet` tells the
 window so, once a second, so a user is never left looking at a frozen run without a word.
 """
@@ -39,6 +41,7 @@ from specdec_studio.app import worker_messages as m
 from specdec_studio.app.engine_worker import SHUTDOWN_WAIT_S, EngineWorker
 from specdec_studio.engine.chat.turns import AnswerInProgress
 from specdec_studio.engine.events import StepDone
+from specdec_studio.engine.models import rpc
 
 FORWARD_INTERVAL_S = 0.004  # the child's event batches: the window drains at ~60 Hz anyway
 # A Stop ends the child once it has been silent this long since the Stop (or its last word after
@@ -120,6 +123,8 @@ class EngineProcess(EngineWorker):
         self._stop_asked_at: float | None = None  # a Stop sent while a job ran, not answered yet
         self._slowest_step_s = 0.0  # the longest step this child has reported
         self._quiet_said = 0  # whole seconds of the current silence already told to the window
+        self._servers: list[str] = []  # every RPC server this child was asked to load onto
+        self._ending: _StalledEnd | None = None  # the child ended for a Stop: its servers being greeted
 
     def _send(self, item) -> None:
         try:
@@ -129,6 +134,9 @@ class EngineProcess(EngineWorker):
 
     # ------------------------------------------------------------------ the worker's interface
     def _submit(self, job: object) -> int:
+        for server in getattr(job, "rpc_servers", ()):
+            if server not in self._servers:
+                self._servers.append(server)
         self._next_job += 1
         self._queued[self._next_job] = type(job).__name__
         self._send(("job", job, self._next_job))
@@ -191,7 +199,12 @@ class EngineProcess(EngineWorker):
                 out.append(event)
         if self._closing or self._child.pid is None:
             return out
-        if self._lost or not self._child.is_alive():
+        if self._ending is not None:  # ended for a Stop: reported once its servers are greeted
+            if not self._ending.done.is_set():
+                return out
+            ending, self._ending = self._ending, None
+            out.extend(self._child_lost(ending.sentence()))
+        elif self._lost or not self._child.is_alive():
             self._child.join(2.0)
             out.extend(self._child_lost())
         elif self._running is not None:
@@ -208,8 +221,8 @@ class EngineProcess(EngineWorker):
                 what = "the model's load onto them" if self._running[1] in m.LOAD_REQUESTS else "the step in flight"
                 self._child.kill()
                 self._child.join(2.0)
-                return self._child_lost(f"The RPC servers had not finished {what} {grace:.0f} s after Stop, "
-                                        f"so the engine process was ended")
+                self._ending = _StalledEnd(what, grace, tuple(self._servers))
+                return []
         quiet = now - self._heard_at
         if quiet > self.quiet_notice_s() and int(quiet) > self._quiet_said:
             self._quiet_said = int(quiet)
@@ -266,3 +279,30 @@ class EngineProcess(EngineWorker):
             conv_id, pieces = cut_short
             self._submit(m.ConversationRequest("interrupted", conv_id, pieces=tuple(tuple(p) for p in pieces)))
         return events
+
+
+class _StalledEnd:
+    """A child ended for a Stop its RPC servers kept it from answering: which of them still say
+    nothing, asked on a thread of its own (each is given :data:`engine.models.rpc.SILENCE_PROBE_S`)."""
+
+    def __init__(self, what: str, grace_s: float, servers: tuple[str, ...]) -> None:
+        self.what, self.grace_s = what, grace_s
+        self.silent: tuple[str, ...] = ()
+        self.done = threading.Event()
+
+        def greet() -> None:
+            try:
+                self.silent = rpc.silent(servers)
+            finally:
+                self.done.set()
+
+        threading.Thread(target=greet, name="specdec-rpc-greet", daemon=True).start()
+
+    def sentence(self) -> str:
+        start = f"The RPC servers had not finished {self.what} {self.grace_s:.0f} s after Stop"
+        if not self.silent:
+            return f"{start}, so the engine process was ended (every server answers again now)"
+        one = len(self.silent) == 1
+        names = " and ".join(self.silent)
+        return (f"{start}, and the server{'' if one else 's'} at {names} {'does' if one else 'do'} not "
+                f"answer now, so the engine process was ended")

@@ -8,7 +8,8 @@ each shot from the X screen:
 2. one server killed mid-answer: the sentence naming it, the chat still on screen with the answer
    kept as far as it had come (marked interrupted), the window ready to load the model again;
 3. on two fresh servers, one stalled mid-answer (SIGSTOP): the status bar's word once the servers
-   have been silent for 10 s, then what Stop did 5 s later (the engine process ended, the chat kept).
+   have been silent for 10 s, then what Stop did 5 s later (the engine process ended, the server
+   that still does not answer named, the chat kept).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import struct
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import llama_cpp
@@ -46,6 +47,9 @@ RPC_CMD_HELLO = 14
 RPC_CONN_CAPS_SIZE = 24
 DEFAULT_PORT = 50052  # rpc-server's
 PROBE_TIMEOUT_S = 3.0
+# how long a server may take to answer before :func:`silent` names it: a healthy rpc-server that
+# has just lost its client answers the next one within milliseconds
+SILENCE_PROBE_S = 1.5
 EXIT_SERVER_LOST = 75  # EX_TEMPFAIL: the server may be back later; nothing of ours is broken
 EXIT_LLAMA_ABORT = 70  # EX_SOFTWARE: llama.cpp stopped on one of its own checks
 
@@ -81,15 +85,21 @@ def parse_servers(text: str | None) -> tuple[str, ...]:
     return tuple(endpoints)
 
 
+def _hello(endpoint: str, timeout_s: float) -> bytes | None:
+    """The server's reply to HELLO (None if it closed the connection instead); raises
+    ``socket.timeout`` or ``OSError`` where it cannot be reached or does not answer in time."""
+    host, _, port = endpoint.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.settimeout(timeout_s)
+        sock.sendall(struct.pack("<BQ", RPC_CMD_HELLO, RPC_CONN_CAPS_SIZE) + bytes(RPC_CONN_CAPS_SIZE))
+        return _recv_exactly(sock, 8 + 4 + RPC_CONN_CAPS_SIZE)
+
+
 def probe(endpoint: str, timeout_s: float = PROBE_TIMEOUT_S) -> RpcServerInfo:
     """Speak HELLO to the server at ``endpoint`` and close; raises RpcError (one sentence) where
     llama.cpp's client would abort the process."""
-    host, _, port = endpoint.rpartition(":")
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
-            sock.settimeout(timeout_s)
-            sock.sendall(struct.pack("<BQ", RPC_CMD_HELLO, RPC_CONN_CAPS_SIZE) + bytes(RPC_CONN_CAPS_SIZE))
-            reply = _recv_exactly(sock, 8 + 4 + RPC_CONN_CAPS_SIZE)
+        reply = _hello(endpoint, timeout_s)
     except socket.timeout:
         raise RpcError(f"the RPC server at {endpoint} accepted the connection but did not answer within "
                        f"{timeout_s:g} s; it serves one client at a time and may be busy with another") from None
@@ -105,6 +115,27 @@ def probe(endpoint: str, timeout_s: float = PROBE_TIMEOUT_S) -> RpcServerInfo:
         raise RpcError(f"the RPC server at {endpoint} speaks protocol {major}.{minor}.{patch}; this build "
                        f"speaks {RPC_PROTO_MAJOR}.{RPC_PROTO_MINOR}: run an rpc-server of the same llama.cpp")
     return RpcServerInfo(endpoint, f"{major}.{minor}.{patch}")
+
+
+def silent(endpoints: tuple[str, ...], timeout_s: float = SILENCE_PROBE_S) -> tuple[str, ...]:
+    """The servers of ``endpoints`` that do not answer a HELLO within ``timeout_s`` (unreachable,
+    or accepting the connection and saying nothing: a stopped process, a suspended machine, a
+    network gone), all asked at once. Ask only servers no client of this process holds: a server
+    busy with its one client says nothing to another either. A server that answers in another
+    protocol, or closes the connection, is not silent."""
+    if not endpoints:
+        return ()
+
+    def says_nothing(endpoint: str) -> bool:
+        try:
+            _hello(endpoint, timeout_s)
+        except OSError:  # socket.timeout included
+            return True
+        return False
+
+    with ThreadPoolExecutor(max_workers=len(endpoints), thread_name_prefix="rpc-probe") as pool:
+        answers = list(pool.map(says_nothing, endpoints))
+    return tuple(e for e, quiet in zip(endpoints, answers) if quiet)
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:

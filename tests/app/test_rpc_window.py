@@ -91,8 +91,9 @@ def test_a_model_on_rpc_servers_chats_and_survives_a_server_killed_mid_answer(wi
 
 def test_stop_ends_a_run_whose_server_stalled_mid_step(window, qtbot, monkeypatch):
     """A server stopped with SIGSTOP never answers the step in flight, and the child cannot honour
-    a Stop mid-step: the window says so while it waits, and ends the child the grace after Stop.
-    The answer keeps what the stream showed; the chat and the window go on."""
+    a Stop mid-step: the window says so while it waits, ends the child the grace after Stop, and
+    names the server that still does not answer. The answer keeps what the stream showed; the chat
+    and the window go on."""
     monkeypatch.setattr(engine_process, "QUIET_NOTICE_S", 1.0)  # the real 10 s and 5 s, shortened
     monkeypatch.setattr(engine_process, "STOP_GRACE_S", 2.0)
     model = window.model_bar.loaded_path
@@ -118,7 +119,9 @@ def test_stop_ends_a_run_whose_server_stalled_mid_step(window, qtbot, monkeypatc
         finally:
             os.kill(procs[1].proc.pid, signal.SIGCONT)
     assert 2.0 <= waited < 10.0, waited  # the grace, then the child's end: not for ever
-    assert "2 s after Stop, so the engine process was ended" in message and "chat kept" in message
+    # the servers, freed of the ended child, were greeted: the one that still says nothing is named
+    assert "2 s after Stop, and the server at " in message and "does not answer now" in message
+    assert procs[1].endpoint in message and procs[0].endpoint not in message and "chat kept" in message
     assert not window.model_loaded
     qtbot.waitUntil(lambda: window.conversation.messages[-1].state == "interrupted", timeout=TIMEOUT_MS)
     cut_short = window.conversation.messages[-1]

@@ -76,6 +76,27 @@ def test_a_server_that_cannot_serve_is_one_sentence_not_an_abort(tiny_archs):
                 conn.close()
 
 
+def test_silent_names_the_servers_that_do_not_answer(servers):
+    """After a stall the window asks its servers who still says nothing: a stopped server accepts
+    the connection and never answers, a closed port cannot be reached, a healthy one answers; all
+    are asked at once, so the window waits for one timeout, not one per server."""
+    import signal
+
+    procs, _ = servers
+    closed = f"127.0.0.1:{free_port()}"
+    os.kill(procs[1].proc.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        quiet = rpc.silent((procs[0].endpoint, procs[1].endpoint, closed), timeout_s=1.0)
+        took = time.monotonic() - started
+    finally:
+        os.kill(procs[1].proc.pid, signal.SIGCONT)
+    assert quiet == (procs[1].endpoint, closed)
+    assert took < 1.8, took  # one timeout, not two
+    assert rpc.silent((procs[1].endpoint,), timeout_s=10.0) == ()  # going on again, it answers
+    assert rpc.silent(()) == ()
+
+
 @pytest.mark.parametrize("model", ["llama-dense", "qwen35-dense"])
 def test_every_mode_over_two_rpc_servers_equals_plain(tiny_archs, servers, model):
     from specdec_studio.engine.session import Session
