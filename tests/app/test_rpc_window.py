@@ -14,7 +14,7 @@ import pytest
 from specdec_studio.app import engine_process
 from specdec_studio.app.engine_process import EngineProcess
 from specdec_studio.app.engine_worker import EngineWorker
-from tests.rpc_local import rpc_servers
+from tests.rpc_local import free_port, rpc_servers
 
 TIMEOUT_MS = 120_000
 
@@ -131,6 +131,19 @@ def test_stop_ends_a_run_whose_server_stalled_mid_step(window, qtbot, monkeypatc
     load_on(window, qtbot, model, "")
     send(window, qtbot, "Name one animal.", mode="plain", max_tokens=8)
     assert window.last_finished.finish_reason in ("stop", "length")
+
+
+def test_the_stop_sentence_names_every_server_still_silent_or_says_all_answer():
+    """After a stalled Stop the servers are greeted off the window's thread: two that cannot be
+    reached are both named; where every server answers (none here), the sentence says so."""
+    closed = (f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+    for servers, expected in ((closed, f"and the servers at {closed[0]} and {closed[1]} do not answer now, so"),
+                              ((), "so the engine process was ended (every server answers again now)")):
+        ending = engine_process._StalledEnd("the step in flight", 5.0, servers)
+        assert ending.done.wait(10.0)
+        sentence = ending.sentence()
+        assert sentence.startswith("The RPC servers had not finished the step in flight 5 s after Stop")
+        assert expected in sentence, sentence
 
 
 def test_an_engine_process_that_dies_is_reported_and_replaced(qtbot):
