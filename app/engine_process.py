@@ -24,9 +24,10 @@ checked by the CPU backend only, so the child cannot honour a Stop mid-step. The
 the child has not answered within :meth:`EngineProcess.stop_grace_s` of silence ends the child,
 which costs what a lost server costs (the model, not the chat). Its servers are then greeted
 afresh, all at once and off the window's thread (:func:`engine.models.rpc.silent`): freed of their
-client, the healthy ones answer at once, so the sentence names the server that does not. While a job runs and the child says
-nothing for longer than a step could explain, :class:`app.worker_messages.EngineQuiet` tells the
-window so, once a second, so a user is never left looking at a frozen run without a word.
+client, the healthy ones answer at once, so the sentence names the server that does not. While a
+job runs and the child says nothing for longer than a step could explain,
+:class:`app.worker_messages.EngineQuiet` tells the window so, once a second, so a user is never left
+looking at a frozen run without a word.
 """
 
 from __future__ import annotations
