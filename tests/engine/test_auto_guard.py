@@ -58,6 +58,79 @@ def test_the_cheap_tests_never_turn_away_a_tree_the_planner_would_send(proposals
         assert could_pay(short, calibrator, cost, room, cut=cut), (cut, gain)
 
 
+@st.composite
+def long_proposals(draw) -> list[Proposal]:
+    """Proposals of up to 40 tokens over a few ids, the way a loop's chains share long prefixes."""
+    out = []
+    for _ in range(draw(st.integers(1, 4))):
+        source = draw(st.sampled_from(sorted(SIGNALS)))
+        n = draw(st.integers(1, 40))
+        tokens = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+        out.append(Proposal(source, tokens, draw(st.lists(SIGNALS[source], min_size=n, max_size=n))))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(proposals=long_proposals(), calibrator=calibrated(), room=st.integers(1, 48), flat=st.booleans(),
+       cut=st.sampled_from([None, 4]))
+def test_the_planners_shortcuts_answer_as_the_long_way_round(proposals, calibrator, room, flat, cut):
+    """could_pay's early answer (a bound that already beats the gain stays beaten), the trie walk
+    that finds each token's support and the tree walk that finds what a tree sent of each proposal
+    give what their definitions give: paths of every length, compared whole."""
+    from unittest import mock
+
+    from specdec_studio.engine.strategies.auto import tree
+    from specdec_studio.engine.strategies.auto.priors import FAMILY
+
+    cost = Wary(StepCost(FLAT if flat else None), 1.0)
+    with mock.patch.object(tree, "EARLY_ANSWER_DEPTHS", frozenset()):
+        slow = could_pay(proposals, calibrator, cost, room, cut=cut)
+    assert could_pay(proposals, calibrator, cost, room, cut=cut) == slow
+
+    families: dict[tuple[int, ...], set[str]] = {}
+    for prop in proposals:
+        for i in range(len(prop.tokens)):
+            families.setdefault(tuple(prop.tokens[: i + 1]), set()).add(FAMILY[prop.source])
+    assert tree.support_of(proposals) == [[tuple(sorted(families[tuple(p.tokens[: i + 1])])) for i in range(len(p.tokens))]
+                                          for p in proposals]
+
+    nodes, _ = build_tree(proposals, calibrator, cost, room, min_gain=0.0)
+    paths: list[tuple[int, ...]] = []
+    for node in nodes:
+        paths.append((*paths[node.parent], node.token) if node.parent >= 0 else (node.token,))
+    held = set(paths)
+    lengths = [next((n for n in range(len(p.tokens)) if tuple(p.tokens[: n + 1]) not in held), len(p.tokens))
+               for p in proposals]
+    assert sent_lengths(proposals, nodes) == lengths
+
+
+@st.composite
+def looping_text(draw) -> list[int]:
+    """A short line written again and again, a few of its tokens changed: long confident n-gram
+    chains with second followers along them."""
+    line = draw(st.lists(st.integers(0, 5), min_size=2, max_size=12))
+    text = line * draw(st.integers(1, 40))
+    for _ in range(draw(st.integers(0, 6))):
+        text[draw(st.integers(0, len(text) - 1))] = draw(st.integers(0, 5))
+    return text
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=looping_text(), k=st.integers(1, 64))
+def test_the_sibling_search_stops_only_where_no_fork_could_be_kept(text, k):
+    """Past the reach at which a fork's prior is under MIN_REACH whatever its follower, the search
+    for sibling branches stops: what it returns is what the search to the chain's end returns."""
+    from unittest import mock
+
+    from specdec_studio.engine.strategies.auto import sources
+
+    found = sources.Sources(text)
+    chains = found.chains(text, k)
+    with mock.patch.object(sources, "FORK_REACH_MIN", 0.0):
+        everywhere = found.siblings(text, k, chains)
+    assert found.siblings(text, k, chains) == everywhere
+
+
 def test_trust_falls_while_trees_do_not_pay_and_comes_back_when_they_do():
     cost = StepCost()
     for _ in range(4):

@@ -52,15 +52,16 @@ class Hindsight:
 
 def sent_lengths(proposals: list[Proposal], nodes: list[Node]) -> list[int]:
     """How many of each proposal's first tokens a tree of ``nodes`` (in batch order, each with
-    its parent's index) holds: the length of its longest prefix that is a path of the tree."""
-    paths: list[tuple[int, ...]] = []
-    for node in nodes:
-        paths.append((*paths[node.parent], node.token) if node.parent >= 0 else (node.token,))
-    held = set(paths)
+    its parent's index) holds: the length of its longest prefix that is a path of the tree,
+    followed down the tree node by node (the parent is -1 at the input token)."""
+    child: dict[tuple[int, int], int] = {(node.parent, node.token): i for i, node in enumerate(nodes)}
     lengths = []
     for proposal in proposals:
-        n = 0
-        while n < len(proposal.tokens) and tuple(proposal.tokens[: n + 1]) in held:
+        n, at = 0, -1
+        for token in proposal.tokens:
+            at = child.get((at, token), -2)
+            if at == -2:
+                break
             n += 1
         lengths.append(n)
     return lengths

@@ -7,9 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specdec_studio.engine.strategies.auto.priors import ALT_BRANCHES, ALT_MIN_COUNT, MIN_REACH, MIN_SUFFIX_MATCH, NGRAM_MAX, NGRAM_MIN, bucket, signal_prior
+from specdec_studio.engine.strategies.auto.priors import ALT_BRANCHES, ALT_MIN_COUNT, ALT_PRIOR, MIN_REACH, MIN_SUFFIX_MATCH, NGRAM_MAX, NGRAM_MIN, bucket, signal_prior
 from specdec_studio.engine.strategies.lookup import NgramCacheDrafter
 from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
+
+
+# A sibling forks off the n-gram branch with a prior of the fork's reach times its follower's
+# ALT_PRIOR, and one under MIN_REACH is never kept: past this reach no fork can be
+FORK_REACH_MIN = MIN_REACH / max(ALT_PRIOR)
 
 
 @dataclass
@@ -123,14 +128,17 @@ class Sources:
         tokens up to there, so in the tree it forks off at that depth. The ALT_BRANCHES
         likeliest (by prior: the chance of reaching the fork times the follower's) are kept."""
         tail = list(context[max(0, len(context) - NGRAM_MAX):])
+        path = [*tail, *main.tokens]  # the text at depth d is its first len(tail) + d tokens
         forks = []  # (prior, depth, token, signal)
         reach = 1.0
         for depth in range(min(len(main.tokens), k - 1) + 1):
-            seq = [*tail, *main.tokens[:depth]]
+            if reach < FORK_REACH_MIN:  # a fork from here on would be under MIN_REACH: none is kept
+                break
+            end = len(tail) + depth
             taken = main.tokens[depth] if depth < len(main.tokens) else None
             # the longest n-gram ending here with another follower seen often enough
-            for size in range(min(NGRAM_MAX, len(seq)), NGRAM_MIN - 1, -1):
-                entry = self.ngrams.followers_of(tuple(seq[len(seq) - size:]))
+            for size in range(min(NGRAM_MAX, end), NGRAM_MIN - 1, -1):
+                entry = self.ngrams.followers_of(tuple(path[end - size:end]))
                 if entry is None or len(entry.counts) < 2:
                     continue
                 others = sorted(((count, token) for token, count in entry.counts.items()

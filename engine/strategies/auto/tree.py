@@ -41,13 +41,26 @@ class Node:
 
 
 def support_of(proposals: list[Proposal]) -> list[list[tuple[str, ...]]]:
-    """For each proposed token, the source families that proposed it after the same path."""
-    families: dict[tuple[int, ...], set[str]] = {}
-    paths = [[tuple(prop.tokens[: i + 1]) for i in range(len(prop.tokens))] for prop in proposals]
-    for prop, prop_paths in zip(proposals, paths):
-        for path in prop_paths:
-            families.setdefault(path, set()).add(FAMILY[prop.source])
-    return [[tuple(sorted(families[path])) for path in prop_paths] for prop_paths in paths]
+    """For each proposed token, the source families that proposed it after the same path.
+
+    The proposals are walked as one trie (a path is its parent's node and its last token), so the
+    work is linear in the tokens: a loop's 64-token proposals made paths of every length, a
+    quadratic cost paid twice a step."""
+    node_of: dict[tuple[int, int], int] = {}  # (parent node, token) -> node; -1 is the input token
+    families: list[set[str]] = []  # node -> the families whose proposals pass through it
+    nodes_of: list[list[int]] = []  # proposal -> its nodes, one per token
+    for prop in proposals:
+        family, parent, walk = FAMILY[prop.source], -1, []
+        for token in prop.tokens:
+            node = node_of.setdefault((parent, token), len(families))
+            if node == len(families):
+                families.append(set())
+            families[node].add(family)
+            walk.append(node)
+            parent = node
+        nodes_of.append(walk)
+    support = [tuple(sorted(f)) for f in families]
+    return [[support[node] for node in walk] for walk in nodes_of]
 
 
 def first_chances(proposals: list[Proposal], calibrator: Calibrator) -> list[float]:
@@ -106,12 +119,19 @@ def could_pay(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost,
         reach_at = {node: reach_at[parent] * best[node] for (parent, _), node in index.items()}
         reaches.extend(r for r in reach_at.values() if r >= MIN_REACH)
         at = node_of
+        # More nodes only ever raise the m largest bounds' sum, so a bound that already beats
+        # min_gain is the answer: a sure copy is known after 8 of its 64 tokens, not all of them
+        if depth + 1 in EARLY_ANSWER_DEPTHS and _beats(sorted(reaches, reverse=True)[:room], cost, min_gain):
+            return True
         if cut is not None and depth + 1 == cut:  # the unknown deeper nodes
             deepest = max(reach_at.values())
             if deepest >= MIN_REACH:
                 reaches.extend([deepest] * (room - len(reaches)))
     reaches.sort(reverse=True)
     return _beats(reaches[:room], cost, min_gain)
+
+
+EARLY_ANSWER_DEPTHS = frozenset((8, 16, 32))  # where could_pay looks at the bound it has so far
 
 
 def _beats(reaches: list[float], cost: StepCost, min_gain: float) -> bool:
@@ -130,51 +150,73 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
     """The step's tree: candidate tokens added likeliest first (a token another branch already
     put in the tree costs nothing), then cut at the size whose expected emitted tokens ÷ relative
     step cost is highest. Returns the nodes in batch order and the predicted gain over a plain
-    step; no nodes and 1.0 (a plain step) unless that gain beats ``min_gain``."""
+    step; no nodes and 1.0 (a plain step) unless that gain beats ``min_gain``.
+
+    The candidates are kept as rows of plain lists while the tree grows; only those before the
+    cut become :class:`Node` objects (a loop's step weighs up to 64 and sends fewer)."""
     support = support_of(proposals)
-    chance: dict[tuple[int, int], float] = {}  # (proposal, position) -> calibrated probability
+    chance: list[list[float | None]] = [[None] * len(prop.tokens) for prop in proposals]  # calibrated, as asked
     trie: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
-    nodes: list[Node] = []
-    frontier = [(b, 0, -1) for b in range(len(proposals))]  # (proposal, next position, parent node)
+    # node n: proposal made_by[n] put it in at its position at[n], under parent_of[n], with chance p_of[n]
+    made_by: list[int] = []
+    at: list[int] = []
+    parent_of: list[int] = []
+    p_of: list[float] = []
+    reach_of: list[float] = []
+    frontier = [[b, 0, -1] for b in range(len(proposals))]  # [proposal, next position, parent node]
     expected = 1.0  # tokens the step emits: the target's own, plus each node's chance
     taken: dict[int, float] = {}  # parent node -> the summed chances of its children so far
     best_gain, best_size = 1.0, 0
     penalty = cost.return_penalty()
-    while len(nodes) < room:
-        pick = None
+    while len(reach_of) < room:
+        pick = None  # (frontier entry, reach, chance) of the likeliest token not in the tree yet
         for fi, (b, i, parent) in enumerate(frontier):
-            prop = proposals[b]
-            if i >= len(prop.tokens):
+            tokens = proposals[b].tokens
+            if i >= len(tokens):
                 continue
-            if (parent, prop.tokens[i]) in trie:  # already in the tree: follow it for free
-                pick = (fi, 1.0, -1.0)
-                break
-            parent_reach = 1.0 if parent < 0 else nodes[parent].reach
-            p = chance.get((b, i))
+            p = chance[b][i]
             if p is None:
-                p = chance[b, i] = calibrator.probability(prop.source, prop.signals[i], i, len(support[b][i]) > 1)
+                prop = proposals[b]
+                p = chance[b][i] = calibrator.probability(prop.source, prop.signals[i], i, len(support[b][i]) > 1)
             # children of one node are alternatives: together they cannot exceed certainty
             p = min(p, max(0.0, 1.0 - taken.get(parent, 0.0)))
-            if pick is None or parent_reach * p > pick[1]:
-                pick = (fi, parent_reach * p, p)
+            reach = p if parent < 0 else reach_of[parent] * p
+            if pick is None or reach > pick[1]:
+                pick = (fi, reach, p)
         if pick is None or pick[1] < MIN_REACH:
             break
         fi, reach, p = pick
         b, i, parent = frontier[fi]
-        prop = proposals[b]
-        key = (parent, prop.tokens[i])
-        if key not in trie:
-            trie[key] = len(nodes)
-            taken[parent] = taken.get(parent, 0.0) + p
-            nodes.append(Node(prop.tokens[i], i + 1, parent, prop.source, prop.signals[i], p, reach, support[b][i]))
-            expected += reach
-            gain = expected / (cost.relative(len(nodes) + 1) + penalty)
-            if gain > best_gain:
-                best_gain, best_size = gain, len(nodes)
-        frontier[fi] = (b, i + 1, trie[key])
+        node = len(reach_of)
+        trie[parent, proposals[b].tokens[i]] = node
+        taken[parent] = taken.get(parent, 0.0) + p
+        made_by.append(b)
+        at.append(i)
+        parent_of.append(parent)
+        p_of.append(p)
+        reach_of.append(reach)
+        expected += reach
+        gain = expected / (cost.relative(node + 2) + penalty)
+        if gain > best_gain:
+            best_gain, best_size = gain, node + 1
+        # every branch whose next token is now in the tree follows it there for free
+        for entry in frontier:
+            b, i, parent = entry
+            tokens = proposals[b].tokens
+            while i < len(tokens):
+                below = trie.get((parent, tokens[i]))
+                if below is None:
+                    break
+                i, parent = i + 1, below
+            entry[1], entry[2] = i, parent
     if best_gain <= min_gain:
         return [], 1.0
-    return _in_batch_order(nodes[:best_size]), best_gain
+    nodes = []
+    for n in range(best_size):  # a node's parent was added before it: every one is in the cut
+        prop, i = proposals[made_by[n]], at[n]
+        nodes.append(Node(prop.tokens[i], i + 1, parent_of[n], prop.source, prop.signals[i], p_of[n], reach_of[n],
+                          support[made_by[n]][i]))
+    return _in_batch_order(nodes), best_gain
 
 
 def _in_batch_order(nodes: list[Node]) -> list[Node]:
