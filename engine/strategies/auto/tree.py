@@ -9,6 +9,8 @@ from specdec_studio.engine.strategies.auto.calibration import Calibrator, StepCo
 from specdec_studio.engine.strategies.auto.priors import FAMILY, MIN_GAIN, MIN_REACH
 from specdec_studio.engine.strategies.auto.sources import Proposal
 
+EARLY_ANSWER_DEPTHS = frozenset((8, 16, 32))  # where could_pay looks at the bound it has so far
+
 
 @dataclass
 class Node:
@@ -129,9 +131,6 @@ def could_pay(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost,
                 reaches.extend([deepest] * (room - len(reaches)))
     reaches.sort(reverse=True)
     return _beats(reaches[:room], cost, min_gain)
-
-
-EARLY_ANSWER_DEPTHS = frozenset((8, 16, 32))  # where could_pay looks at the bound it has so far
 
 
 def _beats(reaches: list[float], cost: StepCost, min_gain: float) -> bool:
