@@ -28,13 +28,16 @@ class Hindsight:
         # proposal, support, next position, first position to judge (those before it were verified)
         self.pending: list[tuple[Proposal, list[tuple[str, ...]], int, int]] = []
 
-    def keep(self, proposals: list[Proposal], sent: list[int] | None = None) -> None:
+    def keep(self, proposals: list[Proposal], sent: list[int] | None = None,
+             support: list[list[tuple[str, ...]]] | None = None) -> None:
         """Follow ``proposals`` from the next token on; ``sent``: how many of each one's first
-        tokens the step verifies (none are judged twice)."""
+        tokens the step verifies (none are judged twice); ``support``: their :func:`support_of`,
+        where the caller has it already (the tree it built from them did)."""
         sent = sent or [0] * len(proposals)
-        for proposal, support, n_sent in zip(proposals, support_of(proposals), sent):
+        support = support if support is not None else support_of(proposals)
+        for proposal, families, n_sent in zip(proposals, support, sent):
             if n_sent < len(proposal.tokens):
-                self.pending.append((proposal, support, 0, n_sent))
+                self.pending.append((proposal, families, 0, n_sent))
 
     def see(self, token: int) -> None:
         """The target chose ``token`` next: every pending proposal's next token is judged."""

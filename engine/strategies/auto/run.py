@@ -14,7 +14,7 @@ from specdec_studio.engine.strategies.auto.draft_price import DraftPrice
 from specdec_studio.engine.strategies.auto.priors import MIN_GAIN
 from specdec_studio.engine.strategies.auto.report import AutoReport
 from specdec_studio.engine.strategies.auto.sources import ContextIndex, Proposal, Sources
-from specdec_studio.engine.strategies.auto.tree import Node, build_tree, could_pay, first_chances
+from specdec_studio.engine.strategies.auto.tree import Node, build_tree, could_pay, first_chances, support_of
 from specdec_studio.engine.strategies.common import Runtime, begin_run
 
 
@@ -151,9 +151,10 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                 if siblings:
                     report.consider(siblings, first_chances(siblings, calibrator), wary.first_chance_needed(room, min_gain))
                 proposals = (chains + siblings)[:n_seq]
-                nodes, gain = build_tree(proposals, calibrator, wary, room, min_gain)
+                support = support_of(proposals)  # the tree's and hindsight's, worked out once
+                nodes, gain = build_tree(proposals, calibrator, wary, room, min_gain, support)
                 if nodes:  # what the tree leaves out of each proposal, hindsight judges
-                    hindsight.keep(proposals, sent_lengths(proposals, nodes))
+                    hindsight.keep(proposals, sent_lengths(proposals, nodes), support)
             if chains is None:  # the draft model was stopped
                 break
             if not nodes:  # judged in hindsight instead, as the target's tokens come

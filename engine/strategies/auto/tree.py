@@ -145,15 +145,17 @@ def _beats(reaches: list[float], cost: StepCost, min_gain: float) -> bool:
 
 
 def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost, room: int,
-               min_gain: float = MIN_GAIN) -> tuple[list[Node], float]:
+               min_gain: float = MIN_GAIN, support: list[list[tuple[str, ...]]] | None = None
+               ) -> tuple[list[Node], float]:
     """The step's tree: candidate tokens added likeliest first (a token another branch already
     put in the tree costs nothing), then cut at the size whose expected emitted tokens ÷ relative
     step cost is highest. Returns the nodes in batch order and the predicted gain over a plain
     step; no nodes and 1.0 (a plain step) unless that gain beats ``min_gain``.
 
     The candidates are kept as rows of plain lists while the tree grows; only those before the
-    cut become :class:`Node` objects (a loop's step weighs up to 64 and sends fewer)."""
-    support = support_of(proposals)
+    cut become :class:`Node` objects (a loop's step weighs up to 64 and sends fewer). ``support``:
+    the proposals' :func:`support_of`, where the caller has it already."""
+    support = support if support is not None else support_of(proposals)
     chance: list[list[float | None]] = [[None] * len(prop.tokens) for prop in proposals]  # calibrated, as asked
     trie: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
     # node n: proposal made_by[n] put it in at its position at[n], under parent_of[n], with chance p_of[n]
