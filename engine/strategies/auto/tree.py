@@ -157,7 +157,6 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
     the proposals' :func:`support_of`, where the caller has it already."""
     support = support if support is not None else support_of(proposals)
     chance: list[list[float | None]] = [[None] * len(prop.tokens) for prop in proposals]  # calibrated, as asked
-    trie: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
     # node n: proposal made_by[n] put it in at its position at[n], under parent_of[n], with chance p_of[n]
     made_by: list[int] = []
     at: list[int] = []
@@ -165,31 +164,38 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
     p_of: list[float] = []
     reach_of: list[float] = []
     frontier = [[b, 0, -1] for b in range(len(proposals))]  # [proposal, next position, parent node]
+    # each entry's offer for its next token, (reach, chance), or None past its last token. A new
+    # node changes only the offers of the entries under its parent (they follow it, or its sibling
+    # now caps their chance), so only those are worked out again
+    offers: list[tuple[float, float] | None] = [None] * len(frontier)
+    stale = range(len(frontier))
     expected = 1.0  # tokens the step emits: the target's own, plus each node's chance
     taken: dict[int, float] = {}  # parent node -> the summed chances of its children so far
     best_gain, best_size = 1.0, 0
     penalty = cost.return_penalty()
     while len(reach_of) < room:
-        pick = None  # (frontier entry, reach, chance) of the likeliest token not in the tree yet
-        for fi, (b, i, parent) in enumerate(frontier):
-            tokens = proposals[b].tokens
-            if i >= len(tokens):
+        for fi in stale:
+            b, i, parent = frontier[fi]
+            prop = proposals[b]
+            if i >= len(prop.tokens):
+                offers[fi] = None
                 continue
             p = chance[b][i]
             if p is None:
-                prop = proposals[b]
                 p = chance[b][i] = calibrator.probability(prop.source, prop.signals[i], i, len(support[b][i]) > 1)
             # children of one node are alternatives: together they cannot exceed certainty
             p = min(p, max(0.0, 1.0 - taken.get(parent, 0.0)))
-            reach = p if parent < 0 else reach_of[parent] * p
-            if pick is None or reach > pick[1]:
-                pick = (fi, reach, p)
-        if pick is None or pick[1] < MIN_REACH:
+            offers[fi] = (p if parent < 0 else reach_of[parent] * p, p)
+        pick = -1  # the likeliest token not in the tree yet (the first entry offering it, on a tie)
+        for fi, offer in enumerate(offers):
+            if offer is not None and (pick < 0 or offer[0] > offers[pick][0]):
+                pick = fi
+        if pick < 0 or offers[pick][0] < MIN_REACH:
             break
-        fi, reach, p = pick
-        b, i, parent = frontier[fi]
+        reach, p = offers[pick]
+        b, i, parent = frontier[pick]
+        token = proposals[b].tokens[i]
         node = len(reach_of)
-        trie[parent, proposals[b].tokens[i]] = node
         taken[parent] = taken.get(parent, 0.0) + p
         made_by.append(b)
         at.append(i)
@@ -200,16 +206,15 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
         gain = expected / (cost.relative(node + 2) + penalty)
         if gain > best_gain:
             best_gain, best_size = gain, node + 1
-        # every branch whose next token is now in the tree follows it there for free
-        for entry in frontier:
-            b, i, parent = entry
-            tokens = proposals[b].tokens
-            while i < len(tokens):
-                below = trie.get((parent, tokens[i]))
-                if below is None:
-                    break
-                i, parent = i + 1, below
-            entry[1], entry[2] = i, parent
+        # every branch whose next token is the new node follows it there for free (no further: it
+        # has no children yet, and every branch already stood as deep in the tree as it could)
+        stale = []
+        for fi, entry in enumerate(frontier):
+            if entry[2] == parent:
+                tokens = proposals[entry[0]].tokens
+                if entry[1] < len(tokens) and tokens[entry[1]] == token:
+                    entry[1], entry[2] = entry[1] + 1, node
+                stale.append(fi)
     if best_gain <= min_gain:
         return [], 1.0
     nodes = []
