@@ -104,6 +104,62 @@ def test_the_planners_shortcuts_answer_as_the_long_way_round(proposals, calibrat
     assert sent_lengths(proposals, nodes) == lengths
 
 
+def _tree_the_long_way(proposals, calibrator, cost, room, min_gain):
+    """build_tree as defined: every step, every branch's next token priced afresh and the
+    likeliest taken; then every branch follows the tree as far as it holds its tokens."""
+    from specdec_studio.engine.strategies.auto import tree
+    from specdec_studio.engine.strategies.auto.priors import MIN_REACH
+
+    support = tree.support_of(proposals)
+    trie, rows, taken, frontier = {}, [], {}, [[b, 0, -1] for b in range(len(proposals))]
+    expected, best_gain, best_size = 1.0, 1.0, 0
+    while len(rows) < room:
+        pick = None
+        for fi, (b, i, parent) in enumerate(frontier):
+            prop = proposals[b]
+            if i >= len(prop.tokens):
+                continue
+            p = calibrator.probability(prop.source, prop.signals[i], i, len(support[b][i]) > 1)
+            p = min(p, max(0.0, 1.0 - taken.get(parent, 0.0)))
+            reach = p if parent < 0 else rows[parent][3] * p
+            if pick is None or reach > pick[1]:
+                pick = (fi, reach, p)
+        if pick is None or pick[1] < MIN_REACH:
+            break
+        fi, reach, p = pick
+        b, i, parent = frontier[fi]
+        trie[parent, proposals[b].tokens[i]] = len(rows)
+        taken[parent] = taken.get(parent, 0.0) + p
+        rows.append((b, i, parent, reach, p))
+        expected += reach
+        gain = expected / (cost.relative(len(rows) + 1) + cost.return_penalty())
+        if gain > best_gain:
+            best_gain, best_size = gain, len(rows)
+        for entry in frontier:
+            b, i, parent = entry
+            while i < len(proposals[b].tokens) and (parent, proposals[b].tokens[i]) in trie:
+                i, parent = i + 1, trie[parent, proposals[b].tokens[i]]
+            entry[1], entry[2] = i, parent
+    if best_gain <= min_gain:
+        return [], 1.0
+    nodes = [tree.Node(proposals[b].tokens[i], i + 1, parent, proposals[b].source, proposals[b].signals[i], p, reach,
+                       support[b][i]) for b, i, parent, reach, p in rows[:best_size]]
+    return tree._in_batch_order(nodes), best_gain
+
+
+@settings(max_examples=300, deadline=None)
+@given(proposals=long_proposals(), calibrator=calibrated(), room=st.integers(1, 48), flat=st.booleans(),
+       min_gain=st.sampled_from([0.0, 1.1]))
+def test_the_tree_is_the_one_its_definition_builds(proposals, calibrator, room, flat, min_gain):
+    """build_tree prices again only the branches a new node moved or capped: the same nodes, in the
+    same order, with the same chances and branches, as pricing every branch at every node."""
+    cost = Wary(StepCost(FLAT if flat else None), 1.0)
+    nodes, gain = build_tree(proposals, calibrator, cost, room, min_gain)
+    want, want_gain = _tree_the_long_way(proposals, calibrator, cost, room, min_gain)
+    assert gain == want_gain
+    assert [vars(n) for n in nodes] == [vars(n) for n in want]
+
+
 @st.composite
 def looping_text(draw) -> list[int]:
     """A short line written again and again, a few of its tokens changed: long confident n-gram
@@ -129,6 +185,41 @@ def test_the_sibling_search_stops_only_where_no_fork_could_be_kept(text, k):
     with mock.patch.object(sources, "FORK_REACH_MIN", 0.0):
         everywhere = found.siblings(text, k, chains)
     assert found.siblings(text, k, chains) == everywhere
+
+
+def _fork_the_long_way(self, path, end, taken):
+    """Sources._fork as defined: every n-gram size ending there, longest first, that was followed
+    by two tokens or more."""
+    from specdec_studio.engine.strategies.auto.priors import ALT_MIN_COUNT, NGRAM_MAX, NGRAM_MIN
+
+    for size in range(min(NGRAM_MAX, end), NGRAM_MIN - 1, -1):
+        entry = self.ngrams.followers_of(tuple(path[end - size:end]))
+        if entry is not None and len(entry.counts) > 1:  # an n-gram that went two ways, or more
+            others = sorted(((count, token) for token, count in entry.counts.items()
+                             if token != taken and count >= ALT_MIN_COUNT), reverse=True)
+            if others:
+                return size, entry, others
+    return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=looping_text(), k=st.integers(1, 64))
+def test_a_fork_the_last_token_rules_out_is_not_looked_for_at_longer_ngrams(text, k):
+    """Where the text's last token has only ever been followed one way, the sibling search looks no
+    further: searching every n-gram size finds the same siblings, and the same fork everywhere."""
+    from unittest import mock
+
+    from specdec_studio.engine.strategies.auto import sources
+
+    found = sources.Sources(text)
+    chains = found.chains(text, k)
+    path = [*text[-4:], *(chains[0].tokens if chains and chains[0].source == "ngram" else [])]
+    for end in range(len(path) + 1):
+        for taken in (None, *set(path)):
+            assert found._fork(path, end, taken) == _fork_the_long_way(found, path, end, taken)
+    with mock.patch.object(sources.Sources, "_fork", _fork_the_long_way):
+        want = found.siblings(text, k, chains)
+    assert found.siblings(text, k, chains) == want
 
 
 def test_trust_falls_while_trees_do_not_pay_and_comes_back_when_they_do():

@@ -234,7 +234,11 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                 logits = rt.logits(row)
                 chosen = rt.sampler.sample(logits)
             children = children_of.get(parent, ())
-            match = next((i for i in children if nodes[i].token == chosen), None)
+            match = None
+            for i in children:  # siblings hold different tokens: at most one is the target's
+                if nodes[i].token == chosen:
+                    match = i
+                    break
             for i in children:  # every child offered here was tested against the target's choice
                 n = nodes[i]
                 calibrator.observe(n.source, n.signal, n.depth - 1, n.p, i == match, n.agreed)

@@ -4,6 +4,7 @@ continuation with its signals."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,18 @@ class Proposal:
     source: str
     tokens: list[int]
     signals: list[tuple]
+
+
+@functools.lru_cache(maxsize=1024)
+def ngram_signal(size: int, best_count: int, total: int) -> tuple[tuple, float]:
+    """The signal of an n-gram's most frequent follower (its n-gram's size, the follower's share
+    and the n-gram's count, bucketed) and that signal's prior. A chain round a loop labels up to
+    64 tokens a step with the same few counts: worked out once per counts, not per token."""
+    # a follower seen once holds all of its n-gram's followers by construction: its share says
+    # nothing until the n-gram has been followed twice
+    share = best_count / total if total > 1 else 0.0
+    signal = (size, bucket(share, (0.5, 0.67, 0.9)), bucket(total, (2, 4, 8)), 0)
+    return signal, signal_prior("ngram", signal)
 
 
 class ContextIndex:
@@ -104,11 +117,8 @@ class Sources:
             if found is None:
                 break
             size, entry = found
-            # a follower seen once holds all of its n-gram's followers by construction: its share
-            # says nothing until the n-gram has been followed twice
-            share = entry.best_count / entry.total if entry.total > 1 else 0.0
-            signal = (size, bucket(share, (0.5, 0.67, 0.9)), bucket(entry.total, (2, 4, 8)), 0)
-            chance *= signal_prior("ngram", signal)
+            signal, prior = ngram_signal(size, entry.best_count, entry.total)
+            chance *= prior
             if chance < MIN_REACH:  # deeper tokens could not be worth a row: stop walking
                 break
             tokens.append(entry.best)
@@ -136,19 +146,13 @@ class Sources:
                 break
             end = len(tail) + depth
             taken = main.tokens[depth] if depth < len(main.tokens) else None
-            # the longest n-gram ending here with another follower seen often enough
-            for size in range(min(NGRAM_MAX, end), NGRAM_MIN - 1, -1):
-                entry = self.ngrams.followers_of(tuple(path[end - size:end]))
-                if entry is None or len(entry.counts) < 2:
-                    continue
-                others = sorted(((count, token) for token, count in entry.counts.items()
-                                 if token != taken and count >= ALT_MIN_COUNT), reverse=True)
+            found = self._fork(path, end, taken)
+            if found is not None:
+                size, entry, others = found
                 for rank, (count, token) in enumerate(others[:ALT_BRANCHES], start=1):
                     signal = (size, bucket(count / entry.total, (0.15, 0.3, 0.45)),
                               bucket(entry.total, (2, 4, 8)), rank)
                     forks.append((reach * signal_prior("ngram_alt", signal), depth, token, signal))
-                if others:
-                    break
             if depth < len(main.tokens):
                 reach *= signal_prior("ngram", main.signals[depth])
         out = []
@@ -159,6 +163,26 @@ class Sources:
             self._walk([*tail, *tokens], k, prior, tokens, signals)
             out.append(Proposal("ngram_alt", tokens[:k], signals[:k]))
         return out
+
+    def _fork(self, path: list[int], end: int, taken: int | None) -> tuple[int, object, list[tuple[int, int]]] | None:
+        """The longest n-gram ending at ``end`` of ``path`` that went another way than ``taken``
+        ALT_MIN_COUNT times or more: its size, its followers, and those other ways as (count,
+        token), most frequent first; None where there is none."""
+        # A longer n-gram ending here was followed only where its last token was, and by what
+        # followed that token there: where the last token alone never went two ways, no longer
+        # n-gram did. Along a loop most tokens go one way, and one lookup settles them
+        shortest = self.ngrams.followers_of(tuple(path[end - NGRAM_MIN:end])) if end >= NGRAM_MIN else None
+        if shortest is None or len(shortest.counts) < 2:
+            return None
+        for size in range(min(NGRAM_MAX, end), NGRAM_MIN - 1, -1):
+            entry = shortest if size == NGRAM_MIN else self.ngrams.followers_of(tuple(path[end - size:end]))
+            if entry is None or len(entry.counts) < 2:
+                continue
+            others = sorted(((count, token) for token, count in entry.counts.items()
+                             if token != taken and count >= ALT_MIN_COUNT), reverse=True)
+            if others:
+                return size, entry, others
+        return None
 
     def _suffix(self, k: int) -> Proposal:
         tokens, length = self.suffix.continuation(k, MIN_SUFFIX_MATCH)
