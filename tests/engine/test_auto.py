@@ -287,8 +287,9 @@ def test_the_ngram_cache_offers_its_other_followers_as_sibling_branches():
 
 def test_sibling_branches_are_verified_losslessly_with_the_cache_checked(verified, exactness_probe):
     deviation = exactness_probe(Path(verified.model.info.path))["max_abs_diff"]
-    prompt = verified.tokenize_prompt("red apple, red apple, red berry, red apple, red berry, red cherry, red apple, "
-                                      "red berry, red")
+    # a list whose items go several ways: the cache's second followers are worth branches before
+    # the answer settles into a loop (where the suffix match alone carries the step)
+    prompt = verified.tokenize_prompt("blue sky, blue sea, blue sky, blue ink, blue sea, blue sky, blue ink, blue sea, blue")
     plain, _ = _final(verified.run(RunConfig(max_tokens=40), prompt))
     verifier = verified.memory.verifier
     before = verifier.n_checked

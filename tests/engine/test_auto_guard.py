@@ -395,6 +395,24 @@ def test_a_long_suffix_matchs_deeper_tokens_are_not_discounted_until_judged():
     assert fresh.probability("suffix", long, 4) < 0.3 < fresh.probability("suffix", long, 3)
 
 
+def test_a_line_written_a_third_time_is_believed_like_a_long_match():
+    """A text going round a loop (its suffix match reaches back LOOP_SURE_ROUNDS periods) proposes
+    its next round with a long match's signal, whatever the match's length; once round, or a copy
+    of earlier text as long, keeps its own length's."""
+    from specdec_studio.engine.strategies.auto import sources
+    from specdec_studio.engine.strategies.auto.priors import LOOP_SURE_ROUNDS
+
+    line = [7, 3, 9, 4, 1, 8, 2]  # a 7-token line
+    for rounds, want in ((2, 2), (LOOP_SURE_ROUNDS + 1, LONG_MATCH_BUCKET)):  # matches of 7 and 14 tokens
+        text = [5, 6] + line * rounds
+        suffix = sources.Sources(text)._suffix(20)
+        assert suffix.tokens == (line * 3)[:20]  # round and round the line
+        assert set(suffix.signals) == {(want,)}
+    copied = [5, 6] + line * 2 + [0] + line * 2  # 14 tokens copied from earlier, not a loop
+    suffix = sources.Sources(copied)._suffix(4)
+    assert suffix.tokens == [0, *line[:3]] and set(suffix.signals) == {(3,)}
+
+
 def test_a_source_that_beats_its_priors_starts_its_other_bins_higher_and_one_that_trails_lower():
     copying, echoing, fresh = Calibrator(), Calibrator(), Calibrator()
     short, long = (1,), (4,)  # suffix matches of 3-4 tokens, and of 17-32

@@ -8,7 +8,8 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specdec_studio.engine.strategies.auto.priors import ALT_BRANCHES, ALT_MIN_COUNT, ALT_PRIOR, MIN_REACH, MIN_SUFFIX_MATCH, NGRAM_MAX, NGRAM_MIN, bucket, signal_prior
+from specdec_studio.engine.strategies.auto.priors import (ALT_BRANCHES, ALT_MIN_COUNT, ALT_PRIOR, LONG_MATCH_BUCKET, LOOP_SURE_ROUNDS,
+                                                        MIN_REACH, MIN_SUFFIX_MATCH, NGRAM_MAX, NGRAM_MIN, bucket, signal_prior)
 from specdec_studio.engine.strategies.lookup import NgramCacheDrafter
 from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
 
@@ -187,6 +188,8 @@ class Sources:
     def _suffix(self, k: int) -> Proposal:
         tokens, length = self.suffix.continuation(k, MIN_SUFFIX_MATCH)
         signal = (bucket(length, (3, 5, 9, 17, 33)),)
+        if tokens and length >= LOOP_SURE_ROUNDS * self.suffix.period():  # (a match has a period of 1 or more)
+            signal = (max(signal[0], LONG_MATCH_BUCKET),)
         return Proposal("suffix", tokens, [signal] * len(tokens))
 
     def _memory(self, context: Sequence[int], k: int) -> Proposal:
