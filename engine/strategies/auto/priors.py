@@ -34,8 +34,8 @@ LONG_MATCH_BUCKET = 5
 # simulated machine, every shipped prompt at 128 tokens, chat geometric mean: this machine's profile
 # at 2 threads 1.0569 -> 1.0577, the shared smooth one 1.0490 -> 1.0499 (two prompts 0.1-0.2 %
 # slower), a GPU-like curve 1.5919 -> 1.5942; at 1 thread (every 2nd prompt) 1.0146 -> 1.0171. The
-# code prompt (256): 1.243 -> 1.263 at 1 thread, 1.421 -> 1.430 smooth. From the first round back
-# instead, loops that broke cost more than the others won (at 1 thread one prompt 0.940 -> 0.821).
+# code prompt (256): 1.243 -> 1.263 at 1 thread, 1.421 -> 1.430 smooth. Counted from a loop's first
+# round instead, the loops that broke cost more than the others won (at 1 thread 0.940 -> 0.821 on one).
 LOOP_SURE_ROUNDS = 2
 SUFFIX_PRIOR = (0.35, 0.45, 0.6, 0.75, 0.85, 0.92)  # by match-length bucket: 2, 3-4, 5-8, 9-16, 17-32, 33+
 DRAFT_PRIOR = (0.2, 0.45, 0.7, 0.85, 0.93)  # by the draft's probability: <.3, <.6, <.8, <.95, more

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from specdec_studio.engine.strategies.auto.priors import (ALT_BRANCHES, ALT_MIN_COUNT, ALT_PRIOR, LONG_MATCH_BUCKET, LOOP_SURE_ROUNDS,
                                                         MIN_REACH, MIN_SUFFIX_MATCH, NGRAM_MAX, NGRAM_MIN, bucket, signal_prior)
-from specdec_studio.engine.strategies.lookup import NgramCacheDrafter
+from specdec_studio.engine.strategies.lookup import Followers, NgramCacheDrafter
 from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
 
 
@@ -165,7 +165,7 @@ class Sources:
             out.append(Proposal("ngram_alt", tokens[:k], signals[:k]))
         return out
 
-    def _fork(self, path: list[int], end: int, taken: int | None) -> tuple[int, object, list[tuple[int, int]]] | None:
+    def _fork(self, path: list[int], end: int, taken: int | None) -> tuple[int, Followers, list[tuple[int, int]]] | None:
         """The longest n-gram ending at ``end`` of ``path`` that went another way than ``taken``
         ALT_MIN_COUNT times or more: its size, its followers, and those other ways as (count,
         token), most frequent first; None where there is none."""
@@ -188,7 +188,8 @@ class Sources:
     def _suffix(self, k: int) -> Proposal:
         tokens, length = self.suffix.continuation(k, MIN_SUFFIX_MATCH)
         signal = (bucket(length, (3, 5, 9, 17, 33)),)
-        if tokens and length >= LOOP_SURE_ROUNDS * self.suffix.period():  # (a match has a period of 1 or more)
+        # twice round a loop (with a match, the period is 1 or more): believed like a long match
+        if tokens and length >= LOOP_SURE_ROUNDS * self.suffix.period():
             signal = (max(signal[0], LONG_MATCH_BUCKET),)
         return Proposal("suffix", tokens, [signal] * len(tokens))
 

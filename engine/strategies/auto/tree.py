@@ -168,7 +168,7 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
     # node changes only the offers of the entries under its parent (they follow it, or its sibling
     # now caps their chance), so only those are worked out again
     offers: list[tuple[float, float] | None] = [None] * len(frontier)
-    stale = range(len(frontier))
+    stale = list(range(len(frontier)))
     expected = 1.0  # tokens the step emits: the target's own, plus each node's chance
     taken: dict[int, float] = {}  # parent node -> the summed chances of its children so far
     best_gain, best_size = 1.0, 0
