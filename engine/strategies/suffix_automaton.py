@@ -94,12 +94,16 @@ class SuffixMatcher:
             return 0
         return len(self.tokens) - 1 - self.automaton.first_end[self.state]
 
+    def loop_rounds(self) -> int:
+        """How many whole periods the match reaches back: 1 or more where the end repeats what it
+        wrote one period before (a line written again and again), 0 without a match."""
+        period = self.period()
+        return self.match_length // period if period else 0
+
     def loop_length(self) -> int:
         """How many tokens the text has gone round a loop: the match's length when the match
-        reaches back over its own period (the end repeats what it wrote one period before, a
-        line written again and again), else 0."""
-        period = self.period()
-        return self.match_length if 0 < period <= self.match_length else 0
+        reaches back over its own period, else 0."""
+        return self.match_length if self.loop_rounds() else 0
 
     def continuation(self, k: int, min_length: int = 1) -> tuple[list[int], int]:
         """Up to ``k`` tokens that followed the earliest earlier occurrence of the longest

@@ -188,8 +188,7 @@ class Sources:
     def _suffix(self, k: int) -> Proposal:
         tokens, length = self.suffix.continuation(k, MIN_SUFFIX_MATCH)
         signal = (bucket(length, (3, 5, 9, 17, 33)),)
-        # twice round a loop (with a match, the period is 1 or more): believed like a long match
-        if tokens and length >= LOOP_SURE_ROUNDS * self.suffix.period():
+        if tokens and self.suffix.loop_rounds() >= LOOP_SURE_ROUNDS:  # believed like a long match
             signal = (max(signal[0], LONG_MATCH_BUCKET),)
         return Proposal("suffix", tokens, [signal] * len(tokens))
 

@@ -152,17 +152,13 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
     step cost is highest. Returns the nodes in batch order and the predicted gain over a plain
     step; no nodes and 1.0 (a plain step) unless that gain beats ``min_gain``.
 
-    The candidates are kept as rows of plain lists while the tree grows; only those before the
+    The candidates are kept as rows of plain tuples while the tree grows; only those before the
     cut become :class:`Node` objects (a loop's step weighs up to 64 and sends fewer). ``support``:
     the proposals' :func:`support_of`, where the caller has it already."""
     support = support if support is not None else support_of(proposals)
     chance: list[list[float | None]] = [[None] * len(prop.tokens) for prop in proposals]  # calibrated, as asked
-    # node n: proposal made_by[n] put it in at its position at[n], under parent_of[n], with chance p_of[n]
-    made_by: list[int] = []
-    at: list[int] = []
-    parent_of: list[int] = []
-    p_of: list[float] = []
-    reach_of: list[float] = []
+    # node n: (the proposal that put it in, its position there, its parent node, its chance, its reach)
+    rows: list[tuple[int, int, int, float, float]] = []
     frontier = [[b, 0, -1] for b in range(len(proposals))]  # [proposal, next position, parent node]
     # each entry's offer for its next token, (reach, chance), or None past its last token. A new
     # node changes only the offers of the entries under its parent (they follow it, or its sibling
@@ -173,7 +169,7 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
     taken: dict[int, float] = {}  # parent node -> the summed chances of its children so far
     best_gain, best_size = 1.0, 0
     penalty = cost.return_penalty()
-    while len(reach_of) < room:
+    while len(rows) < room:
         for fi in stale:
             b, i, parent = frontier[fi]
             prop = proposals[b]
@@ -185,7 +181,7 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
                 p = chance[b][i] = calibrator.probability(prop.source, prop.signals[i], i, len(support[b][i]) > 1)
             # children of one node are alternatives: together they cannot exceed certainty
             p = min(p, max(0.0, 1.0 - taken.get(parent, 0.0)))
-            offers[fi] = (p if parent < 0 else reach_of[parent] * p, p)
+            offers[fi] = (p if parent < 0 else rows[parent][4] * p, p)
         pick = -1  # the likeliest token not in the tree yet (the first entry offering it, on a tie)
         for fi, offer in enumerate(offers):
             if offer is not None and (pick < 0 or offer[0] > offers[pick][0]):
@@ -195,13 +191,9 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
         reach, p = offers[pick]
         b, i, parent = frontier[pick]
         token = proposals[b].tokens[i]
-        node = len(reach_of)
+        node = len(rows)
         taken[parent] = taken.get(parent, 0.0) + p
-        made_by.append(b)
-        at.append(i)
-        parent_of.append(parent)
-        p_of.append(p)
-        reach_of.append(reach)
+        rows.append((b, i, parent, p, reach))
         expected += reach
         gain = expected / (cost.relative(node + 2) + penalty)
         if gain > best_gain:
@@ -218,10 +210,9 @@ def build_tree(proposals: list[Proposal], calibrator: Calibrator, cost: StepCost
     if best_gain <= min_gain:
         return [], 1.0
     nodes = []
-    for n in range(best_size):  # a node's parent was added before it: every one is in the cut
-        prop, i = proposals[made_by[n]], at[n]
-        nodes.append(Node(prop.tokens[i], i + 1, parent_of[n], prop.source, prop.signals[i], p_of[n], reach_of[n],
-                          support[made_by[n]][i]))
+    for b, i, parent, p, reach in rows[:best_size]:  # a node's parent was added before it: all are in the cut
+        prop = proposals[b]
+        nodes.append(Node(prop.tokens[i], i + 1, parent, prop.source, prop.signals[i], p, reach, support[b][i]))
     return _in_batch_order(nodes), best_gain
 
 
