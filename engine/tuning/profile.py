@@ -39,6 +39,14 @@ DEFAULT_KV_FILL = 200
 ROUNDS_SMALL, ROUNDS_LARGE = 5, 3  # timed rounds for B <= LARGE_BATCH and above
 LARGE_BATCH = 32
 PLAIN_REPEATS = 3  # B = 1 is timed this many times a round
+# ... after this many untimed one-token decodes. A one-token decode right after a larger decode
+# runs slow for a few decodes, not only the first (it rebuilds its graph, and the CPU takes a
+# while to settle): measured here with 2 threads, 9.9, 9.0, 6.9 ms after a 64-token decode and
+# 6.3 from the 4th on, 7.1 then 6.5 after a 4-token one. Plain decoding runs one-token decodes
+# back to back, so its step is the settled one: timed straight after the round's largest size,
+# B = 1 read 10.4 ms against plain decoding's 6.4, and every size's cost relative to it read 1.6x
+# too low. What a tree step costs the plain steps after it is the run's to measure (StepCost).
+PLAIN_SETTLE = 4
 LOW_QUANTILE = 25  # percent: the point of a size's samples the curve takes
 # a size up to LARGE_BATCH whose time is this far (relative) from the curve's fitted shape is
 # timed again, up to REMEASURE_PASSES times; what stays off is kept as measured (the Profile tab
@@ -46,7 +54,7 @@ LOW_QUANTILE = 25  # percent: the point of a size's samples the curve takes
 # on some CPUs (cache sizes), and five more rounds of B = 128 cost seconds
 OFF_FIT_TOLERANCE = 0.08
 REMEASURE_PASSES = 2
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: B = 1 timed settled (PLAIN_SETTLE); a format-1 profile is measured again
 
 
 class ProfileCancelled(SpecDecError):
@@ -186,7 +194,10 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
     def time_size(b: int, keep: bool) -> None:
         nonlocal done
         for all_logits in (True, False):
-            # a single-token decode is cheap and the unit of everything: time it more often
+            # a single-token decode is cheap and the unit of everything: time it more often, settled
+            if b == 1:
+                for _ in range(PLAIN_SETTLE):
+                    timed(1, all_logits)
             for _ in range(PLAIN_REPEATS if b == 1 else 1):
                 dt = timed(b, all_logits)
                 if keep:

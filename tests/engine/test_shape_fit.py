@@ -111,3 +111,35 @@ def test_a_size_timed_while_the_machine_was_busy_is_timed_again():
         assert rounds[sizes.index(5)] == profile.ROUNDS_SMALL * (1 + profile.REMEASURE_PASSES)
     finally:
         batch.close()
+
+
+class _Unsettled(_Clock):
+    """A machine whose one-token decodes run 60 % slow for the first three after any larger decode
+    (a graph rebuilt, a CPU settling), as measured on this VM after a tree step."""
+
+    def __init__(self) -> None:
+        super().__init__(0, 0)
+        self.since_larger = 0
+
+    def decode(self, batch) -> float:
+        t = super().decode(batch)
+        if batch.n_tokens > 1:
+            self.since_larger = 0
+            return t
+        self.since_larger += 1
+        return t * 1.6 if self.since_larger <= 3 else t
+
+
+def test_the_profile_times_a_one_token_decode_as_plain_decoding_runs_it():
+    """Plain decoding runs one-token decodes back to back: the curve's unit is the settled one, not
+    the one straight after the round's largest size (which made every relative cost read too low)."""
+    from specdec_studio.engine.batch import Batch
+    from specdec_studio.engine.tuning import profile
+
+    batch = Batch(16, 1)
+    try:
+        curve, _ = profile.measure_curve(_Unsettled(), batch, list(range(10)), sizes=(1, 2, 4, 8))
+    finally:
+        batch.close()
+    assert curve.seconds(1) == pytest.approx(0.01)
+    assert curve.relative(8) == pytest.approx(1.0 + 0.4 * 7)
