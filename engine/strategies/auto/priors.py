@@ -26,7 +26,8 @@ PRIOR_WEIGHT = 4.0
 # 1.413 -> 1.477, chat 1.0577 -> 1.0605 at 2 threads) but let a run's first tree bet 5-11 tokens on
 # a copy that then broke (chat-1 1.000 -> 0.980; translation-1 -> 0.929 at 1 thread): kept until a
 # run's first bet can be bounded by what it may lose (capping its length or its gain stalls Auto at
-# 1 thread, where only a long tree pays).
+# 1 thread, where only a long tree pays). Measured again on a settled profile (profile.PLAIN_SETTLE,
+# MIN_GAIN 1.1): a third of the prompts 1.0251 -> 1.0320, code 1.262 -> 1.302, but qa_passage-3 0.914.
 CHAIN_DECAY = 0.9
 # ... except along a suffix match of LONG_MATCH_BUCKET's length or more (33 tokens and up): there
 # a chain that has been right so far has only made its match longer, and the answer is copying.
@@ -96,8 +97,9 @@ MIN_GAIN = 1.05
 # No step is bet on more than MAX_STEP_COST plain steps' worth of decode: the calibration of a
 # chain's deep tokens is the planner's weakest guess, and a copy that breaks early wastes every row
 # after the break. On this 2-core CPU a 17-token decode of SmolLM2 costs 8.3-8.5 plain steps (the
-# shipped profiles), and 16 proposed tokens measured best there (on the code prompt 64 lost, 32 did
-# no better); where a batch costs less per token the same bet buys a longer step: the model cut to
+# shipped profiles; about 10 by a settled one, where the cap is 12 tokens and a cap of 40 changed
+# nothing on the code prompt's simulated run), and 16 proposed tokens measured best there (on the
+# code prompt 64 lost, 32 did no better); where a batch costs less per token the same bet buys a longer step: the model cut to
 # one layer, a GPU-like step time, gets 23 (code prompt, 256 tokens, in process: 1,219 -> 1,462
 # tokens/s). Without a profile a run cannot price long steps before it has made them, and keeps
 # UNPRICED_STEP_TOKENS. A loop the text keeps repeating is the exception (auto.run): there a step
