@@ -3,19 +3,17 @@ and a run placed on it from its counters."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from specdec_studio.engine.tuning import cost_model
-from specdec_studio.engine.tuning.profile import curve_of
 from specdec_studio.engine.tuning.speedup_curve import run_point, speedup_curves
-from tests.auto_plan import SHARED_PROFILES
+from tests.auto_plan import SHARED_PROFILES, load_curve
 
 
 @pytest.fixture(scope="module", params=sorted(p.name for p in SHARED_PROFILES.glob("*.json")))
 def curve(request):
-    return curve_of(json.loads((SHARED_PROFILES / request.param).read_text()))
+    # the shared profiles' raw points (format 1: measured before B = 1 was timed settled)
+    return load_curve(SHARED_PROFILES / request.param)
 
 
 def test_each_curve_is_the_cost_models_prediction_and_crosses_one_at_its_break_even(curve):
