@@ -42,7 +42,7 @@ PLAIN_REPEATS = 3  # B = 1 is timed this many times a round
 # ... after this many untimed one-token decodes. A one-token decode right after a larger decode
 # runs slow for a few decodes, not only the first (it rebuilds its graph, and the CPU takes a
 # while to settle): measured here with 2 threads, 9.9, 9.0, 6.9 ms after a 64-token decode and
-# 6.3 from the 4th on, 7.1 then 6.5 after a 4-token one. Plain decoding runs one-token decodes
+# 6.3 from the 4th on, 7.3 then 6.6 after a 4-token one. Plain decoding runs one-token decodes
 # back to back, so its step is the settled one: timed straight after the round's largest size,
 # B = 1 read 10.4 ms against plain decoding's 6.4, and every size's cost relative to it read 1.6x
 # too low. What a tree step costs the plain steps after it is the run's to measure (StepCost).

@@ -91,19 +91,20 @@ COST_SLOPE = 0.04
 # 0.930 -> 0.971, prompts under 0.98 6 -> 2, each category's first 1.0248 -> 1.0406 (worst 0.968
 # -> 1.000), code prompt 1.262 -> 1.296; at 1 thread (a third of the prompts) 1.1219 -> 1.1318; on
 # a GPU-like curve 1.5960 -> 1.5969, code 4.776 -> 4.971. At 16 and 32 tokens the firsts hold or
-# gain (1.000 -> 1.000, 1.0042 -> 1.0194) and three other prompts lose their one early bet
-# (0.94-0.97). Each of the two changes alone did less (1.0308 and 1.0332 on a third of the prompts).
+# gain (1.000 -> 1.000, 1.0042 -> 1.0194), and two other prompts lose an early bet (code_editing-5,
+# roleplay-3: 0.94-0.97). Each of the two changes alone did less (1.0308 and 1.0332 on a third of
+# the prompts).
 MIN_GAIN = 1.05
 # No step is bet on more than MAX_STEP_COST plain steps' worth of decode: the calibration of a
 # chain's deep tokens is the planner's weakest guess, and a copy that breaks early wastes every row
 # after the break. On this 2-core CPU a 17-token decode of SmolLM2 costs 8.3-8.5 plain steps (the
 # shipped profiles; about 10 by a settled one, where the cap is 12 tokens and a cap of 40 changed
 # nothing on the code prompt's simulated run), and 16 proposed tokens measured best there (on the
-# code prompt 64 lost, 32 did no better); where a batch costs less per token the same bet buys a longer step: the model cut to
-# one layer, a GPU-like step time, gets 23 (code prompt, 256 tokens, in process: 1,219 -> 1,462
-# tokens/s). Without a profile a run cannot price long steps before it has made them, and keeps
-# UNPRICED_STEP_TOKENS. A loop the text keeps repeating is the exception (auto.run): there a step
-# may propose as many tokens as the loop has gone on.
+# code prompt 64 lost, 32 did no better); where a batch costs less per token the same bet buys a
+# longer step: the model cut to one layer, a GPU-like step time, gets 23 (code prompt, 256 tokens,
+# in process: 1,219 -> 1,462 tokens/s). Without a profile a run cannot price long steps before it
+# has made them, and keeps UNPRICED_STEP_TOKENS. A loop the text keeps repeating is the exception
+# (auto.run): there a step may propose as many tokens as the loop has gone on.
 MAX_STEP_COST = 8.6
 UNPRICED_STEP_TOKENS = 16
 SHAPE_CHANGE_PRIOR = 0.05  # the graph rebuild a tree step causes, in plain steps, until measured
