@@ -193,11 +193,11 @@ def measure_curve(memory: Memory, batch: Batch, fill_tokens: Sequence[int], *, s
 
     def time_size(b: int, keep: bool) -> None:
         nonlocal done
+        if b == 1:  # the unit of everything: timed settled (the second logit pattern follows settled decodes)
+            for _ in range(PLAIN_SETTLE):
+                timed(1, True)
         for all_logits in (True, False):
-            # a single-token decode is cheap and the unit of everything: time it more often, settled
-            if b == 1:
-                for _ in range(PLAIN_SETTLE):
-                    timed(1, all_logits)
+            # a single-token decode is cheap and the unit of everything: time it more often
             for _ in range(PLAIN_REPEATS if b == 1 else 1):
                 dt = timed(b, all_logits)
                 if keep:
