@@ -88,7 +88,7 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
         # The bet grows with the evidence where a batch that long costs less per token: on the
         # code prompt's closing loop, steps of 15, 23 and 47 tokens, +1.6 % at 1 and at 2 threads
         priced_cap = cost.affordable_tokens(params.auto_k_max)
-        loop_cap = min(params.auto_k_max, sources.suffix.loop_length())
+        loop_cap = min(params.auto_k_max, sources.suffix.loop_length()) if sources.suffix.match_length else 0
         room = min(max(priced_cap, loop_cap), rt.n_ctx - n_past - 1 - len(redecode),
                    rt.n_batch - 1 - len(redecode),
                    rt.config.max_tokens - len(out.ids) - 1)
@@ -97,6 +97,11 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
         n_known = len(context)
         if not (room > 0 and guard.plans(step, sources.suffix.match_length)):
             went_deep = False
+        elif price is None and not sources.proposes_anything(context):
+            # what the tests below decide when no source proposes anything (most planning steps
+            # of a chat answer), settled without them: nothing to send or to judge in hindsight
+            went_deep = False
+            guard.planned(step, hopeful=False)
         else:
             if not wary.current(guard.trust):
                 wary = Wary(cost, guard.trust)
@@ -176,7 +181,8 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             token = rt.sampler.sample(logits)
             info = out.push(token, "sampled", rt.explainer.explain(logits, token) if rt.explainer else None)
             context.append(token)
-            hindsight.see(token)
+            if hindsight.pending:
+                hindsight.see(token)
             if draft is not None:
                 draft.settle(context)
                 judge_draft(price, drafted, context[n_known:])

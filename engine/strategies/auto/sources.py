@@ -82,7 +82,28 @@ class Sources:
         self.memory = memory  # an NgramMemory of past runs (engine.strategies.ngram_memory), or None
 
     def advance(self, context: Sequence[int]) -> None:
-        self.suffix.extend(context[len(self.suffix.tokens):])
+        suffix = self.suffix
+        n_read = len(suffix.tokens)
+        if n_read == len(context) - 1:  # every step but a tree's: one token, no slice
+            suffix.add(context[-1])
+        else:
+            suffix.extend(context[n_read:])
+
+    def proposes_anything(self, context: Sequence[int]) -> bool:
+        """Whether :meth:`chains` (the draft model aside) would propose at least one token, for
+        any length asked: the suffix match is long enough, the n-gram cache's next token is
+        confident and likely enough to be walked, or the memory has a confident follower.
+
+        Most planning steps of a chat answer find nothing; this settles them without building a
+        proposal, three lookups instead of the planner's tests (each after a decode touches
+        memory llama.cpp's compute has just pushed out of the caches)."""
+        self.ngrams.count(context)
+        if self.suffix.match_length >= max(1, MIN_SUFFIX_MATCH):
+            return True
+        found = self.ngrams.confident(context[-NGRAM_MAX:])
+        if found is not None and ngram_signal(found[0], found[1].best_count, found[1].total)[1] >= MIN_REACH:
+            return True
+        return self.memory is not None and bool(self.memory.propose(context, 1)[0])
 
     def propose(self, context: Sequence[int], k: int, draft_k: int = 0) -> list[Proposal]:
         """Every source's proposal: :meth:`chains` and then their :meth:`siblings`."""
