@@ -30,14 +30,17 @@ def long_chat(smollm_path, exactness_probe):
         yield session, probe, tokens, plain_ids
 
 
+# Prompt lookup's other sources (latest, simple) verify on the cache source's path: -m slow runs them
 @pytest.mark.parametrize("config", [
     RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4)),
-    RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=3, lookup="latest")),
+    pytest.param(RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=3, lookup="latest")),
+                 marks=pytest.mark.slow),
     RunConfig(mode="speculative", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4)),
     RunConfig(mode="lookahead", max_tokens=N_TOKENS, lookahead=LookaheadParams(3, 3, 3)),
     RunConfig(mode="auto", max_tokens=N_TOKENS),
     RunConfig(mode="auto", max_tokens=N_TOKENS),
-    RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=48, lookup="simple")),
+    pytest.param(RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=48, lookup="simple")),
+                 marks=pytest.mark.slow),
     RunConfig(mode="auto", max_tokens=N_TOKENS, speculative=SpeculativeParams(ngram_memory=True)),
 ], ids=["lookup-cache", "lookup-latest", "self-draft", "lookahead-3-3-3", "auto", "auto-drafting",
         "lookup-ngram-simple", "auto-memory"])
