@@ -94,9 +94,11 @@ class Sources:
         any length asked: the suffix match is long enough, the n-gram cache's next token is
         confident and likely enough to be walked, or the memory has a confident follower.
 
-        Most planning steps of a chat answer find nothing; this settles them without building a
-        proposal, three lookups instead of the planner's tests (each after a decode touches
-        memory llama.cpp's compute has just pushed out of the caches)."""
+        Most planning steps of a chat answer find nothing; this settles them with three lookups
+        instead of the planner's tests. Between two decodes each object Python touches costs more
+        than in a tight loop (measured here: 1 us of work took 15 us right after a decode), so
+        the fewer the better: Auto's time outside the decodes on 16-token chat answers fell from
+        86 to 58 us a step over plain decoding's."""
         self.ngrams.count(context)
         if self.suffix.match_length >= max(1, MIN_SUFFIX_MATCH):
             return True
