@@ -36,30 +36,20 @@ MODELS_SLOW_ON_GEMMA = ["default", pytest.param("gemma", marks=pytest.mark.slow)
 WIDE_PROMPTS = ["code", pytest.param("prose", marks=pytest.mark.slow)]
 
 
-class PlainOutputs(dict):
-    """Prompt name -> (its tokens, plain's greedy tokens), decoded the first time a test asks."""
-
-    def __init__(self, session: Session, n_tokens: int) -> None:
-        super().__init__()
-        self.session, self.n_tokens = session, n_tokens
-
-    def __missing__(self, name: str) -> tuple[list[int], tuple[int, ...]]:
-        text = PROMPTS[name]
-        found = self[name] = (self.session.tokenize_prompt(text),
-                              self.session.complete(RunConfig(max_tokens=self.n_tokens), text).token_ids)
-        return found
-
-
 @pytest.fixture(scope="module")
 def model(request, exactness_probe):
     """One model (the tests' ``model`` parameter, module-scoped so each loads once) with its
-    exactness probe and plain's greedy tokens on the prompts its tests use."""
+    exactness probe and plain's greedy tokens on both prompts, decoded before any other run."""
     from specdec_studio.engine.models import catalog
 
     path = catalog.known_path(request.param)
     probe = exactness_probe(path)
     with Session(path, n_ctx=2048, n_threads=N_THREADS) as session:
-        yield request.param, session, probe, PlainOutputs(session, TOKENS[request.param])
+        plain = {}
+        for name, text in PROMPTS.items():
+            tokens = session.tokenize_prompt(text)
+            plain[name] = (tokens, session.complete(RunConfig(max_tokens=TOKENS[request.param]), text).token_ids)
+        yield request.param, session, probe, plain
 
 
 def lookahead(W, N, G, n=N_TOKENS, **kw) -> RunConfig:
