@@ -12,23 +12,31 @@ from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
 TOKENS = st.lists(st.integers(0, 6), max_size=80)  # a small vocabulary: n-grams and matches repeat
 
 
-@given(TOKENS, TOKENS, TOKENS, st.booleans())
+@given(TOKENS, TOKENS, TOKENS, st.booleans(), st.lists(st.booleans(), max_size=80))
 @settings(max_examples=150, deadline=None)
-def test_proposes_anything_is_whether_the_chains_propose_a_token(prompt, answer, past_text, with_memory):
+def test_proposes_anything_is_whether_the_chains_propose_a_token(prompt, answer, past_text, with_memory, plans):
     """At every token of an answer, ``proposes_anything`` is true exactly where ``chains`` (asked
-    for one token, four, or many) proposes something; the matcher, followed a token at a time,
-    is the matcher of the whole text."""
+    for one token, four, or many) proposes something, whether or not the suffix matcher has
+    followed the text since the last step that planned (``plans``: the steps that did, as a run's
+    are, the others only ask ``repeats``); ``repeats`` is the matcher's verdict on the whole text;
+    the matcher, caught up, is the matcher of the whole text."""
     memory = None
     if with_memory:
         memory = NgramMemory(None, "test")
         memory.learn(past_text * 3, 0)  # followed often enough to be confident somewhere
     sources = Sources(prompt or [0], memory=memory)
     context = list(prompt or [0])
-    for token in [None, *answer]:
+    for i, token in enumerate([None, *answer]):
         if token is not None:
             context.append(token)
-            sources.advance(context)
+        whole = SuffixMatcher(context).match_length
+        for length in (2, 8):
+            assert sources.repeats(context, length) == (whole >= length), (context, length)
         quick = sources.proposes_anything(context)
+        if i < len(plans) and not plans[i]:
+            continue
+        sources.advance(context)  # as a step that plans in full
         for k in (1, 4, 16):
             assert quick == bool(sources.chains(context, k)), (context, k)
+    sources.advance(context)
     assert sources.suffix.match_length == SuffixMatcher(context).match_length

@@ -119,8 +119,9 @@ GUARD_REST_DECAY = 0.95  # per plain step, while trust is below the start's (Gua
 # While the sources propose nothing that could pay, they are asked every step for IDLE_STRETCH
 # steps, then every 2nd step for as many, and so on, up to every PLAN_INTERVAL_MAX-th step: on an
 # ordinary chat answer, asking them every step costs about 1 % of a plain step
-# (tests/bench/auto_overhead.py). Between, the suffix matcher alone follows the text, and a match
-# of WAKE_MATCH tokens or more (the answer has started to copy something) asks them at once.
+# (tests/bench/auto_overhead.py). Between, a match of WAKE_MATCH tokens or more (the answer has
+# started to copy something) asks them at once; the suffix matcher follows the text only once the
+# match could be that long (Sources.repeats).
 IDLE_STRETCH = 4
 PLAN_INTERVAL_MAX = 8
 WAKE_MATCH = 8

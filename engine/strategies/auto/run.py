@@ -11,7 +11,7 @@ from specdec_studio.engine.strategies.auto.calibration import Calibrator, StepCo
 from specdec_studio.engine.strategies.auto.guard import Guard, Wary
 from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_lengths
 from specdec_studio.engine.strategies.auto.draft_price import DraftPrice
-from specdec_studio.engine.strategies.auto.priors import MIN_GAIN
+from specdec_studio.engine.strategies.auto.priors import MIN_GAIN, WAKE_MATCH
 from specdec_studio.engine.strategies.auto.report import AutoReport
 from specdec_studio.engine.strategies.auto.sources import ContextIndex, Proposal, Sources
 from specdec_studio.engine.strategies.auto.tree import Node, build_tree, could_pay, first_chances, support_of
@@ -79,23 +79,38 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
     redecode: list[int] = []  # accepted tokens whose cells were dropped to keep position order
     went_deep = False  # the last plan passed every test
     loop_steps = 0  # steps that proposed more than the profile's cap, round a loop
+    # A plain step tells the cost model its decode's time, rests the guard, is counted, and shows
+    # hindsight its token. Those are read only where a step plans in full or verifies, and at the
+    # run's end, so they are told there, in order: a plain step then does little more than plain
+    # decoding's, where each object Python touches right after a decode costs about ten times what
+    # it does in a tight loop.
+    idle_decodes: list[float] = []  # the one-token decode times not told yet
+    unjudged: list[int] = []  # their tokens, where hindsight had proposals to judge
+
+    def hear_plain_steps() -> None:
+        for seconds in idle_decodes:
+            cost.observe(1, seconds)
+            guard.rest()
+        report.decisions["plain"] = report.decisions.get("plain", 0) + len(idle_decodes)
+        idle_decodes.clear()
+        for t in unjudged:
+            hindsight.see(t)
+        unjudged.clear()
+
     while not rt.should_stop(n_past, 1):
         t0 = time.perf_counter()
-        sources.advance(context)  # the suffix matcher follows every token: a long repeat wakes the planner
-        # A step bets at most MAX_STEP_COST plain steps (priors), except round a loop: a text that
-        # has written the same line again and again for m tokens has shown its next m, and greedy
-        # decoding seldom leaves a loop, so the step may propose that many (up to --auto-k-max).
-        # The bet grows with the evidence where a batch that long costs less per token: on the
-        # code prompt's closing loop, steps of 15, 23 and 47 tokens, +1.6 % at 1 and at 2 threads
-        priced_cap = cost.affordable_tokens(params.auto_k_max)
-        loop_cap = min(params.auto_k_max, sources.suffix.loop_length()) if sources.suffix.match_length else 0
-        room = min(max(priced_cap, loop_cap), rt.n_ctx - n_past - 1 - len(redecode),
-                   rt.n_batch - 1 - len(redecode),
-                   rt.config.max_tokens - len(out.ids) - 1)
         nodes, gain = [], 1.0
         drafted: list[int] = []  # the draft model's proposal this step, judged by what the target emits
         n_known = len(context)
-        if not (room > 0 and guard.plans(step, sources.suffix.match_length)):
+        # The sources are asked when the guard's turn comes, or at once where the answer starts to
+        # copy: a long repeat of earlier text (the suffix matcher follows the text only as far as
+        # that test needs: Sources.repeats)
+        room = 0
+        if guard.plans(step) or sources.repeats(context, WAKE_MATCH):
+            # the room left in the cache, the batch and the answer (the step's price caps it below)
+            room = min(rt.n_ctx - n_past - 1 - len(redecode), rt.n_batch - 1 - len(redecode),
+                       rt.config.max_tokens - len(out.ids) - 1)
+        if room <= 0:
             went_deep = False
         elif price is None and not sources.proposes_anything(context):
             # what the tests below decide when no source proposes anything (most planning steps
@@ -103,6 +118,18 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             went_deep = False
             guard.planned(step, hopeful=False)
         else:
+            if idle_decodes:
+                hear_plain_steps()
+            sources.advance(context)
+            # A step bets at most MAX_STEP_COST plain steps (priors), except round a loop: a text
+            # that has written the same line again and again for m tokens has shown its next m, and
+            # greedy decoding seldom leaves a loop, so the step may propose that many (up to
+            # --auto-k-max). The bet grows with the evidence where a batch that long costs less per
+            # token: on the code prompt's closing loop, steps of 15, 23 and 47 tokens, +1.6 % at 1
+            # and at 2 threads
+            priced_cap = cost.affordable_tokens(params.auto_k_max)
+            loop_cap = min(params.auto_k_max, sources.suffix.loop_length()) if sources.suffix.match_length else 0
+            room = min(max(priced_cap, loop_cap), room)
             if not wary.current(guard.trust):
                 wary = Wary(cost, guard.trust)
             min_gain = guard.min_gain()
@@ -165,8 +192,8 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             if not nodes:  # judged in hindsight instead, as the target's tokens come
                 hindsight.keep(chains)
             guard.planned(step, hopeful=passed >= min(2, len(cuts)))
+            loop_steps += len(nodes) > priced_cap
         t_plan = time.perf_counter() - t0
-        loop_steps += len(nodes) > priced_cap
         counters.t_draft_s += t_plan
 
         if not nodes and not redecode:  # a plain step, at what a step of plain decoding costs
@@ -175,21 +202,19 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             t_decode = rt.decode()
             if t_decode is None:
                 break
-            cost.observe(1, t_decode)
+            idle_decodes.append(t_decode)
             n_past += 1
             logits = rt.logits(0)
             token = rt.sampler.sample(logits)
             info = out.push(token, "sampled", rt.explainer.explain(logits, token) if rt.explainer else None)
             context.append(token)
-            if hindsight.pending:
-                hindsight.see(token)
+            if hindsight.pending:  # (none kept since the last look: none can be now)
+                unjudged.append(token)
             if draft is not None:
                 draft.settle(context)
                 judge_draft(price, drafted, context[n_known:])
             now = time.perf_counter()
             counters.record_step(1 if info else 0, 0, 0, t_decode)
-            report.count(report.decisions, "plain")
-            guard.rest()
             if info is not None:
                 if rt.observed:
                     yield rt.step_batch(step, ("input",))
@@ -201,6 +226,8 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             continue
 
         # ---- the batch: re-decoded tokens, the input token, the tree --------------------------
+        if idle_decodes:  # re-decoding without a plan: the step's timing and judgement read them
+            hear_plain_steps()
         # The context lives in sequence 0; a step with several branches first copies it into the
         # others (and removes them after), so plain and one-branch steps pay nothing for the tree.
         branches = sorted(set().union(*(n.seqs for n in nodes))) if nodes else [0]
@@ -313,6 +340,8 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                                      "predicted_gain": round(gain, 3), "proposers": tuple(proposers)}})
         t_prev = now
         step += 1
+    if idle_decodes:
+        hear_plain_steps()
     counters.extra["auto"] = report.as_dict(calibrator, guard.trust, draft=draft_kind is not None,
                                             memory=rt.ngram_memory is not None)
     # the longest step the machine's profile allowed by the run's end (at most --auto-k-max)

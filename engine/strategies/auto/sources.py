@@ -14,6 +14,9 @@ from specdec_studio.engine.strategies.lookup import Followers, NgramCacheDrafter
 from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
 
 
+# proposes_anything reads a suffix match's minimum from the n-gram cache's counts
+assert NGRAM_MIN <= MIN_SUFFIX_MATCH - 1 <= NGRAM_MAX
+
 # A sibling forks off the n-gram branch with a prior of the fork's reach times its follower's
 # ALT_PRIOR, and one under MIN_REACH is never kept: past this reach no fork can be
 FORK_REACH_MIN = MIN_REACH / max(ALT_PRIOR)
@@ -89,6 +92,18 @@ class Sources:
         else:
             suffix.extend(context[n_read:])
 
+    def repeats(self, context: Sequence[int], length: int) -> bool:
+        """Whether the context's end repeats at least ``length`` tokens of earlier text (the suffix
+        match), following the text only where it could: a match grows by at most one token a
+        token, so from where the matcher last stood it cannot reach ``length`` sooner than
+        ``length - match_length`` tokens later. A step that does not plan asks this alone, and
+        the matcher catches up when a step next plans."""
+        suffix = self.suffix
+        if suffix.match_length + len(context) - len(suffix.tokens) < length:
+            return False
+        self.advance(context)
+        return suffix.match_length >= length
+
     def proposes_anything(self, context: Sequence[int]) -> bool:
         """Whether :meth:`chains` (the draft model aside) would propose at least one token, for
         any length asked: the suffix match is long enough, the n-gram cache's next token is
@@ -100,10 +115,16 @@ class Sources:
         the fewer the better. What an Auto plain step costs beyond plain decoding's
         (tests/bench/auto_overhead.py, every category) went from 0.067 to 0.061 ms at 16 tokens
         and from 0.072 to 0.056 ms at 32."""
-        self.ngrams.count(context)
-        if self.suffix.match_length >= max(1, MIN_SUFFIX_MATCH):
+        ngrams = self.ngrams
+        ngrams.count(context)
+        # The suffix match is MIN_SUFFIX_MATCH tokens long or more where the text's last that many
+        # occurred before: where the n-gram before its last token has been followed by that token
+        # twice, counting now. Read from the cache just counted, the matcher need not follow the
+        # text here (it catches up when a step plans in full).
+        before = ngrams.followers_of(tuple(context[-MIN_SUFFIX_MATCH:-1]))
+        if before is not None and before.counts.get(context[-1], 0) >= 2:
             return True
-        found = self.ngrams.confident(context[-NGRAM_MAX:])
+        found = ngrams.confident(context[-NGRAM_MAX:])
         if found is not None and ngram_signal(found[0], found[1].best_count, found[1].total)[1] >= MIN_REACH:
             return True
         return self.memory is not None and bool(self.memory.propose(context, 1)[0])
