@@ -30,7 +30,8 @@ class Guard:
     def plans(self, step: int, match_length: int = 0) -> bool:
         """Whether the sources are asked for proposals this step: when their turn has come, or at
         once when the text's end repeats WAKE_MATCH tokens or more of earlier text (``match_length``,
-        the suffix matcher's, which follows every token): the answer has started to copy."""
+        the suffix match's: the answer has started to copy). The run asks the turn alone first,
+        and the match only when it is not (auto.sources.Sources.repeats)."""
         return step >= self.next_plan or match_length >= WAKE_MATCH
 
     def planned(self, step: int, hopeful: bool) -> None:

@@ -208,7 +208,9 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             token = rt.sampler.sample(logits)
             info = out.push(token, "sampled", rt.explainer.explain(logits, token) if rt.explainer else None)
             context.append(token)
-            if hindsight.pending:  # (none kept since the last look: none can be now)
+            # hindsight keeps proposals only at a full plan, once it has seen every token before:
+            # holding none now, it has none to judge this token against
+            if hindsight.pending:
                 unjudged.append(token)
             if draft is not None:
                 draft.settle(context)

@@ -110,11 +110,13 @@ class Sources:
         confident and likely enough to be walked, or the memory has a confident follower.
 
         Most planning steps of a chat answer find nothing; this settles them with three lookups
-        instead of the planner's tests. Between two decodes each object Python touches costs more
-        than in a tight loop (measured here: 1 us of work took 15 us right after a decode), so
-        the fewer the better. What an Auto plain step costs beyond plain decoding's
-        (tests/bench/auto_overhead.py, every category) went from 0.067 to 0.061 ms at 16 tokens
-        and from 0.072 to 0.056 ms at 32."""
+        instead of the planner's tests, and without the suffix matcher. Between two decodes each
+        object Python touches costs more than in a tight loop (measured here: 1 us of work took
+        15 us right after a decode), so the fewer the better. What an Auto plain step costs
+        beyond plain decoding's (tests/bench/auto_overhead.py, every category): 0.067 ms at 16
+        tokens and 0.072 at 32 before this test; 0.061 and 0.056 with it; 0.041 and 0.036 once
+        it read the match from the n-gram counts and plain steps left the rest of the
+        bookkeeping to the next planning step (auto.run; 0.057 and 0.053 just before, same day)."""
         ngrams = self.ngrams
         ngrams.count(context)
         # The suffix match is MIN_SUFFIX_MATCH tokens long or more where the text's last that many
