@@ -160,7 +160,9 @@ BACKGROUND_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(BACKGROUND_CASES))
+# greedy speculation's under -m slow: sampled speculation's runs the same drafter and adds the draws
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name == "speculative" else name
+                                  for name in BACKGROUND_CASES])
 def test_explanations_made_on_their_own_thread_are_the_ones_made_in_line(window_runs, smollm_drafts, name):
     """The window's runs explain on a thread of their own while the next step decodes: every event
     leaves the run with its explanations done, and they are the ones the run makes in line (Auto's

@@ -30,7 +30,10 @@ def long_chat(smollm_path, exactness_probe):
         yield session, probe, tokens, plain_ids
 
 
-# Prompt lookup's other sources (latest, simple) verify on the cache source's path: -m slow runs them
+# Prompt lookup's other sources (latest, simple) verify on the cache source's path: -m slow runs them.
+# So does Auto with a draft model or its memory of past runs: its trees verify on the path plain Auto
+# takes here, the draft model's cache past 512 cells is self-draft's, and both sources are checked
+# lossless at short contexts (test_auto, test_ngram_memory)
 @pytest.mark.parametrize("config", [
     RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4)),
     pytest.param(RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=3, lookup="latest")),
@@ -38,10 +41,11 @@ def long_chat(smollm_path, exactness_probe):
     RunConfig(mode="speculative", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=4)),
     RunConfig(mode="lookahead", max_tokens=N_TOKENS, lookahead=LookaheadParams(3, 3, 3)),
     RunConfig(mode="auto", max_tokens=N_TOKENS),
-    RunConfig(mode="auto", max_tokens=N_TOKENS),
+    pytest.param(RunConfig(mode="auto", max_tokens=N_TOKENS), marks=pytest.mark.slow),
     pytest.param(RunConfig(mode="lookup", max_tokens=N_TOKENS, speculative=SpeculativeParams(k=48, lookup="simple")),
                  marks=pytest.mark.slow),
-    RunConfig(mode="auto", max_tokens=N_TOKENS, speculative=SpeculativeParams(ngram_memory=True)),
+    pytest.param(RunConfig(mode="auto", max_tokens=N_TOKENS, speculative=SpeculativeParams(ngram_memory=True)),
+                 marks=pytest.mark.slow),
 ], ids=["lookup-cache", "lookup-latest", "self-draft", "lookahead-3-3-3", "auto", "auto-drafting",
         "lookup-ngram-simple", "auto-memory"])
 def test_strategies_stay_lossless_past_512_cells(long_chat, config, request, monkeypatch, tmp_path):
