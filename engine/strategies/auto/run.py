@@ -88,6 +88,8 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
     unjudged: list[int] = []  # their tokens, where hindsight had proposals to judge
 
     def hear_plain_steps() -> None:
+        if not idle_decodes:
+            return
         for seconds in idle_decodes:
             cost.observe(1, seconds)
             guard.rest()
@@ -118,8 +120,7 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             went_deep = False
             guard.planned(step, hopeful=False)
         else:
-            if idle_decodes:
-                hear_plain_steps()
+            hear_plain_steps()
             sources.advance(context)
             # A step bets at most MAX_STEP_COST plain steps (priors), except round a loop: a text
             # that has written the same line again and again for m tokens has shown its next m, and
@@ -228,8 +229,7 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
             continue
 
         # ---- the batch: re-decoded tokens, the input token, the tree --------------------------
-        if idle_decodes:  # re-decoding without a plan: the step's timing and judgement read them
-            hear_plain_steps()
+        hear_plain_steps()  # (re-decoding without a plan too: the step's timing and judgement read them)
         # The context lives in sequence 0; a step with several branches first copies it into the
         # others (and removes them after), so plain and one-branch steps pay nothing for the tree.
         branches = sorted(set().union(*(n.seqs for n in nodes))) if nodes else [0]
@@ -342,8 +342,7 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                                      "predicted_gain": round(gain, 3), "proposers": tuple(proposers)}})
         t_prev = now
         step += 1
-    if idle_decodes:
-        hear_plain_steps()
+    hear_plain_steps()
     counters.extra["auto"] = report.as_dict(calibrator, guard.trust, draft=draft_kind is not None,
                                             memory=rt.ngram_memory is not None)
     # the longest step the machine's profile allowed by the run's end (at most --auto-k-max)
