@@ -56,16 +56,16 @@ ALT_PRIOR = (0.08, 0.15, 0.25, 0.35)  # a 2nd or 3rd follower, by its share: <.1
 SCALE_WEIGHT = 8.0
 PRIOR_MAX = 0.95
 # Each run starts from these priors, not from what the session's earlier runs verified. Carrying
-# the calibration bins from run to run (each bin worth up to 12 earlier outcomes, or 4) was measured
-# on the simulated machine (this CPU's settled 2-thread profile, every shipped prompt once, in order,
-# one session): 16-token answers gained (geometric mean 1.0015 -> 1.006-1.010, each category's first
-# 1.000 -> 1.014-1.019; qa_passage's first prompt, run again, sent a tree at step 6, where its
-# first run sent none), but
-# 128-token answers lost (1.0359 -> 1.031-1.034, prompts under 0.98: 2 -> 7-14). An answer that
-# copies less than the ones before it bets early on their record and loses. Scaling the carried
-# outcomes by the run's own first tokens (SCALE_WEIGHT), or believing them only while the run's
-# first tokens keep up with them, did not remove that; carrying only the first position, or only
-# the deeper ones, lost the short answers' gain too (16 tokens: 1.0020, 1.0009).
+# the calibration bins from run to run (each bin worth up to 12 earlier outcomes, or 4) was
+# measured on the simulated machine (this CPU's settled 2-thread profile, every shipped prompt
+# once, in order, one session): 16-token answers gained (geometric mean 1.0015 -> 1.006-1.010,
+# each category's first 1.000 -> 1.014-1.019; on this machine qa_passage's first prompt, run
+# again, sent a tree at step 6, where its first run sent none), but 128-token answers were slower
+# (1.0359 -> 1.031-1.034, prompts under 0.98: 2 -> 7-14). An answer that copies less than the ones
+# before it bets early on their record and loses. Scaling the carried outcomes by the run's own
+# first tokens (SCALE_WEIGHT), or believing them only while the run's first tokens keep up with
+# them, did not remove that; carrying only the first position, or only the deeper ones, lost the
+# short answers' gain too (16 tokens: 1.0020, 1.0009).
 # Sources of different families that propose the same token after the same path read the context
 # in different ways (a sibling branch is the n-gram cache again, not a second opinion). Measured over
 # the shipped prompts' plain outputs, a first token that both the cache and the suffix match proposed
