@@ -1,5 +1,5 @@
 # The README's first two commands: `make run` launches the app, `make test` runs the tests.
-.PHONY: setup setup-all run test bench package smoke
+.PHONY: setup setup-all run test lint bench package smoke
 
 setup:
 	scripts/setup.sh
@@ -12,6 +12,10 @@ run: setup
 
 test: setup-all
 	QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest
+
+# the rules are pyproject.toml's [tool.ruff]; .ci/run lints before it tests
+lint: setup-all
+	.venv/bin/ruff check app engine tests
 
 bench: setup-all
 	for b in tests/bench/*.py; do .venv/bin/python $$b || exit 1; done

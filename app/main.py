@@ -49,7 +49,11 @@ def split_model_file(argv: list[str]) -> tuple[str | None, list[str]]:
     """A bare .gguf path among the arguments (the desktop entry's ``%f``), and the rest in order:
     Qt's own options (``-platform offscreen``) must reach Qt as they were given."""
     for i, arg in enumerate(argv):
-        if arg.lower().endswith(".gguf") and not arg.startswith("-") and (i == 0 or argv[i - 1] not in ("-m", "--model")):
+        if (
+            arg.lower().endswith(".gguf")
+            and not arg.startswith("-")
+            and (i == 0 or argv[i - 1] not in ("-m", "--model"))
+        ):
             return arg, argv[:i] + argv[i + 1:]
     return None, argv
 

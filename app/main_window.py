@@ -14,12 +14,34 @@ import time
 
 from specdec_studio.app.activity import Activity, Facts, Trigger, allowed_controls, refusal
 from specdec_studio.app.engine_worker import EngineWorker
-from specdec_studio.app.worker_messages import (BaselineDone, BatchKv, ConversationList, DistillDone, DownloadProgress, DraftLoaded,
-                                                LOAD_REQUESTS, EngineQuiet, ExactnessReady, FormatsCompared,
-                                                FormatSpeedsMeasured, FormatsProgress, JobEnded,
-                                                JobTaken, LoadFailed, LoadStarted, ModelLoaded, Paused,
-                                                ProfileProgress, ProfileReady, ProfileStarted, RaceProgress,
-                                                RaceReady, RunRequested, SavedSweeps, TraceReady)
+from specdec_studio.app.worker_messages import (
+    BaselineDone,
+    BatchKv,
+    ConversationList,
+    DistillDone,
+    DownloadProgress,
+    DraftLoaded,
+    LOAD_REQUESTS,
+    EngineQuiet,
+    ExactnessReady,
+    FormatsCompared,
+    FormatSpeedsMeasured,
+    FormatsProgress,
+    JobEnded,
+    JobTaken,
+    LoadFailed,
+    LoadStarted,
+    ModelLoaded,
+    Paused,
+    ProfileProgress,
+    ProfileReady,
+    ProfileStarted,
+    RaceProgress,
+    RaceReady,
+    RunRequested,
+    SavedSweeps,
+    TraceReady,
+)
 from specdec_studio.app.replay import TracePlayer
 from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
 from specdec_studio.app.transcript import Turn, figures_line, render_completion, render_conversation, render_run
@@ -44,7 +66,9 @@ RECORDED = (StepDone, StepBatch, KvSnapshot, RunStarted, RunFinished)  # what th
 STEP_EVENTS = (StepDone, StepBatch, KvSnapshot, RejectedDraft)
 
 
-class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, DemoMixin, JobsMixin, QtWidgets.QMainWindow):
+class MainWindow(
+    WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, DemoMixin, JobsMixin, QtWidgets.QMainWindow
+):
     _drawn = None  # what the stream shows of the conversation (transcript.Drawn), to redraw only changes
 
     def __init__(self, model: str | None = None, *, autoload: bool = True,
@@ -426,7 +450,9 @@ class MainWindow(WindowState, LayoutMixin, ModelsMixin, ChatMixin, TuningMixin, 
         if "auto" in event.stats:  # a line of counts; hover for each source's whole account
             auto = event.stats["auto"]
             self.auto_sources.setText("Sources, accepted/sent: " + source_counts(auto) + " — hover for why")
-            self.auto_sources.setToolTip("\n".join(line for line in [*source_lines(auto), step_limit_line(auto)] if line))
+            self.auto_sources.setToolTip(
+                "\n".join(line for line in [*source_lines(auto), step_limit_line(auto)] if line)
+            )
         self.stats.refresh()
         self.stats.finish(event.stats, self.baselines.get(self.last_run_key),
                           self.predicted_speedup(event.stats, self.last_run_mode))

@@ -50,7 +50,9 @@ class VideoSpec:
 
     def check(self) -> None:
         if self.suffix not in FORMATS:
-            raise VideoError(f"{self.path.name}: a video is written as .mp4 (H.264) or .gif, not {self.suffix or 'no suffix'}")
+            raise VideoError(
+                f"{self.path.name}: a video is written as .mp4 (H.264) or .gif, not {self.suffix or 'no suffix'}"
+            )
         if self.size not in SIZES.values():
             raise VideoError(f"a video is {' or '.join(SIZES)}, not {self.size[0]}x{self.size[1]}")
         if not (math.isfinite(self.speed) and self.speed > 0):
@@ -71,7 +73,7 @@ class Timeline:
     speed: float
 
     @classmethod
-    def of(cls, duration_s: float, spec: VideoSpec) -> "Timeline":
+    def of(cls, duration_s: float, spec: VideoSpec) -> Timeline:
         fps = spec.frame_rate
         return cls(round(TITLE_S * fps), max(1, math.ceil(duration_s / spec.speed * fps)), round(HOLD_S * fps),
                    fps, spec.speed)

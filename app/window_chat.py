@@ -78,7 +78,9 @@ class ChatMixin:
     def write_export(self, kind: str, path: str) -> None:
         from specdec_studio.engine.chat import transcript
 
-        text = transcript.to_markdown(self.conversation) if kind == "markdown" else transcript.to_html(self.conversation)
+        text = (
+            transcript.to_markdown(self.conversation) if kind == "markdown" else transcript.to_html(self.conversation)
+        )
         try:
             Path(path).write_text(text, encoding="utf-8")
         except OSError as exc:

@@ -243,7 +243,9 @@ class LayoutMixin:
         file_menu.addAction("Export conversation as HTML…", lambda: self.export_conversation("html"))
         file_menu.addAction("System message…", self.edit_system_message)
         file_menu.addSeparator()
-        self.open_trace_action = file_menu.addAction("Open trace…", self.open_trace_dialog, QtGui.QKeySequence("Ctrl+O"))
+        self.open_trace_action = file_menu.addAction(
+            "Open trace…", self.open_trace_dialog, QtGui.QKeySequence("Ctrl+O")
+        )
         self.demo_menu = file_menu.addMenu("Demo traces")
         self._fill_demo_menu()
         file_menu.addAction("Save run trace…", self.save_trace_dialog, QtGui.QKeySequence("Ctrl+S"))

@@ -83,8 +83,10 @@ class ModelsMixin:
         elif isinstance(event, LoadStarted):
             if self.activity is Activity.DOWNLOADING and event.what != "download":
                 self._engine_trigger(Trigger.DOWNLOADED)
-            self.statusBar().showMessage({"download": "Downloading", "draft": "Loading draft"}.get(event.what, "Loading")
-                                         + f" {Path(event.path).name}…")
+            self.statusBar().showMessage(
+                {"download": "Downloading", "draft": "Loading draft"}.get(event.what, "Loading")
+                + f" {Path(event.path).name}…"
+            )
         elif isinstance(event, ModelLoaded):
             self.model_loaded = True
             self.model_path = event.path

@@ -101,8 +101,9 @@ class TuningMixin:
                 f"<tr><td>{f['format']}</td><td align=right>{f['size_bytes'] / 1e6:.0f} MB</td>"
                 f"<td align=right>{1e3 * f['t1_s']:.2f} ms</td><td align=right>{original['t1_s'] / f['t1_s']:.2f}×</td>"
                 f"<td align=right>{f['relative_all'][3]:.2f}</td><td align=right>{f['deviation']:.3f}</td>"
-                f"<td align=right>{'original' if f['agreement'] is None else format(100 * f['agreement'], '.1f') + ' %'}</td></tr>"
-                for f in event.figures)
+                f"<td align=right>{_agreement_text(f)}</td></tr>"
+                for f in event.figures
+            )
             self.formats_label.setText(
                 f"<p>Measured here on {html.escape(Path(original['path']).name)} and its copies:</p>"
                 "<table cellspacing=4><tr><th>format</th><th>size</th><th>T(1)</th><th>speed</th><th>T(4)/T(1)</th>"
@@ -233,7 +234,8 @@ class TuningMixin:
                 "Largest logit difference, batched against one token at a time: "
                 + ", ".join(f"B={b}: {v:.3f}" for b, v in event.result["max_abs_diff_by_batch"].items())
                 + f"; past {event.result['long_context']['n_cells']} cells: "
-                + ", ".join(f"B={b}: {v:.3f}" for b, v in event.result["long_context"]["max_abs_diff_by_batch"].items()))
+                + ", ".join(f"B={b}: {v:.3f}" for b, v in event.result["long_context"]["max_abs_diff_by_batch"].items())
+            )
             if self.checking_exactness:
                 self.statusBar().showMessage("Exactness checked")
         elif isinstance(event, sweep.SweepStarted):
@@ -251,3 +253,8 @@ class TuningMixin:
         else:
             return False
         return True
+
+
+def _agreement_text(figures: dict) -> str:
+    """A format copy's greedy agreement with the original, as the formats table shows it."""
+    return "original" if figures["agreement"] is None else f"{100 * figures['agreement']:.1f} %"

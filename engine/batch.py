@@ -39,7 +39,9 @@ class Batch:
         self.seq_id = list(self.seq_table)  # row views
         # llama.cpp reads row i's sequences through a pointer of its own: one per table row
         base, stride = self.seq_table.ctypes.data, self.seq_table.strides[0]
-        self._seq_rows = (_SEQ_ROW * (capacity + 1))(*(ctypes.cast(base + i * stride, _SEQ_ROW) for i in range(capacity)))
+        self._seq_rows = (_SEQ_ROW * (capacity + 1))(
+            *(ctypes.cast(base + i * stride, _SEQ_ROW) for i in range(capacity))
+        )
         raw = llama.llama_batch()
         raw.n_tokens = 0
         raw.token = self.token.ctypes.data_as(ctypes.POINTER(llama.llama_token))

@@ -34,7 +34,9 @@ MODE_LABELS: dict[str, str] = {
 # every prompt category (tests/bench/auto.py, median of the rounds); measured last at 0.97-0.99x on
 # its worst categories (reasoning, code editing, maths), so plain stays the default for now.
 DEFAULT_MODE = "plain"
-AUTO_SEQUENCES = 5  # Auto's tree: the n-gram cache (its best follower and two alternatives), the suffix match, the draft
+AUTO_SEQUENCES = (
+    5  # Auto's tree: the n-gram cache (its best follower and two alternatives), the suffix match, the draft
+)
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
 
 # Every default the CLI, the app's controls and its engine worker share, written once.
@@ -87,7 +89,8 @@ class LookaheadParams:
             raise ConfigError(f"W + G + 1 = {self.n_sequences} sequences exceeds llama.cpp's limit of {MAX_SEQUENCES}")
         if n_batch is not None and self.batch_size > n_batch:
             raise ConfigError(
-                f"W={self.W}, N={self.N}, G={self.G} needs {self.batch_size} tokens a step but the batch holds {n_batch}"
+                f"W={self.W}, N={self.N}, G={self.G} needs {self.batch_size} tokens a step "
+                f"but the batch holds {n_batch}"
             )
 
 
@@ -201,7 +204,7 @@ class RunConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data: object) -> "RunConfig":
+    def from_dict(cls, data: object) -> RunConfig:
         """The config :meth:`as_dict` wrote (a trace's, a saved setting's); unknown keys are
         ignored. Raises :class:`ConfigError` in one sentence if a known key has a value of the
         wrong type or the settings are invalid: the data may come from a damaged or crafted file."""

@@ -124,7 +124,7 @@ class ModelContext:
 
     @classmethod
     def create(cls, model: LoadedModel, settings: ContextSettings, n_seq_max: int, budget: MemoryBudget,
-               abort_callback=None, rs_snapshots: int = 0) -> "ModelContext":
+               abort_callback=None, rs_snapshots: int = 0) -> ModelContext:
         """A context with room for ``n_seq_max`` sequences, keeping ``rs_snapshots`` recurrent-state
         snapshots per sequence on a recurrent or hybrid model (engine.kv.rollback picks how many);
         raises ContextAllocationError (naming what to lower) if it does not fit or llama.cpp
@@ -174,7 +174,9 @@ class ModelContext:
             batch = Batch(settings.n_batch, n_seq_max, model.info.logits_every_row)
             stack.callback(batch.close)
             observed = settings.observe or settings.verify_kv  # the KV check compares llama.cpp's dump with the mirror
-            mirror = KvMirror(llama.llama_n_ctx(ctx), n_seq_max, settings.n_batch, model.info.n_swa) if observed else None
+            mirror = (
+                KvMirror(llama.llama_n_ctx(ctx), n_seq_max, settings.n_batch, model.info.n_swa) if observed else None
+            )
             verifier = stack.enter_context(KvVerifier(mirror)) if settings.verify_kv else None
             memory = Memory(ctx, mirror, verifier, abort_callback=abort_callback,
                             model_label=f"{Path(model.info.path).name} ({model.info.arch})",

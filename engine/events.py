@@ -6,7 +6,7 @@ A numpy array inside an event is never written again after the event is made.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 
@@ -133,7 +133,7 @@ class KvSnapshot:
     def cache_cells(self) -> int:
         return max(self.n_cells, self.width)
 
-    def padded(self) -> "KvSnapshot":
+    def padded(self) -> KvSnapshot:
         """The same snapshot with arrays over every cell of the cache (the free ones past ``width``)."""
         extra = self.cache_cells - self.width
         if extra == 0:
@@ -149,7 +149,7 @@ class KvSnapshot:
                        kept_seq_of_cell=wider(self.kept_seq_of_cell, False),
                        written_step=wider(self.written_step, -1))
 
-    def after_verification(self) -> "KvSnapshot":
+    def after_verification(self) -> KvSnapshot:
         """The cells as verification left them: its kept sequences, the cells none of them holds
         freed, and the figures (used, holes, largest free run, ranges) counted on those."""
         if self.kept_seq_of_cell is None:
@@ -222,4 +222,4 @@ class RunWarning:
     message: str
 
 
-Event = Union[RunStarted, StepDone, StepBatch, RejectedDraft, KvSnapshot, RunFinished, RunFailed, RunWarning]
+Event = RunStarted | StepDone | StepBatch | RejectedDraft | KvSnapshot | RunFinished | RunFailed | RunWarning

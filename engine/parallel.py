@@ -24,7 +24,14 @@ from specdec_studio.engine.memory import DecodeAborted, NoKvSlot
 from specdec_studio.engine.sampling import Sampler, logits_row
 from specdec_studio.engine.stats import RunCounters
 from specdec_studio.engine.strategies.auto.planner import AutoPlanner
-from specdec_studio.engine.strategies.common import FINISH_CANCELLED, FINISH_CONTEXT_FULL, FINISH_LENGTH, Output, first_token, guarded
+from specdec_studio.engine.strategies.common import (
+    FINISH_CANCELLED,
+    FINISH_CONTEXT_FULL,
+    FINISH_LENGTH,
+    Output,
+    first_token,
+    guarded,
+)
 from specdec_studio.engine.strategies.verify import AdaptiveK, through_end_of_generation, verify_proposals
 
 BATCH_MODES = ("plain", "lookup", "speculative", "auto")
@@ -161,7 +168,7 @@ def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: in
                 slot.drafter.cost.base = len(busy)
                 drafts = slot.drafter.plan(slot.context, max(0, min(room, k_max)))
             elif room > 0 and slot.drafter is not None:
-                draft = guarded(slot.output, lambda: slot.drafter.propose(slot.context, room))
+                draft = guarded(slot.output, lambda: slot.drafter.propose(slot.context, room))  # noqa: B023 - called at once
                 if draft is None:
                     continue
                 drafts = through_end_of_generation(draft.tokens[:room], vocab.is_eog)

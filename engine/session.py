@@ -224,7 +224,7 @@ class Session:
             self.target = None
         self._stack.close()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -311,7 +311,9 @@ class Session:
 
         strategy = registry.get(config.mode)
         info = self.model.info
-        refused = mode_refusal(config.mode, info.arch, info.memory_kind, info.diffusion, info.n_mtp_layers)  # before anything is decoded
+        refused = mode_refusal(
+            config.mode, info.arch, info.memory_kind, info.diffusion, info.n_mtp_layers
+        )  # before anything is decoded
         if refused:
             raise ConfigError(refused)
         if config.mode == "speculative" and self.draft is None:

@@ -76,7 +76,9 @@ class RunCounters:
             # (which came from the prompt's decode): what the host spends around each decode, and
             # in speculative and MTP runs the draft's decodes too
             "host_ms_per_step": 1e3 * max(0.0, t_gen - self.t_decode_s) / (self.steps - 1) if self.steps > 1 else 0.0,
-            "encode_tokens_per_second": (self.n_prompt - self.n_prompt_reused) / self.t_encode_s if self.t_encode_s else 0.0,
+            "encode_tokens_per_second": (self.n_prompt - self.n_prompt_reused) / self.t_encode_s
+            if self.t_encode_s
+            else 0.0,
             "tokens_per_second": self.n_predict / t_gen if t_gen else 0.0,
             "tokens_per_step_hist": _histogram(self.tokens_per_step),
             "decode_shapes": [[b, r, n] for (b, r), n in sorted(self.decode_shapes.items())],

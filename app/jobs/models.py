@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from specdec_studio.app.jobs import conversations
 from specdec_studio.app.jobs.state import WorkerState
-from specdec_studio.app.worker_messages import DraftLoaded, ExactnessReady, LoadStarted, ModelLoaded, ProfileProgress, ProfileReady, ProfileStarted, SavedSweeps
+from specdec_studio.app.worker_messages import (
+    DraftLoaded,
+    ExactnessReady,
+    LoadStarted,
+    ModelLoaded,
+    ProfileProgress,
+    ProfileReady,
+    ProfileStarted,
+    SavedSweeps,
+)
 
 
 def load_model(state: WorkerState, path: str, n_ctx: int, n_threads: int | None, n_gpu_layers: int,

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from specdec_studio.app.jobs import conversations
 from specdec_studio.app.jobs.state import WorkerState
-from specdec_studio.app.worker_messages import BaselineDone, BaselineRequest, Paused, RaceProgress, RaceReady, RaceRequest, RunRequest, RunRequested, TraceReady
+from specdec_studio.app.worker_messages import (
+    BaselineDone,
+    BaselineRequest,
+    Paused,
+    RaceProgress,
+    RaceReady,
+    RaceRequest,
+    RunRequest,
+    RunRequested,
+    TraceReady,
+)
 
 
 def run(state: WorkerState, command: RunRequest) -> None:

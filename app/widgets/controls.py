@@ -9,8 +9,16 @@ from __future__ import annotations
 
 from specdec_studio.app.qt import QtCore, QtWidgets, Signal
 from specdec_studio.app.widgets.slider_spin import SliderSpin
-from specdec_studio.engine.config import (DEFAULT_K, DEFAULT_MAX_TOKENS_APP, DEFAULT_MODE, DEFAULT_N_BATCH, DRAFT_VERIFY_MODES,
-                                          LOOKAHEAD_APP_DEFAULTS, MODE_LABELS, MODES)
+from specdec_studio.engine.config import (
+    DEFAULT_K,
+    DEFAULT_MAX_TOKENS_APP,
+    DEFAULT_MODE,
+    DEFAULT_N_BATCH,
+    DRAFT_VERIFY_MODES,
+    LOOKAHEAD_APP_DEFAULTS,
+    MODE_LABELS,
+    MODES,
+)
 
 
 
@@ -222,7 +230,9 @@ class ControlsPanel(QtWidgets.QWidget):
         self.draft_hint.setVisible(mode == "speculative")
         self.draft_hint.setText("" if self.draft_loaded else "Choose a draft model in the model bar.")
         la = self.config().lookahead
-        self.batch_label.setText(f"{la.n_sequences} sequences · up to {la.batch_size} tokens a step (batch {self.n_batch})")
+        self.batch_label.setText(
+            f"{la.n_sequences} sequences · up to {la.batch_size} tokens a step (batch {self.n_batch})"
+        )
         self.error = self.validation_error()
         self.error_label.setText(self.error or "")
         self._refresh_pending()

@@ -15,9 +15,15 @@ DECISION_COLOURS = {
     "draft": "#2e9d4f",
     "tree": "#e67e22",
 }
-DECISION_LABELS = {"plain": "plain step", "ngram": "n-gram cache", "ngram_alt": "n-gram cache, a less frequent follower",
-                   "suffix": "suffix match", "memory": "n-gram memory of past runs", "draft": "draft model",
-                   "tree": "tree of several sources"}
+DECISION_LABELS = {
+    "plain": "plain step",
+    "ngram": "n-gram cache",
+    "ngram_alt": "n-gram cache, a less frequent follower",
+    "suffix": "suffix match",
+    "memory": "n-gram memory of past runs",
+    "draft": "draft model",
+    "tree": "tree of several sources",
+}
 BAR_WIDTH = 4
 MAX_TOKENS_DRAWN = 8
 

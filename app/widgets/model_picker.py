@@ -66,7 +66,9 @@ class ModelBar(QtWidgets.QWidget):
         self.rpc_of: str | None = None  # the settings key of the model whose servers the field shows
         # shown when the loaded model's file has multi-token-prediction blocks: its own draft head
         self.mtp_badge = QtWidgets.QLabel("MTP")
-        self.mtp_badge.setStyleSheet("QLabel { background: #dbeafe; color: #1e3a8a; border-radius: 3px; padding: 1px 5px; }")
+        self.mtp_badge.setStyleSheet(
+            "QLabel { background: #dbeafe; color: #1e3a8a; border-radius: 3px; padding: 1px 5px; }"
+        )
         self.mtp_badge.hide()
         self.reload = QtWidgets.QPushButton("Reload")
         self.reload.setToolTip("Load the target (and its draft) again with these threads, context size, RPC servers "
@@ -123,12 +125,16 @@ class ModelBar(QtWidgets.QWidget):
         """Say whether the loaded model carries MTP (NextN) blocks, and what they are for."""
         self.mtp_badge.setVisible(n_layers > 0)
         blocks = "block" if n_layers == 1 else "blocks"
-        self.mtp_badge.setToolTip(f"This model's file has {n_layers} multi-token-prediction (MTP) {blocks}: its own "
-                                  "draft head. Choose the MTP mode, or Auto drafts with it when no draft model is loaded.")
+        self.mtp_badge.setToolTip(
+            f"This model's file has {n_layers} multi-token-prediction (MTP) {blocks}: its own "
+            "draft head. Choose the MTP mode, or Auto drafts with it when no draft model is loaded."
+        )
 
     def set_rpc_devices(self, devices: tuple[str, ...]) -> None:
         """Say which servers hold the loaded model's layers (none: it runs here)."""
-        where = ("Holding the layers now:\n" + "\n".join(devices)) if devices else "The loaded model runs on this machine."
+        where = (
+            ("Holding the layers now:\n" + "\n".join(devices)) if devices else "The loaded model runs on this machine."
+        )
         self.rpc.setToolTip(f"{RPC_TIP}\n\n{where}")
 
     def set_gpu_available(self, available: bool) -> None:

@@ -35,8 +35,13 @@ class SpeedupPlot(QtWidgets.QWidget):
         self.plot.setLabel("bottom", "per-token acceptance α")
         self.plot.setLabel("left", "speed-up ×")
         self.plot.setXRange(0, 1, padding=0.02)
-        self.break_even_line = pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen((150, 150, 150), style=Qt.DashLine),
-                                               label="break-even", labelOpts={"position": 0.1, "color": (150, 150, 150)})
+        self.break_even_line = pg.InfiniteLine(
+            pos=1.0,
+            angle=0,
+            pen=pg.mkPen((150, 150, 150), style=Qt.DashLine),
+            label="break-even",
+            labelOpts={"position": 0.1, "color": (150, 150, 150)},
+        )
         self.plot.addItem(self.break_even_line)
         self.k_curves: list[pg.PlotDataItem] = []
         self.point = pg.ScatterPlotItem(size=12, brush=(230, 126, 34, 230), pen=pg.mkPen("w", width=1.5))
@@ -67,7 +72,9 @@ class SpeedupPlot(QtWidgets.QWidget):
             self.set_point(None)
             return
         for i in range(len(curves.ks)):
-            item = self.plot.plot(curves.alphas, curves.speedups[i], pen=pg.mkPen(_k_colour(i, len(curves.ks)), width=1.5))
+            item = self.plot.plot(
+                curves.alphas, curves.speedups[i], pen=pg.mkPen(_k_colour(i, len(curves.ks)), width=1.5)
+            )
             self.k_curves.append(item)
         for label, i in zip(self.end_labels, (0, len(curves.ks) - 1)):
             label.setText(f"k={curves.ks[i]}")
@@ -107,7 +114,10 @@ class SpeedupPlot(QtWidgets.QWidget):
         if self.curves is None:
             return NO_PROFILE
         cost = "the verification and the draft model's decodes" if self.curves.with_draft else "the verification"
-        parts = [f"k={k}: " + ("never" if b is None else f"α above {b:.2f}") for k, b in zip(self.curves.ks, self.curves.break_even)]
+        parts = [
+            f"k={k}: " + ("never" if b is None else f"α above {b:.2f}")
+            for k, b in zip(self.curves.ks, self.curves.break_even)
+        ]
         return (f"Predicted speed-up over plain decoding on this machine for k = 1 (lightest) to 8 (darkest), "
                 f"pricing {cost} with the measured "
                 f"batch-cost profile(s). Break-even: " + ", ".join(parts) + ". The dot: the run's measured point.")

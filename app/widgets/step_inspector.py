@@ -160,9 +160,10 @@ class BatchPicture(QtWidgets.QWidget):
             r = self.rows[i]
             verdict = {"accepted": " · accepted by the target",
                        "rejected": " · first mismatch: the target chose otherwise"}
-            self.setToolTip(f"row {i} · {ROLE_LABELS.get(r.role, r.role)}\ntoken {r.token} {r.text!r} · position {r.pos}"
-                            f" · sequences {list(r.seqs)}" + (" · produces logits" if r.logits else "")
-                            + verdict.get(r.verdict, ""))
+            self.setToolTip(
+                f"row {i} · {ROLE_LABELS.get(r.role, r.role)}\ntoken {r.token} {r.text!r} · position {r.pos}"
+                f" · sequences {list(r.seqs)}" + (" · produces logits" if r.logits else "") + verdict.get(r.verdict, "")
+            )
         else:
             self.setToolTip("")
 

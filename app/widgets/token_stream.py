@@ -157,7 +157,9 @@ class TokenStream(QtWidgets.QTextEdit):
         self.end_appending()
         texts = [piece[0] for piece in pieces]
         formats = [self._format(piece[1], piece[2]) for piece in pieces]
-        doc, runs = rendered_markdown.render(texts, formats, rendered_markdown.prose_font_like(self.font()), self.font())
+        doc, runs = rendered_markdown.render(
+            texts, formats, rendered_markdown.prose_font_like(self.font()), self.font()
+        )
         cursor = self.textCursor()
         cursor.movePosition(QtGui.QTextCursor.End)
         offset = cursor.position()

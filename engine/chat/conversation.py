@@ -56,7 +56,7 @@ class Message:
                 "figures": self.figures, "created": self.created}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Message":
+    def from_dict(cls, d: dict) -> Message:
         return cls(role=str(d["role"]), content=str(d["content"]), tokens=[int(t) for t in d.get("tokens") or []],
                    produced=None if d.get("produced") is None else [int(t) for t in d["produced"]],
                    pieces=[_piece(p) for p in d.get("pieces") or []], state=str(d.get("state", DONE)),
@@ -169,7 +169,7 @@ class Conversation:
                 "updated": self.updated, "messages": [m.to_dict() for m in self.messages]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Conversation":
+    def from_dict(cls, d: dict) -> Conversation:
         if int(d.get("format", 0)) > FORMAT_VERSION:
             raise ValueError(f"conversation format {d.get('format')} is newer than this app reads ({FORMAT_VERSION})")
         conv = cls(id=str(d["id"]), title=str(d.get("title", "")), model_key=d.get("model_key"),

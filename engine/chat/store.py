@@ -162,7 +162,8 @@ class ConversationStore:
 
 def not_saved(exc: OSError, where: Path) -> str:
     """The sentence for a save the disk refused: the chat is kept in memory, not lost."""
-    return f"the chat is not being saved ({exc.strerror or exc}: {exc.filename or where}); it stays in memory until you quit"
+    return (f"the chat is not being saved ({exc.strerror or exc}: {exc.filename or where}); "
+            "it stays in memory until you quit")
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

@@ -75,11 +75,15 @@ def _rendered(m: MessageView):
     pieces = _pieces(m)
     if pieces is None or m.state == "streaming":
         return None
-    kept = [p for p, piece in zip(pieces, m.pieces) if str(piece[1]) != "rejected"]  # a rejected draft is not the answer
+    kept = [
+        p for p, piece in zip(pieces, m.pieces) if str(piece[1]) != "rejected"
+    ]  # a rejected draft is not the answer
     # every value escaped for an attribute (a title carries a piece's step and source, which a
     # crafted file may have made markup)
-    attributes = [" ".join(f'{name}="{html.escape(str(p[name]), quote=True)}"' for name in ("style", "title") if p[name])
-                  for p in kept]
+    attributes = [
+        " ".join(f'{name}="{html.escape(str(p[name]), quote=True)}"' for name in ("style", "title") if p[name])
+        for p in kept
+    ]
     return Markup(render_coloured([p["text"] for p in kept], attributes))
 
 

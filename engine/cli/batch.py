@@ -22,10 +22,22 @@ def cmd_batch(args: argparse.Namespace) -> int:
         raise SpecDecError("batch reads its prompts from -f FILE.jsonl; -p is for `specdec run`")
     records = _read_batch_file(Path(args.file))
     config, model_path, draft_path = run_setup(args)
-    with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
-                                         n_threads=args.threads, n_threads_batch=args.threads_batch,
-                                         n_gpu_layers=args.gpu_layers, rpc_servers=rpc_servers_of(args), draft_gpu_layers=args.draft_gpu_layers,
-                                         draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop) as session:
+    with (
+        ctrl_c_stops() as stop,
+        Session(
+            model_path,
+            n_ctx=args.ctx_size,
+            n_batch=args.batch_size,
+            n_threads=args.threads,
+            n_threads_batch=args.threads_batch,
+            n_gpu_layers=args.gpu_layers,
+            rpc_servers=rpc_servers_of(args),
+            draft_gpu_layers=args.draft_gpu_layers,
+            draft_path=draft_path,
+            verify_kv=args.verify_kv,
+            cancel=stop,
+        ) as session,
+    ):
         jobs = []
         for record in records:
             text = str(record["prompt"])

@@ -51,11 +51,23 @@ def cmd_chat(args: argparse.Namespace) -> int:
     config, model_path, draft_path = run_setup(args)
     store = ConversationStore()
     interactive = sys.stdin.isatty()
-    with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
-                                          n_threads=args.threads, n_threads_batch=args.threads_batch,
-                                          n_gpu_layers=args.gpu_layers, rpc_servers=rpc_servers_of(args), draft_gpu_layers=args.draft_gpu_layers,
-                                          draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop,
-                                          observe=False) as session:  # no map, no step inspector here
+    with (
+        ctrl_c_stops() as stop,
+        Session(
+            model_path,
+            n_ctx=args.ctx_size,
+            n_batch=args.batch_size,
+            n_threads=args.threads,
+            n_threads_batch=args.threads_batch,
+            n_gpu_layers=args.gpu_layers,
+            rpc_servers=rpc_servers_of(args),
+            draft_gpu_layers=args.draft_gpu_layers,
+            draft_path=draft_path,
+            verify_kv=args.verify_kv,
+            cancel=stop,
+            observe=False,
+        ) as session,
+    ):  # no map, no step inspector here
         if stop.is_set():  # Ctrl+C while the model loaded: llama.cpp's load cannot stop part-way
             raise KeyboardInterrupt
         saving = None if args.no_save else store  # where each turn is saved (None: nowhere)
@@ -251,5 +263,8 @@ def add_parser(sub) -> None:
     p.add_argument("--system", default="", help="a system message to start the conversation with")
     p.add_argument("--load", default=None, help="open a saved conversation (its id, see /list)")
     p.set_defaults(handler=cmd_chat)
-    p.add_argument("--no-save", action="store_true",
-                   help="a throwaway chat: nothing is written (by default it is saved after every turn, as the app does)")
+    p.add_argument(
+        "--no-save",
+        action="store_true",
+        help="a throwaway chat: nothing is written (by default it is saved after every turn, as the app does)",
+    )

@@ -1,5 +1,5 @@
-"""What every ``specdec`` subcommand that runs a model shares: the run flags and the config they make, Ctrl+C as a Stop flag,
-streaming tokens and printing llama.cpp-style figures."""
+"""What every ``specdec`` subcommand that runs a model shares: the run flags and the config they
+make, Ctrl+C as a Stop flag, streaming tokens and printing llama.cpp-style figures."""
 
 from __future__ import annotations
 
@@ -162,7 +162,13 @@ def rpc_servers_of(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
-    from specdec_studio.engine.config import DEFAULT_K, DEFAULT_MAX_TOKENS_CLI, LOOKAHEAD_CLI_DEFAULTS, LOOKUP_SOURCES, MODES
+    from specdec_studio.engine.config import (
+        DEFAULT_K,
+        DEFAULT_MAX_TOKENS_CLI,
+        LOOKAHEAD_CLI_DEFAULTS,
+        LOOKUP_SOURCES,
+        MODES,
+    )
     from specdec_studio.engine.kv.rollback import ROLLBACKS
 
     p.add_argument("-m", "--model", default="default", help="default, gemma, or a path to a .gguf file")

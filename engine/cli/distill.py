@@ -25,7 +25,9 @@ def cmd_distill(args: argparse.Namespace) -> int:
     chosen = prompt_sets.load_file(args.prompts)
     train_prompts, held_out = (chosen, prompt_sets.load_file(args.eval)) if args.eval else held_out_split(chosen)
     if not train_prompts or not held_out:
-        raise SpecDecError("distill needs prompts to train on and held-out ones to measure (--eval FILE, or 4+ prompts)")
+        raise SpecDecError(
+            "distill needs prompts to train on and held-out ones to measure (--eval FILE, or 4+ prompts)"
+        )
     with ctrl_c_stops() as stop, Session(target_path, n_ctx=args.ctx_size, n_threads=args.threads,
                                          n_threads_batch=args.threads_batch, cancel=stop) as session:
         print(f"the target writes the training text: {len(train_prompts)} prompts × {args.n_predict} tokens…",
@@ -42,10 +44,17 @@ def cmd_distill(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
         stop.clear()  # a Ctrl+C that ended the training early does not skip the measurement; a second one does
         held = [prompt_tokens(session, p, True) for p in held_out]
-        report = {"corpus_tokens": result.n_corpus_tokens, "steps": result.steps, "stopped": result.stopped,
-                  "t_train_s": result.t_train_s, "loss_first": result.losses[0] if result.losses else None,
-                  "loss_last": result.losses[-1] if result.losses else None, "eval_losses": result.eval_losses,
-                  "output": str(out), "before": measure_draft(session, result.start_path, held, args.n_predict, args.draft_k, stop)}
+        report = {
+            "corpus_tokens": result.n_corpus_tokens,
+            "steps": result.steps,
+            "stopped": result.stopped,
+            "t_train_s": result.t_train_s,
+            "loss_first": result.losses[0] if result.losses else None,
+            "loss_last": result.losses[-1] if result.losses else None,
+            "eval_losses": result.eval_losses,
+            "output": str(out),
+            "before": measure_draft(session, result.start_path, held, args.n_predict, args.draft_k, stop),
+        }
         report["after"] = measure_draft(session, out, held, args.n_predict, args.draft_k, stop) \
             if report["before"] else None
     if args.json:

@@ -28,12 +28,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         raise SpecDecError("no prompt given; pass -p TEXT or -f FILE")
     config, model_path, draft_path = run_setup(args)
-    with ctrl_c_stops() as stop, Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size,
-                                         n_threads=args.threads, n_threads_batch=args.threads_batch,
-                                         n_gpu_layers=args.gpu_layers, rpc_servers=rpc_servers_of(args), draft_gpu_layers=args.draft_gpu_layers,
-                                         draft_path=draft_path, verify_kv=args.verify_kv, cancel=stop,
-                                         # the cells are followed only for what shows them
-                                         observe=bool(args.trace or args.kv_dump)) as session:
+    with (
+        ctrl_c_stops() as stop,
+        Session(
+            model_path,
+            n_ctx=args.ctx_size,
+            n_batch=args.batch_size,
+            n_threads=args.threads,
+            n_threads_batch=args.threads_batch,
+            n_gpu_layers=args.gpu_layers,
+            rpc_servers=rpc_servers_of(args),
+            draft_gpu_layers=args.draft_gpu_layers,
+            draft_path=draft_path,
+            verify_kv=args.verify_kv,
+            cancel=stop,
+            # the cells are followed only for what shows them
+            observe=bool(args.trace or args.kv_dump),
+        ) as session,
+    ):
         if args.chat and session.has_chat_template:
             tokens = session.chat_tokens([("user", prompt)])
         else:

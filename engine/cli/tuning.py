@@ -40,11 +40,21 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.formats is not None:
         return _compare_formats(args)
     draft_path = catalog.resolve(args.model_draft) if args.model_draft else None
-    with ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
-                                         n_threads=args.threads, n_threads_batch=args.threads_batch,
-                                         n_gpu_layers=args.gpu_layers, rpc_servers=rpc_servers_of(args), draft_path=draft_path,
-                                         draft_gpu_layers=args.draft_gpu_layers,
-                                         cancel=stop) as session:
+    with (
+        ctrl_c_stops() as stop,
+        Session(
+            catalog.resolve(args.model),
+            n_ctx=args.ctx_size,
+            n_batch=args.batch_size,
+            n_threads=args.threads,
+            n_threads_batch=args.threads_batch,
+            n_gpu_layers=args.gpu_layers,
+            rpc_servers=rpc_servers_of(args),
+            draft_path=draft_path,
+            draft_gpu_layers=args.draft_gpu_layers,
+            cancel=stop,
+        ) as session,
+    ):
         found = [("target", profile.load_or_measure(session, remeasure=args.remeasure))]
         if draft_path is not None:
             found.append(("draft", profile.load_or_measure(session, draft=True, remeasure=args.remeasure)))
@@ -115,7 +125,9 @@ def _compare_formats(args: argparse.Namespace) -> int:
             print(f"{f.format:<{width}}" + "".join(f"{r:6.2f}" for r in getattr(f, attr)))
     print("\nthreads (one-token decodes use n_threads, larger batches n_threads_batch), T(B) in ms:")
     for (t, tb), v in times.items():
-        print(f"  n_threads {t}, n_threads_batch {tb}: " + ", ".join(f"B={b} {1e3 * x:.2f}" for b, x in zip((1, 4, 8), v)))
+        print(
+            f"  n_threads {t}, n_threads_batch {tb}: " + ", ".join(f"B={b} {1e3 * x:.2f}" for b, x in zip((1, 4, 8), v))
+        )
     print(f"  best pair: n_threads {best[0]}, n_threads_batch {best[1]}"
           + (f" (run with -t {best[0]} -tb {best[1]})" if best != (n_threads, n_threads) else " (the default)"))
     print()
@@ -143,11 +155,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.mode == "speculative" and draft_path is None:
         raise SpecDecError("a speculative sweep needs a draft model: pass -md PATH (or -md default)")
     out_dir = Path(args.output)
-    with ctrl_c_stops() as stop, Session(catalog.resolve(args.model), n_ctx=args.ctx_size, n_batch=args.batch_size,
-                                         n_threads=args.threads, n_threads_batch=args.threads_batch,
-                                         n_gpu_layers=args.gpu_layers, rpc_servers=rpc_servers_of(args), draft_path=draft_path,
-                                         draft_gpu_layers=args.draft_gpu_layers,
-                                         cancel=stop) as session:
+    with (
+        ctrl_c_stops() as stop,
+        Session(
+            catalog.resolve(args.model),
+            n_ctx=args.ctx_size,
+            n_batch=args.batch_size,
+            n_threads=args.threads,
+            n_threads_batch=args.threads_batch,
+            n_gpu_layers=args.gpu_layers,
+            rpc_servers=rpc_servers_of(args),
+            draft_path=draft_path,
+            draft_gpu_layers=args.draft_gpu_layers,
+            cancel=stop,
+        ) as session,
+    ):
         curve = profile.load_or_measure(session).curve
         draft_curve = profile.load_or_measure(session, draft=True).curve if draft_path else None
         finished = None
@@ -219,7 +241,9 @@ def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
     print(f"{'file':<{width}} {'mode':<12} {'tokens/s':>9} {'x plain':>8} {'x ' + original.format + ' plain':>13} "
           f"{'predicted':>10}  lossless")
     for f in files:
-        print(f"{f.format:<{width}} {'plain':<12} {f.plain_tokens_per_second:9.1f} {1.0:8.2f} {f.plain_vs_original:13.2f}")
+        print(
+            f"{f.format:<{width}} {'plain':<12} {f.plain_tokens_per_second:9.1f} {1.0:8.2f} {f.plain_vs_original:13.2f}"
+        )
         best = f.best()
         for m in f.modes:
             predicted = f"{m.predicted:10.2f}" if m.predicted is not None else f"{'-':>10}"
@@ -229,8 +253,10 @@ def _sweep_formats(args: argparse.Namespace, prompt_set) -> int:
                 exact = (f"{len(m.divergences)} flip(s), margin <= {max(d['margin'] for d in m.divergences):.3f}"
                          f" vs deviation {f.deviation:.3f}")
             mark = " *" if m is best else ""
-            print(f"{'':<{width}} {m.mode + mark:<12} {m.tokens_per_second:9.1f} {m.vs_plain:8.2f} {m.vs_original:13.2f} "
-                  f"{predicted}  {exact}")
+            print(
+                f"{'':<{width}} {m.mode + mark:<12} {m.tokens_per_second:9.1f} {m.vs_plain:8.2f} {m.vs_original:13.2f} "
+                f"{predicted}  {exact}"
+            )
     print(f"(* the file's best lossless mode; wrote {out})")
     print(format_speed.sentence(files))
     return 0

@@ -1,1 +1,2 @@
-"""Drafts made and measured for a target: distillation on llama.cpp's training API, and a draft's agreement, acceptance and speed-up."""
+"""Drafts made and measured for a target: distillation on llama.cpp's training API, and a draft's
+agreement, acceptance and speed-up."""

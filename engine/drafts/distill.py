@@ -161,8 +161,14 @@ class _LlamaOptParams(ctypes.Structure):
     """struct llama_opt_params as the pinned llama.h has it (llama-cpp-python's binding lacks the
     trailing optimizer type, which the C side would then read from garbage)."""
 
-    _fields_ = [("n_ctx_train", ctypes.c_uint32), ("param_filter", ctypes.c_void_p), ("param_filter_ud", ctypes.c_void_p),
-                ("get_opt_pars", ctypes.c_void_p), ("get_opt_pars_ud", ctypes.c_void_p), ("optimizer_type", ctypes.c_int)]
+    _fields_ = [
+        ("n_ctx_train", ctypes.c_uint32),
+        ("param_filter", ctypes.c_void_p),
+        ("param_filter_ud", ctypes.c_void_p),
+        ("get_opt_pars", ctypes.c_void_p),
+        ("get_opt_pars_ud", ctypes.c_void_p),
+        ("optimizer_type", ctypes.c_int),
+    ]
 
 
 _PARAM_FILTER = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_void_p)
@@ -210,8 +216,12 @@ def _one_window_dataset(api: dict, n_ctx: int) -> tuple[int, tuple[np.ndarray, n
     dataset = api["dataset_init"](GGML_TYPE_I32, GGML_TYPE_I32, n_ctx, n_ctx, 1, 1)
     if not dataset:
         raise SpecDecError("llama.cpp could not make a training dataset")
-    views = tuple(np.ctypeslib.as_array(ctypes.cast(api["get_data"](api[part](dataset)), ctypes.POINTER(ctypes.c_int32)),
-                                        shape=(n_ctx,)) for part in ("dataset_data", "dataset_labels"))
+    views = tuple(
+        np.ctypeslib.as_array(
+            ctypes.cast(api["get_data"](api[part](dataset)), ctypes.POINTER(ctypes.c_int32)), shape=(n_ctx,)
+        )
+        for part in ("dataset_data", "dataset_labels")
+    )
     return dataset, views
 
 

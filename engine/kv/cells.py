@@ -45,7 +45,7 @@ class RowSeqs:
     def __len__(self) -> int:
         return len(self.counts)
 
-    def __getitem__(self, rows: slice) -> "RowSeqs":
+    def __getitem__(self, rows: slice) -> RowSeqs:
         return RowSeqs(self.table[rows], self.counts[rows])
 
     def mark(self, seqs: np.ndarray, cells: np.ndarray) -> None:
@@ -100,7 +100,7 @@ class KvCells:
         """Per-sequence min and max positions (-1 for a sequence with no cells)."""
         return seq_ranges(self.seqs.T.copy(), self.pos)
 
-    def copy(self) -> "KvCells":
+    def copy(self) -> KvCells:
         """An equal KvCells (a batch's trial placement). Only the cells below the bound are copied;
         the rest are free, so the new tables are filled free rather than read from this one."""
         b = self.bound
@@ -114,7 +114,7 @@ class KvCells:
         other.written = []
         return other
 
-    def picture(self) -> "KvCells":
+    def picture(self) -> KvCells:
         """A copy to read, not to change: its arrays cover only the cells below the bound (every
         cell past them is free), so it costs the cells in use, not the cache. The mirror keeps one
         of every step that has branches to tidy; a snapshot reads its used cells, its last used

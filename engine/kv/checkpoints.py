@@ -49,7 +49,9 @@ class Checkpoints:
         # A sequence's recurrent state keeps its size, so the buffer of its last checkpoint takes
         # the next one without asking llama.cpp the size first (which writes the state out once
         # more, to count it); only a state that no longer fits is measured, and copied again.
-        written = 0 if buf is None else llama.llama_state_seq_get_data_ext(self.ctx, buf, len(buf), seq_id, PARTIAL_ONLY)
+        written = (
+            0 if buf is None else llama.llama_state_seq_get_data_ext(self.ctx, buf, len(buf), seq_id, PARTIAL_ONLY)
+        )
         if written == 0:
             size = llama.llama_state_seq_get_size_ext(self.ctx, seq_id, PARTIAL_ONLY)
             buf = self._buffers[seq_id] = (ctypes.c_uint8 * size)()

@@ -86,7 +86,7 @@ class KvVerifier:
         self.reader = KvDumpReader()
         self.n_checked = 0
 
-    def __enter__(self) -> "KvVerifier":
+    def __enter__(self) -> KvVerifier:
         native.add_log_sink(self.reader)
         return self
 
@@ -106,10 +106,14 @@ class KvVerifier:
         for cache, cells, positions, (pos_min, pos_max), used, head in expected:
             dump = next((d for d in self.reader.dumps if (d.n_swa > 0) == (cache.n_swa > 0)), None)
             if dump is None:
-                raise KvMirrorMismatch("llama.cpp printed no KV dump; was the context made with LLAMA_KV_CACHE_DEBUG=3?")
+                raise KvMirrorMismatch(
+                    "llama.cpp printed no KV dump; was the context made with LLAMA_KV_CACHE_DEBUG=3?"
+                )
             kind = "SWA cache" if cache.n_swa else "KV cache"
             if dump.cells != cells:
-                raise KvMirrorMismatch(f"KV mirror differs from llama.cpp's {kind} at {_first_difference(cache, dump.cells or '')}")
+                raise KvMirrorMismatch(
+                    f"KV mirror differs from llama.cpp's {kind} at {_first_difference(cache, dump.cells or '')}"
+                )
             if dump.positions != positions:
                 raise KvMirrorMismatch(f"KV mirror positions differ from llama.cpp's {kind}")
             if (dump.used, dump.head) != (used, head):

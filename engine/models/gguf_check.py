@@ -225,7 +225,8 @@ def _check_strings(r: _Reader, count: int, name: str, *, distinct: bool) -> None
     """Walk an array of ``count`` strings; with ``distinct`` (the vocabulary) their texts must
     differ: llama.cpp maps text to id and aborts (GGML_ASSERT) when two ids share a text. It reads
     a text as a C string, so a NUL byte ends it (found by the fuzz: a text cut short by a flipped
-    byte equalled another token's); an empty text is named "[EMPTY_<id>]" there, as here. A tight loop: Gemma's vocabulary has 262,144."""
+    byte equalled another token's); an empty text is named "[EMPTY_<id>]" there, as here. A tight
+    loop: Gemma's vocabulary has 262,144."""
     buf, end, size = r.buf, r.end, r.size
     pos = r.pos
     seen: dict[bytes, int] = {}

@@ -232,7 +232,7 @@ class LoadedModel:
             if self._holds_rpc:
                 rpc.hold(self.rpc_servers, -1)
 
-    def __enter__(self) -> "LoadedModel":
+    def __enter__(self) -> LoadedModel:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -100,7 +100,7 @@ def probe(endpoint: str, timeout_s: float = PROBE_TIMEOUT_S) -> RpcServerInfo:
     llama.cpp's client would abort the process."""
     try:
         reply = _hello(endpoint, timeout_s)
-    except socket.timeout:
+    except TimeoutError:
         raise RpcError(f"the RPC server at {endpoint} accepted the connection but did not answer within "
                        f"{timeout_s:g} s; it serves one client at a time and may be busy with another") from None
     except OSError as exc:

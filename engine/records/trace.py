@@ -5,9 +5,9 @@ every other line is one event with its time in seconds since the run started:
 
     {"format": "specdec-trace", "version": 2, "created": "…", "app": "0.1.0", "config": {…}, "model": {…}}
     {"t": 0.0, "type": "RunStarted", "data": {…}}
-    {"t": 0.012, "type": "StepBatch", "data": {"step": 1, "rows": [[token, text, pos, [seqs], logits, role, verdict], …]}}
+    {"t": 0.012, "type": "StepBatch", "data": {"step": 1, "rows": [[token, text, pos, [seqs], logits, role, verdict]]}}
     {"t": 0.012, "type": "StepDone", "data": {…, "tokens": [[id, text, source(, why)], …]}}
-    {"t": 0.05, "type": "KvSnapshot", "data": {…, "n_cells": 4096, "n_seq": 1, "cells": [[cell, pos, seqs, kept, step], …]}}
+    {"t": 0.05, "type": "KvSnapshot", "data": {…, "n_cells": 512, "n_seq": 1, "cells": [[cell, pos, seqs, kept, step]]}}
     …
     {"t": 2.31, "type": "RunFinished", "data": {…}}
 
@@ -31,7 +31,7 @@ import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +39,21 @@ import numpy as np
 from specdec_studio.engine import __version__
 from specdec_studio.engine.config import MAX_SEQUENCES, RunConfig
 from specdec_studio.engine.errors import ConfigError, SpecDecError, not_utf8
-from specdec_studio.engine.events import (BatchRow, Event, Explanation, KvSnapshot, RecurrentState, RejectedDraft, RunFailed, RunFinished, RunStarted, RunWarning,
-                           StepBatch, StepDone, TokenInfo)
+from specdec_studio.engine.events import (
+    BatchRow,
+    Event,
+    Explanation,
+    KvSnapshot,
+    RecurrentState,
+    RejectedDraft,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunWarning,
+    StepBatch,
+    StepDone,
+    TokenInfo,
+)
 from specdec_studio.engine.strategies.explain import TOP_N
 from specdec_studio.engine.records.kv_history import KvHistory
 
@@ -154,7 +167,7 @@ class TraceRecorder:
 
 
 def make_header(started: RunStarted) -> dict:
-    return {"format": FORMAT, "version": VERSION, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    return {"format": FORMAT, "version": VERSION, "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "app": __version__, "config": started.config, "model": started.model}
 
 
@@ -388,7 +401,7 @@ def _why(record: dict, chosen_text: str) -> Explanation:
                        _string(record.get("matched", ""))[:MAX_MATCHED_TEXT], bool(rule), p, q, draw)
 
 
-def _event(kind: str, data: dict, kv: "_KvDecoder") -> Event:
+def _event(kind: str, data: dict, kv: _KvDecoder) -> Event:
     if kind == "StepDone":
         return StepDone(_int(data["step"]), _tokens(data["tokens"]), _int(data["n_drafted"]),
                         _int(data["n_accepted"]), _number(data["t_decode_s"]), _number(data["t_step_s"]),

@@ -159,7 +159,7 @@ class Explainer:
             text = self.texts[token] = self.piece(int(token)).decode("utf-8", "replace")
         return text
 
-    def ranked(self, probs: "np.ndarray | _Softmax", ids: np.ndarray) -> tuple[Ranked, ...]:
+    def ranked(self, probs: np.ndarray | _Softmax, ids: np.ndarray) -> tuple[Ranked, ...]:
         """(id, text, probability) of each of ``ids``: their probabilities read in one call."""
         at = probs.at(ids) if isinstance(probs, _Softmax) else probs[ids]
         return tuple((t, self.text(t), rounded(p)) for t, p in zip(ids.tolist(), at.tolist()))
@@ -181,8 +181,8 @@ class Explainer:
         return self.scratch
 
     def explain(self, logits: np.ndarray, chosen: int, *, dist: np.ndarray | None = None, proposed: int = -1,
-                proposer: str = "", accepted: bool = False, proposer_top: "tuple[Ranked, ...] | Future" = (),
-                matched: str = "", q: float | None = None, draw: float | None = None) -> "Explanation | Deferred":
+                proposer: str = "", accepted: bool = False, proposer_top: tuple[Ranked, ...] | Future = (),
+                matched: str = "", q: float | None = None, draw: float | None = None) -> Explanation | Deferred:
         """The explanation of ``chosen``, emitted at the position whose target logits are ``logits``
         (a :class:`Deferred` one with a thread). ``dist``, where given, is a distribution the caller
         made for this row alone (the sampler's are new arrays): it is not copied."""
@@ -192,7 +192,9 @@ class Explainer:
         return Deferred(self._later(self._explain, logits, chosen, dist, proposed, proposer, accepted,
                                     proposer_top, matched, q, draw))
 
-    def _explain(self, logits, chosen, dist, proposed, proposer, accepted, proposer_top, matched, q, draw) -> Explanation:
+    def _explain(
+        self, logits, chosen, dist, proposed, proposer, accepted, proposer_top, matched, q, draw
+    ) -> Explanation:
         if isinstance(proposer_top, Future):  # made earlier on the same thread: done already
             proposer_top = proposer_top.result()
         ids, p = self.target_probs(logits, dist)
@@ -203,7 +205,7 @@ class Explainer:
                            bool(accepted), proposer_top,
                            matched, not self.greedy, p_proposed, q, draw)
 
-    def proposer_top(self, logits: np.ndarray, dist: np.ndarray | None = None) -> "tuple[Ranked, ...] | Future":
+    def proposer_top(self, logits: np.ndarray, dist: np.ndarray | None = None) -> tuple[Ranked, ...] | Future:
         """A draft's (or MTP head's) top tokens: from its sampling distribution ``dist`` where it
         drew its proposal, else from the softmax of its ``logits``; with a thread, a future of them
         (for :meth:`explain`'s ``proposer_top``)."""

@@ -107,7 +107,7 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         # ---- draft: at most k, and no more than the context or the token budget can take ------
         room = min(rt.n_ctx - n_past - 1, rt.n_batch - 1, rt.config.max_tokens - len(out.ids) - 1)
         k = max(0, min(k_control.k, room))
-        draft = rt.guarded(lambda: drafter.propose(context, k)) if k > 0 else Draft([], None, 0.0)
+        draft = rt.guarded(lambda: drafter.propose(context, k))  # noqa: B023 - called at once if k > 0 else Draft([], None, 0.0)
         if draft is None:  # the draft model's decode was stopped (or its cache filled)
             break
         counters.t_draft_s += draft.t_draft_s
@@ -149,7 +149,9 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
                 verdicts[1 + n_accepted] = "rejected"
             yield rt.step_batch(step, ("input",) + (role,) * len(proposals), verdicts)
         if rejected:
-            yield RejectedDraft(step, tuple(rejected), tuple(rt.vocab.piece(t).decode("utf-8", "replace") for t in rejected))
+            yield RejectedDraft(
+                step, tuple(rejected), tuple(rt.vocab.piece(t).decode("utf-8", "replace") for t in rejected)
+            )
         if emitted:
             yield StepDone(step, tuple(emitted), len(proposals), n_accepted, t_decode, now - t_prev,
                            {"k": k, "t_draft_s": draft.t_draft_s})

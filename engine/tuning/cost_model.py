@@ -65,7 +65,7 @@ class CostCurve:
     def t_plain_s(self) -> float:
         return self.t_all_logits[0]
 
-    def fitted(self) -> "CostCurve":
+    def fitted(self) -> CostCurve:
         """This curve with its noise taken out: each variant fitted to a decode's shape (never
         cheaper for more tokens, never dearer per token; :func:`engine.tuning.shape_fit.physical_fit`),
         and the one-logit time never above the all-logits time. Plans priced with it do not turn
@@ -186,7 +186,9 @@ def draft_break_even_words(curve: CostCurve, draft_curve: CostCurve, k: int) -> 
     return head + f": drafting {k} pays above {acceptance_words(alpha)} acceptance"
 
 
-def draft_break_even_table_words(curve: CostCurve, draft_curve: CostCurve, ks: Sequence[int] = (1, 2, 3, 4, 5, 8)) -> str:
+def draft_break_even_table_words(
+    curve: CostCurve, draft_curve: CostCurve, ks: Sequence[int] = (1, 2, 3, 4, 5, 8)
+) -> str:
     """The acceptance each draft length needs to pay with this draft model, in one line
     ("k = 1: 71 %, k = 2: 88 %, …, k = 8: never")."""
     parts = []
@@ -201,7 +203,9 @@ def break_even_tokens_per_step(curve: CostCurve, step_shape: tuple[int, int]) ->
     return curve.relative(*step_shape)
 
 
-def predict_from_stats(stats: dict, curve: CostCurve, *, mode: str, draft_curve: CostCurve | None = None) -> float | None:
+def predict_from_stats(
+    stats: dict, curve: CostCurve, *, mode: str, draft_curve: CostCurve | None = None
+) -> float | None:
     """Predicted speed-up of a finished run from its own counters: the tokens it emitted per step,
     priced with the decodes it really made and the drafting it needed.
 

@@ -83,8 +83,10 @@ def probe_exactness(model_path: str | Path, *, n_threads: int | None = None, n_t
         session.memory.clear()
         session.memory.decode_tokens(session.batch, prefix, 0)
         long_reference = _logits_after_prefix(session, prefix, after, 1)
-        long_by_batch = {size: float(np.max(np.abs(_logits_after_prefix(session, prefix, after, size) - long_reference)))
-                         for size in LONG_BATCH_SIZES}
+        long_by_batch = {
+            size: float(np.max(np.abs(_logits_after_prefix(session, prefix, after, size) - long_reference)))
+            for size in LONG_BATCH_SIZES
+        }
         session.memory.clear()
     worst = max(by_batch.values())
     long_worst = max(long_by_batch.values())

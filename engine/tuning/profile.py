@@ -115,7 +115,7 @@ class BatchCostProfile:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BatchCostProfile":
+    def from_dict(cls, data: dict) -> BatchCostProfile:
         if data.get("format") != FORMAT_VERSION:
             raise ValueError("profile of another format")
         curve = CostCurve(tuple(data["sizes"]), tuple(data["t_all_logits_s"]), tuple(data["t_last_logit_s"]))

@@ -188,7 +188,9 @@ def run_sweep(session, spec: SweepSpec, *, curve: CostCurve | None = None, draft
         if len(t) + spec.max_tokens + 1 > session.n_ctx:
             raise ConfigError(f"prompt {p.id} ({len(t)} tokens) and {spec.max_tokens} new tokens do not fit "
                               f"the context of {session.n_ctx}; raise the context size or lower the tokens")
-    blocks = [list(range(i, min(i + spec.plain_every, len(settings)))) for i in range(0, len(settings), spec.plain_every)]
+    blocks = [
+        list(range(i, min(i + spec.plain_every, len(settings)))) for i in range(0, len(settings), spec.plain_every)
+    ]
     n_prompts = len(tokens)
     total = n_prompts * (len(settings) + len(blocks) + 1)
     plain_config = RunConfig(mode="plain", max_tokens=spec.max_tokens, sampling=SamplingParams())

@@ -327,7 +327,9 @@ def test_the_draft_has_its_own_gpu_layers_and_the_window_keeps_both(recorded_win
     win.start_training({"steps": 4})
     assert last("train_draft")[0][0]["draft_gpu_layers"] == 99
     win.save_settings()
-    again = MainWindow(autoload=False, settings=QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat))
+    again = MainWindow(
+        autoload=False, settings=QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
+    )
     try:
         assert (again.model_bar.gpu_layers.value(), again.model_bar.draft_gpu_layers.value()) == (12, 99)
     finally:

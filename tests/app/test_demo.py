@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -196,7 +197,7 @@ def test_exports_carry_the_tokens_with_their_sources(window, qtbot, tmp_path):
     figures = json.loads((tmp_path / "out-figures.json").read_text())
     assert figures["stats"]["n_predict"] == 32 and figures["config"]["mode"] == "lookup"
     for path in written["kv_png"] + written["plots_png"]:
-        assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+        assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(written["plots_png"]) >= 2
     _open_in_a_browser(tmp_path / "out-report.html", final.text, tmp_path)
 

@@ -98,10 +98,17 @@ def test_typing_at_once_then_ctrl_enter_runs_the_typed_message(open_window, qtbo
     assert QtWidgets.QApplication.focusWidget() is win.input.edit
 
 
-CODE_ANSWER = [("Use", "sampled", 1, 11, 0.0, ""), (" this", "sampled", 2, 12, 0.0, ""), (":\n\n", "sampled", 3, 13, 0.0, ""),
-               ("```python\n", "sampled", 4, 14, 0.0, ""), ("def", "sampled", 5, 15, 0.0, ""),
-               (" add(a, b):\n", "accepted_draft", 6, 16, 1.0, ""), ("    return a + b", "accepted_ngram", 7, 17, 1.0, ""),
-               ("\n```\n\n", "sampled", 8, 18, 0.0, ""), ("It **adds**.", "sampled", 9, 19, 0.0, "")]
+CODE_ANSWER = [
+    ("Use", "sampled", 1, 11, 0.0, ""),
+    (" this", "sampled", 2, 12, 0.0, ""),
+    (":\n\n", "sampled", 3, 13, 0.0, ""),
+    ("```python\n", "sampled", 4, 14, 0.0, ""),
+    ("def", "sampled", 5, 15, 0.0, ""),
+    (" add(a, b):\n", "accepted_draft", 6, 16, 1.0, ""),
+    ("    return a + b", "accepted_ngram", 7, 17, 1.0, ""),
+    ("\n```\n\n", "sampled", 8, 18, 0.0, ""),
+    ("It **adds**.", "sampled", 9, 19, 0.0, ""),
+]
 
 
 def _char_format_at(stream: TokenStream, text: str) -> QtGui.QTextCharFormat:

@@ -399,9 +399,14 @@ def test_the_chats_list_shows_cli_chats_and_names_a_damaged_file(window, qtbot, 
     from specdec_studio.app.widgets.conversation_list import ID_ROLE
 
     data = tmp_path / "data"  # the window's own data folder (its fixture's)
-    done = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "chat", "-n", "8", "-t", "2", "-c", "1024"],
-                          input="Name a colour.\n", capture_output=True, text=True, check=True,
-                          env={**os.environ, "SPECDEC_DATA": str(data)})
+    done = subprocess.run(
+        [sys.executable, "-m", "specdec_studio.engine.cli", "chat", "-n", "8", "-t", "2", "-c", "1024"],
+        input="Name a colour.\n",
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SPECDEC_DATA": str(data)},
+    )
     conv_id = done.stderr.split("[conversation ")[1].split(":")[0]
     (data / "conversations" / "broken.json").write_text('[{"not": "a conversation"}]')
     window.worker.conversation("list")
@@ -427,7 +432,9 @@ def test_the_profile_tab_compares_weight_formats_and_loads_the_chosen_copy(windo
     assert copy.endswith(".draft-Q8_0.gguf")
     assert window.model_path != copy  # nothing changes until the user picks the copy
     window.load_copy_button.click()
-    qtbot.waitUntil(lambda: window.model_loaded and window.model_path == copy and not window.machine.busy, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: window.model_loaded and window.model_path == copy and not window.machine.busy, timeout=TIMEOUT_MS
+    )
     run(window, qtbot, "Hello", mode="auto", max_tokens=8)
     assert window.last_finished.token_ids
     # with the copy loaded, each mode on each file is measured against plain on the original, not the copy

@@ -174,7 +174,10 @@ def test_the_draft_model_sweep_names_the_loaded_drafts_break_even(window, qtbot)
         f"k = {k}: never" for k in (1, 2, 3, 4, 5, 8)) + ".")
     # its sentence follows the run controls' k
     window.controls.set_values({"k": 5})
-    assert "a 6-token verification costs" in tune.draft_break_even.text() and "drafting 5 cannot pay" in tune.draft_break_even.text()
+    assert (
+        "a 6-token verification costs" in tune.draft_break_even.text()
+        and "drafting 5 cannot pay" in tune.draft_break_even.text()
+    )
     tune.mode.setCurrentIndex(tune.mode.findData("lookahead"))
     assert tune.draft_break_even.isHidden()
     window.choose_draft(None)

@@ -138,8 +138,11 @@ def main() -> int:
                     rounds[category][name].append(speeds[name] / speeds["plain"])
                     corrected[category][name].append(
                         totals[name][0] / in_steps[name] / (totals["plain"][0] / in_steps["plain"]))
-        print(f"{model_path().name}, {THREADS} threads, {args.n} tokens, chat template, {args.prompts} prompt(s) per "
-              f"category, {args.rounds}+ rounds of 2 runs each (more until plain ran {args.min_seconds:g} s); speed-up over plain, median of the rounds / worst round:")
+        print(
+            f"{model_path().name}, {THREADS} threads, {args.n} tokens, chat template, {args.prompts} prompt(s) per "
+            f"category, {args.rounds}+ rounds of 2 runs each (more until plain ran {args.min_seconds:g} s); "
+            "speed-up over plain, median of the rounds / worst round:"
+        )
         print(f"{'category':<16}" + "".join(f"{n:>16}" for n in names[1:]) + "   plain t/s  rounds")
         medians: dict[str, list[float]] = {n: [] for n in names}
         worsts: dict[str, list[float]] = {n: [] for n in names}
@@ -167,8 +170,10 @@ def main() -> int:
             best_fixed = max(lookups, key=lambda n: geometric_mean(medians[n]))
             print(f"best fixed setting: {best_fixed}")
         worst_category = min(rounds, key=lambda c: statistics.median(rounds[c]["auto"]))
-        print(f"Auto's worst category: {worst_category}, {statistics.median(rounds[worst_category]['auto']):.3f}x plain "
-              f"(median of the rounds); its worst round anywhere: {min(min(r['auto']) for r in rounds.values()):.3f}x")
+        print(
+            f"Auto's worst category: {worst_category}, {statistics.median(rounds[worst_category]['auto']):.3f}x plain "
+            f"(median of the rounds); its worst round anywhere: {min(min(r['auto']) for r in rounds.values()):.3f}x"
+        )
         print("\nAuto's decisions and sources per category (its last run):")
         for category, stats in auto_stats.items():
             a = stats["auto"]

@@ -176,7 +176,9 @@ def calibrated_cost(proposed: list[list[Proposal]], output: list[int], counts: d
         nodes, _ = build_tree([p for p in proposals if p.tokens], calibrator, step_cost, room, min_gain=1.0)
         accepted, parent = 0, -1
         while i + accepted < len(output):
-            child = next((j for j, n in enumerate(nodes) if n.parent == parent and n.token == output[i + accepted]), None)
+            child = next(
+                (j for j, n in enumerate(nodes) if n.parent == parent and n.token == output[i + accepted]), None
+            )
             if child is None:
                 break
             accepted, parent = accepted + 1, child
@@ -238,7 +240,9 @@ def main() -> int:
         profile.load_or_measure(session)
         curve = session.cost_curve()
         prompts = [] if wanted else [(CODE_LABEL, session.tokenize_prompt(CODE_PROMPT))]
-        prompts += [(p.category, prompt_tokens(session, p, chat=True)) for p in shipped(wanted, per_category=args.prompts)]
+        prompts += [
+            (p.category, prompt_tokens(session, p, chat=True)) for p in shipped(wanted, per_category=args.prompts)
+        ]
         print(f"{model_path().name}, {THREADS} threads, {args.n} tokens, median of {args.runs} Auto runs\n")
         chosen = []
         n_seq = RunConfig(mode="auto").n_sequences
@@ -251,7 +255,9 @@ def main() -> int:
             # the calibrated bounds of the run reported (the others' are never shown)
             output = run["output"]
             run["proposed"], run["counts"] = proposals_and_outcomes(tokens, output, n_seq)
-            run["calibrated_vs_plain"] = (len(output) - 1) / calibrated_cost(run["proposed"], output, run["counts"], curve)
+            run["calibrated_vs_plain"] = (len(output) - 1) / calibrated_cost(
+                run["proposed"], output, run["counts"], curve
+            )
             chosen.append((name, run))
             n_plain += sum(1 for d, *_ in run["steps"] if d == 0)
             for source, (offered, right) in coverage(tokens, run["steps"]).items():
@@ -265,7 +271,9 @@ def main() -> int:
                 entry[0] += accepted
                 entry[1] += offered
         for _, run in chosen:
-            run["pooled_vs_plain"] = (len(run["output"]) - 1) / calibrated_cost(run["proposed"], run["output"], pooled, curve)
+            run["pooled_vs_plain"] = (len(run["output"]) - 1) / calibrated_cost(
+                run["proposed"], run["output"], pooled, curve
+            )
         print("auto t/s: measured; priced: Auto's own steps priced like the oracle's; bound: oracle t/s ÷ priced.\n"
               "Then each decoder's gain over plain (plain's decodes ÷ its own, both priced by the profile alone):\n"
               "  auto: the run above;\n"
@@ -275,14 +283,21 @@ def main() -> int:
               "    in hand: the most a planner that trusts these signals could learn);\n"
               "  oracle: sends exactly the right run (an upper bound on any planner with these sources)")
         columns = ("auto_vs_plain", "pooled_vs_plain", "calibrated_vs_plain", "oracle_vs_plain")
-        print(f"{'prompt':<22}{'auto t/s':>9}{'priced':>9}{'oracle t/s':>11}{'bound':>8}{'auto':>8}{'fit/all':>9}{'fit/answer':>11}"
-              f"{'oracle':>9}{'steps':>7}{'plain':>7}{'drafted':>9}{'accepted':>9}")
+        print(
+            f"{'prompt':<22}{'auto t/s':>9}{'priced':>9}{'oracle t/s':>11}{'bound':>8}{'auto':>8}"
+            f"{'fit/all':>9}{'fit/answer':>11}"
+            f"{'oracle':>9}{'steps':>7}{'plain':>7}{'drafted':>9}{'accepted':>9}"
+        )
         for name, run in chosen:
             stats, steps = run["stats"], run["steps"]
-            print(f"{name:<22}{stats['tokens_per_second']:9.1f}{run['modelled_tps']:9.1f}{run['oracle_tps']:11.1f}"
-                  f"{run['oracle_tps'] / run['modelled_tps']:7.3f}x{run['auto_vs_plain']:7.3f}x{run['pooled_vs_plain']:8.3f}x"
-                  f"{run['calibrated_vs_plain']:10.3f}x{run['oracle_vs_plain']:8.3f}x{len(steps):7d}"
-                  f"{sum(1 for d, *_ in steps if d == 0):7d}{sum(d for d, *_ in steps):9d}{sum(a for _, a, *_ in steps):9d}")
+            print(
+                f"{name:<22}{stats['tokens_per_second']:9.1f}{run['modelled_tps']:9.1f}{run['oracle_tps']:11.1f}"
+                f"{run['oracle_tps'] / run['modelled_tps']:7.3f}x{run['auto_vs_plain']:7.3f}x"
+                f"{run['pooled_vs_plain']:8.3f}x"
+                f"{run['calibrated_vs_plain']:10.3f}x{run['oracle_vs_plain']:8.3f}x{len(steps):7d}"
+                f"{sum(1 for d, *_ in steps if d == 0):7d}{sum(d for d, *_ in steps):9d}"
+                f"{sum(a for _, a, *_ in steps):9d}"
+            )
         # a category's gain is the geometric mean of its prompts'; the code prompt is not a category
         by_category: dict[str, list[dict]] = {}
         for name, run in chosen:

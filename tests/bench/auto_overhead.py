@@ -77,7 +77,9 @@ def main() -> int:
                   f"{(auto - plain) / step:10.1%}{n_auto_plain:>6}/{n_auto_steps:<5}")
     step = _trimmed_mean(pooled["step"])
     plain, auto = _trimmed_mean(pooled["plain"]), _trimmed_mean(pooled["auto"])
-    print(f"{'all steps pooled':<22}{step * 1e3:12.2f}{plain * 1e3:9.3f}{auto * 1e3:12.3f}{(auto - plain) / step:10.1%}")
+    print(
+        f"{'all steps pooled':<22}{step * 1e3:12.2f}{plain * 1e3:9.3f}{auto * 1e3:12.3f}{(auto - plain) / step:10.1%}"
+    )
     print(f"Auto's plain steps cost {(auto - plain) * 1e3:.3f} ms more than plain's outside the decode: "
           f"{(auto - plain) / step:.2%} of a plain step.")
     return 0

@@ -20,7 +20,8 @@ every shipped prompt), this decodes plain's output once, then replays on it:
 Every step is priced in one-token decodes from the batch-cost profile: T(B)/T(1) for a batch of B
 tokens, plus the graph rebuild a one-token decode after a larger one costs (Auto's prior for it).
 ``--slope S`` prices (and lets Auto plan) with T(B)/T(1) = 1 + S·(B - 1) instead: what a machine
-whose batches cost less (a GPU) would see. Time outside decodes is not priced. A real run's speed-up is this one less its overhead and noise:
+whose batches cost less (a GPU) would see. Time outside decodes is not priced. A real run's speed-up
+is this one less its overhead and noise:
 ``auto.py`` and ``lookup_vs_llama_cpp.py`` measure those. Prints each prompt's speed-up over plain
 for each, Auto over the best fixed k, and geometric means; then, pooled over the prompts, how often
 the first token the n-gram cache or the suffix match proposed was right, by whether the other one

@@ -47,9 +47,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=128, help="tokens per prompt")
     ap.add_argument("--every", type=int, default=3, help="every how many-th shipped chat prompt (1: all 94)")
-    ap.add_argument("--machine", default="smollm2-q4_1-smooth", help="the profile that keeps time: a name in tests/data/profiles, or a profile's .json path")
+    ap.add_argument(
+        "--machine",
+        default="smollm2-q4_1-smooth",
+        help="the profile that keeps time: a name in tests/data/profiles, or a profile's .json path",
+    )
     args = ap.parse_args()
-    machine = load_curve(Path(args.machine) if args.machine.endswith(".json") else SHARED_PROFILES / f"{args.machine}.json")
+    machine = load_curve(
+        Path(args.machine) if args.machine.endswith(".json") else SHARED_PROFILES / f"{args.machine}.json"
+    )
     print(f"SmolLM2, greedy, {args.n} tokens, decodes timed by the {args.machine} profile")
     with Session(model_path(), n_ctx=4096, n_threads=2, observe=False) as session, \
             simulated_machine(session, machine, machine):

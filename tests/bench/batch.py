@@ -68,7 +68,9 @@ def main() -> int:
     with Session(model_path(), n_ctx=4096, n_threads=THREADS) as session:
         session.ensure_sequences(max(PARALLEL))
         prompts = shipped()[: args.prompts]
-        jobs = [BatchJob(f"{p.category}-{i}", tuple(prompt_tokens(session, p, chat=True))) for i, p in enumerate(prompts)]
+        jobs = [
+            BatchJob(f"{p.category}-{i}", tuple(prompt_tokens(session, p, chat=True))) for i, p in enumerate(prompts)
+        ]
         print(f"{model_path().name}, {THREADS} threads, {len(jobs)} prompts of "
               f"{min(len(j.tokens) for j in jobs)}-{max(len(j.tokens) for j in jobs)} tokens, {args.n} tokens each")
         for name, config in configs.items():

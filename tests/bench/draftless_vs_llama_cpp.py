@@ -162,9 +162,13 @@ def their_lengths(binary: Path, model: Path, prompt_file: Path, types: list[str]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2, help="forward-and-back rounds")
-    ap.add_argument("--category", action="append", help="only these chat categories (repeatable; 'code' is the code prompt)")
+    ap.add_argument(
+        "--category", action="append", help="only these chat categories (repeatable; 'code' is the code prompt)"
+    )
     ap.add_argument("--only", help="comma-separated settings to run besides plain (e.g. auto,ngram-mod)")
-    ap.add_argument("--bin", default=None, help="folder with llama-speculative-simple (default: scripts/build_llama_tools.sh)")
+    ap.add_argument(
+        "--bin", default=None, help="folder with llama-speculative-simple (default: scripts/build_llama_tools.sh)"
+    )
     args = ap.parse_args()
 
     tools = find_tools(args.bin)
@@ -264,8 +268,11 @@ def main() -> int:
             if at_length or firsts_of:
                 row += "  " + "  ".join(f"{name} {statistics.median(over_own[category][name]):.3f}"
                                         for name in [*at_length, *firsts_of])
-            print(f"{category:<16} plain {mean['plain']:6.1f} t/s, llama plain {mean[LLAMA_PLAIN] / mean['plain']:.3f}x; "
-                  f"over own plain: {row}", flush=True)
+            print(
+                f"{category:<16} plain {mean['plain']:6.1f} t/s, llama plain {mean[LLAMA_PLAIN] / mean['plain']:.3f}x; "
+                f"over own plain: {row}",
+                flush=True,
+            )
 
         chat = [c for c in prompts if c != "code"]
 
@@ -304,15 +311,23 @@ def main() -> int:
             if "auto" in names and theirs:
                 if chat:
                     best = max(theirs, key=lambda t: summary(table, t)[0])
-                    print(f"auto / best llama.cpp type ({best}) on chat: "
-                          f"{summary(table, 'auto')[0] / summary(table, best)[0]:.3f}; "
-                          f"at {best}'s lengths: {geometric_mean([same_length(table, c, best) for c in chat]):.3f}; "
-                          f"over {best}'s first tokens: {geometric_mean([first_tokens(table, c, best) for c in chat]):.3f}")
+                    print(
+                        f"auto / best llama.cpp type ({best}) on chat: "
+                        f"{summary(table, 'auto')[0] / summary(table, best)[0]:.3f}; "
+                        f"at {best}'s lengths: {geometric_mean([same_length(table, c, best) for c in chat]):.3f}; "
+                        f"over {best}'s first tokens: "
+                        f"{geometric_mean([first_tokens(table, c, best) for c in chat]):.3f}"
+                    )
                 if "code" in prompts and "ngram-mod" in names:
-                    print("auto / ngram-mod on code: "
-                          f"{statistics.median(table['code']['auto']) / statistics.median(table['code']['ngram-mod']):.3f}; "
-                          f"at ngram-mod's length: {same_length(table, 'code', 'ngram-mod'):.3f}; "
-                          f"over ngram-mod's first {CODE_TOKENS + 1} tokens: {first_tokens(table, 'code', 'ngram-mod'):.3f}")
+                    code = table["code"]
+                    code_ratio = statistics.median(code["auto"]) / statistics.median(code["ngram-mod"])
+                    print(
+                        "auto / ngram-mod on code: "
+                        f"{code_ratio:.3f}; "
+                        f"at ngram-mod's length: {same_length(table, 'code', 'ngram-mod'):.3f}; "
+                        f"over ngram-mod's first {CODE_TOKENS + 1} tokens: "
+                        f"{first_tokens(table, 'code', 'ngram-mod'):.3f}"
+                    )
         if mismatches:
             # on SmolLM2 with 2 threads a long verification batch can flip a near-tie (see the module's
             # docstring): a type whose text leaves plain's there ran another text, and its speed is that text's

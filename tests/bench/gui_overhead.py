@@ -7,7 +7,8 @@ step times, about 1,000 tokens/s on the code prompt here, where the window's cos
 ``--chat`` runs a chat turn that asks for code instead, each in a new conversation; ``-n`` sets the
 tokens. The engine's tokens per second leave out what the window does after the last token, so
 ``--chat`` times that too: the redraw that renders the finished answer as Markdown (median of the
-rounds; every redraw of the turn, the answer's Markdown among them), then the redraws of a 50-turn conversation of long answers (the real answer's pieces four
+rounds; every redraw of the turn, the answer's Markdown among them), then the redraws of a 50-turn
+conversation of long answers (the real answer's pieces four
 times over, each turn): drawn whole (a toggle of the view, a conversation opened) and after one more
 turn (the redraw every turn ends with: only the new turn is drawn). Target: the latter within 50 ms.
 

@@ -42,15 +42,34 @@ from specdec_studio.engine.paths import cache_root
 N_TOKENS = 256
 # name -> (our `specdec run` arguments, the llama.cpp binary, its arguments); {model} is the file
 PAIRS = {
-    "lookup": (["--mode", "lookup", "--lookup", "cache", "--ngram-max", "4", "-k", "3"],
-               "llama-lookup", ["--spec-draft-n-max", "3"]),
-    "self-draft": (["--mode", "speculative", "-md", "{model}", "-k", "3", "--p-min", "0"],
-                   "llama-speculative-simple",
-                   ["--spec-type", "draft-simple", "-md", "{model}", "--spec-draft-n-max", "3",
-                    "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"]),
+    "lookup": (
+        ["--mode", "lookup", "--lookup", "cache", "--ngram-max", "4", "-k", "3"],
+        "llama-lookup",
+        ["--spec-draft-n-max", "3"],
+    ),
+    "self-draft": (
+        ["--mode", "speculative", "-md", "{model}", "-k", "3", "--p-min", "0"],
+        "llama-speculative-simple",
+        [
+            "--spec-type",
+            "draft-simple",
+            "-md",
+            "{model}",
+            "--spec-draft-n-max",
+            "3",
+            "--spec-draft-n-min",
+            "0",
+            "--spec-draft-p-min",
+            "0",
+        ],
+    ),
     # without our prompt pool: llama-lookahead starts its pool empty, and on the code prompt the
     # prompt's n-grams made every batch 20 tokens longer (87 against 67) for one step fewer
-    "lookahead": (["--mode", "lookahead", "-W", "15", "-N", "5", "-G", "15", "--no-prompt-pool"], "llama-lookahead", []),
+    "lookahead": (
+        ["--mode", "lookahead", "-W", "15", "-N", "5", "-G", "15", "--no-prompt-pool"],
+        "llama-lookahead",
+        [],
+    ),
     "auto": (["--mode", "auto"], "llama-speculative-simple", ["--spec-type", "ngram-mod"]),
 }
 

@@ -38,15 +38,32 @@ THREADS = 1
 CASES = {
     # our ngram-simple source at llama.cpp's sizes here, so both sides draft the same tokens at the
     # same steps and a step's cost is compared like for like
-    "lookup simple k=3 / ngram-simple": ("qwen35-dense", ["--mode", "lookup", "--lookup", "simple", "--lookup-key", "2",
-                                                          "--lookup-copy", "3", "-k", "3"],
-                                  ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
-                                   "--spec-ngram-simple-size-m", "3"]),
-    "self-draft k=4 / draft-simple": ("qwen35-dense", ["--mode", "speculative", "-md", "{model}", "-k", "4", "--p-min", "0"],
-                                      ["--spec-type", "draft-simple", "-md", "{model}", "--spec-draft-n-max", "4",
-                                       "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"]),
-    "mtp k=3 / draft-mtp": ("qwen35-mtp", ["--mode", "mtp", "-k", "3", "--p-min", "0"],
-                            ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-p-min", "0"]),
+    "lookup simple k=3 / ngram-simple": (
+        "qwen35-dense",
+        ["--mode", "lookup", "--lookup", "simple", "--lookup-key", "2", "--lookup-copy", "3", "-k", "3"],
+        ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", "3"],
+    ),
+    "self-draft k=4 / draft-simple": (
+        "qwen35-dense",
+        ["--mode", "speculative", "-md", "{model}", "-k", "4", "--p-min", "0"],
+        [
+            "--spec-type",
+            "draft-simple",
+            "-md",
+            "{model}",
+            "--spec-draft-n-max",
+            "4",
+            "--spec-draft-n-min",
+            "0",
+            "--spec-draft-p-min",
+            "0",
+        ],
+    ),
+    "mtp k=3 / draft-mtp": (
+        "qwen35-mtp",
+        ["--mode", "mtp", "-k", "3", "--p-min", "0"],
+        ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-p-min", "0"],
+    ),
 }
 
 
@@ -57,8 +74,26 @@ def tiny_models() -> Path | None:
 
 
 def run_theirs(binary: Path, model: Path, args: list[str], n: int) -> dict:
-    cmd = [str(binary), "-m", str(model), "-p", PROMPT, "-n", str(n), "--temp", "0", "--top-k", "1",
-           "-t", str(THREADS), "-td", str(THREADS), "-c", str(n + 128), *[a.replace("{model}", str(model)) for a in args]]
+    cmd = [
+        str(binary),
+        "-m",
+        str(model),
+        "-p",
+        PROMPT,
+        "-n",
+        str(n),
+        "--temp",
+        "0",
+        "--top-k",
+        "1",
+        "-t",
+        str(THREADS),
+        "-td",
+        str(THREADS),
+        "-c",
+        str(n + 128),
+        *[a.replace("{model}", str(model)) for a in args],
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)})
     if out.returncode != 0:
         raise RuntimeError(f"{binary.name} failed ({out.returncode}):\n{(out.stdout + out.stderr)[-3000:]}")
@@ -78,7 +113,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="ABBA rounds per case (4 runs each)")
     ap.add_argument("-n", type=int, default=1024, help="tokens to generate (a tiny model's run of 256 takes 0.1 s: "
                     "too short to time)")
-    ap.add_argument("--bin", default=None, help="folder with llama-speculative-simple (default: scripts/build_llama_tools.sh)")
+    ap.add_argument(
+        "--bin", default=None, help="folder with llama-speculative-simple (default: scripts/build_llama_tools.sh)"
+    )
     ap.add_argument("--rollback", choices=ROLLBACKS, default="auto",
                     help="how our runs undo rejected drafts (specdec run --rollback): what each costs per step")
     ap.add_argument("--only", default=None, help="the cases whose name contains this")
@@ -87,7 +124,10 @@ def main() -> None:
     binary = tools / "llama-speculative-simple" if tools else None
     models = tiny_models()
     if binary is None or not binary.exists() or models is None:
-        print("needs llama-speculative-simple and the tiny models: run scripts/build_llama_tools.sh and scripts/tiny_archs.sh")
+        print(
+            "needs llama-speculative-simple and the tiny models: "
+            "run scripts/build_llama_tools.sh and scripts/tiny_archs.sh"
+        )
         return
     print(f"llama.cpp's tiny qwen35, {THREADS} thread, greedy, {args.n} tokens, prompt {PROMPT!r}, "
           f"our rollback: {args.rollback}")
@@ -102,7 +142,10 @@ def main() -> None:
             b1 = run_ours(model, ours_args, args.n, args.rollback)
             b2 = run_ours(model, ours_args, args.n, args.rollback)
             a2 = run_theirs(binary, model, theirs_args, args.n)
-            theirs_ms, ours_ms = (a1["ms_per_step"] + a2["ms_per_step"]) / 2, (b1["ms_per_step"] + b2["ms_per_step"]) / 2
+            theirs_ms, ours_ms = (
+                (a1["ms_per_step"] + a2["ms_per_step"]) / 2,
+                (b1["ms_per_step"] + b2["ms_per_step"]) / 2,
+            )
             ratios.append(theirs_ms / ours_ms)
             steps_ms["llama"] += [a1["ms_per_step"], a2["ms_per_step"]]
             steps_ms["ours"] += [b1["ms_per_step"], b2["ms_per_step"]]
@@ -110,9 +153,13 @@ def main() -> None:
                 accept[side].append(run["n_accept"] / max(1, run["n_drafted"]))
             print(f"{name} round {r + 1}: ms per step llama {theirs_ms:.3f}, ours {ours_ms:.3f}, "
                   f"ratio {ratios[-1]:.3f}", flush=True)
-        print(f"{name}: llama ms per step / ours, median {statistics.median(ratios):.3f} "
-              f"(min {min(ratios):.3f}, max {max(ratios):.3f}); accepted: llama {100 * statistics.median(accept['llama']):.1f} %, "
-              f"ours {100 * statistics.median(accept['ours']):.1f} %", flush=True)
+        print(
+            f"{name}: llama ms per step / ours, median {statistics.median(ratios):.3f} "
+            f"(min {min(ratios):.3f}, max {max(ratios):.3f}); "
+            f"accepted: llama {100 * statistics.median(accept['llama']):.1f} %, "
+            f"ours {100 * statistics.median(accept['ours']):.1f} %",
+            flush=True,
+        )
         # what another process took from a run only ever adds time: each side's fastest run is
         # the least disturbed measure of what its step costs
         best_llama, best_ours = min(steps_ms["llama"]), min(steps_ms["ours"])

@@ -68,7 +68,7 @@ def main() -> None:
     mirror_us, snapshot_us, shares = [], [], []
     with Session(model, n_ctx=args.n_ctx, n_threads=THREADS) as session:
         tokens = session.tokenize_prompt(CODE_PROMPT * args.repeat_prompt)
-        for event in session.run(config, tokens, reuse_prefix=True):  # the prompt's cells, once
+        for _event in session.run(config, tokens, reuse_prefix=True):  # the prompt's cells, once
             pass
         for _ in range(args.rounds):
             spent[0], in_snapshots, decode_before = 0.0, 0.0, session.memory.t_decode_s
@@ -86,7 +86,9 @@ def main() -> None:
             shares.append(spent[0] / (session.memory.t_decode_s - decode_before))
     print(f"{args.mode}, {model.name}, n_ctx={args.n_ctx}, {len(tokens)} prompt tokens, {steps} steps of "
           f"{N_TOKENS} tokens, {args.rounds} rounds")
-    print(f"mirror: {statistics.median(mirror_us):.1f} us a step ({100 * statistics.median(shares):.2f}% of decode time)")
+    print(
+        f"mirror: {statistics.median(mirror_us):.1f} us a step ({100 * statistics.median(shares):.2f}% of decode time)"
+    )
     print(f"snapshot: {statistics.median(snapshot_us):.1f} us a step")
 
 

@@ -37,7 +37,7 @@ def main() -> None:
         for wng in FIXED:
             stats = measure(session, tokens, RunConfig(mode="lookahead", max_tokens=N_TOKENS,
                                                        lookahead=LookaheadParams(*wng)))
-            print(row("lookahead W=%d N=%d G=%d" % wng, stats, plain["tokens_per_second"]))
+            print(row("lookahead W={} N={} G={}".format(*wng), stats, plain["tokens_per_second"]))
         # the sweep uses fewer tokens to stay short; the winner is measured again at full length
         best, best_tps = None, 0.0
         for wng in SWEEP:
@@ -48,7 +48,7 @@ def main() -> None:
         plain = measure(session, tokens, RunConfig(max_tokens=N_TOKENS))
         stats = measure(session, tokens, RunConfig(mode="lookahead", max_tokens=N_TOKENS,
                                                    lookahead=LookaheadParams(*best)))
-        print(row("best W=%d N=%d G=%d" % best, stats, plain["tokens_per_second"]) + "   (plain re-measured)")
+        print(row("best W={} N={} G={}".format(*best), stats, plain["tokens_per_second"]) + "   (plain re-measured)")
         unseeded = measure(session, tokens, RunConfig(mode="lookahead", max_tokens=N_TOKENS,
                                                       lookahead=LookaheadParams(*best, seed_pool_from_prompt=False)))
         print(row("  same, pool not seeded", unseeded, plain["tokens_per_second"]))

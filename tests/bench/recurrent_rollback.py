@@ -24,7 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qwen35-dense", help="a tiny model of scripts/tiny_archs.sh, or a .gguf path")
+    parser.add_argument(
+        "--model", default="qwen35-dense", help="a tiny model of scripts/tiny_archs.sh, or a .gguf path"
+    )
     parser.add_argument("-k", type=int, default=4, help="proposals per step")
     parser.add_argument("--accepted", type=int, default=1, help="proposals kept per step (the rest are dropped)")
     parser.add_argument("--steps", type=int, default=400)
@@ -71,7 +73,10 @@ def main() -> None:
         n = args.steps
         snap = statistics.median(times["snapshot"]) * 1e3
         ckpt = statistics.median(times["checkpoint"]) * 1e3
-        print(f"{path.name}: k = {args.k}, {args.accepted} kept, {args.k - args.accepted} dropped per step, {n} steps each")
+        print(
+            f"{path.name}: k = {args.k}, {args.accepted} kept, "
+            f"{args.k - args.accepted} dropped per step, {n} steps each"
+        )
         print(f"  by snapshot   {snap:.3f} ms a step (median)")
         print(f"  by checkpoint {ckpt:.3f} ms a step ({ckpt / snap:.2f}x): save {saved / n * 1e3:.3f} ms, "
               f"restore {restored / n * 1e3:.3f} ms, re-decode {redone / n * 1e3:.3f} ms (means)")

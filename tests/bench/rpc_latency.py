@@ -68,8 +68,9 @@ def bench_latency(endpoints: list[str], latency_ms: float, args, draft: Path) ->
             out = {}
             for name, cfg in runs.items():
                 measured = statistics.median(speeds[name]) / plain
-                predicted = cost_model.predict_from_stats(last[name], curve, mode=cfg.mode,
-                                                          draft_curve=draft_curve if cfg.mode == "speculative" else None)
+                predicted = cost_model.predict_from_stats(
+                    last[name], curve, mode=cfg.mode, draft_curve=draft_curve if cfg.mode == "speculative" else None
+                )
                 out[name] = {"tps": statistics.median(speeds[name]), "measured": measured, "predicted": predicted,
                              "same": last[name]["same_as_plain"], "tokens_per_step": last[name]["tokens_per_step"],
                              "t1_ms": curve.t_plain_s * 1000}

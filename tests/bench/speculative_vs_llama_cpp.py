@@ -42,9 +42,35 @@ def prompt_text(target: Path) -> str:
 
 
 def run_theirs(binary: Path, target: Path, draft: Path, prompt_file: Path, k: int) -> dict:
-    cmd = [str(binary), "-m", str(target), "-md", str(draft), "-f", str(prompt_file), "-n", str(N_TOKENS),
-           "--temp", "0", "--top-k", "1", "-t", str(THREADS), "-td", str(THREADS), "-c", "4096",
-           "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"]
+    cmd = [
+        str(binary),
+        "-m",
+        str(target),
+        "-md",
+        str(draft),
+        "-f",
+        str(prompt_file),
+        "-n",
+        str(N_TOKENS),
+        "--temp",
+        "0",
+        "--top-k",
+        "1",
+        "-t",
+        str(THREADS),
+        "-td",
+        str(THREADS),
+        "-c",
+        "4096",
+        "--spec-type",
+        "draft-simple",
+        "--spec-draft-n-max",
+        str(k),
+        "--spec-draft-n-min",
+        "0",
+        "--spec-draft-p-min",
+        "0",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)})
     if out.returncode != 0:
         raise RuntimeError(f"{binary.name} failed ({out.returncode}):\n{(out.stdout + out.stderr)[-3000:]}")
@@ -65,7 +91,9 @@ def main() -> None:
     ap.add_argument("-k", type=int, action="append", help="draft lengths (default 3 and 5)")
     ap.add_argument("-m", "--model", default="coder", help="the target: a catalog name or a path")
     ap.add_argument("-md", "--draft", default="coder-draft", help="the draft: a catalog name or a path")
-    ap.add_argument("--bin", default=None, help="folder with llama-speculative-simple (default: scripts/build_llama_tools.sh)")
+    ap.add_argument(
+        "--bin", default=None, help="folder with llama-speculative-simple (default: scripts/build_llama_tools.sh)"
+    )
     args = ap.parse_args()
     ks = args.k or [3, 5]
 
@@ -103,8 +131,11 @@ def main() -> None:
             for name, run in (("llama", a1), ("ours", b1)):
                 print(f"  {name + ':':<6} {run['tokens']} tokens, n_drafted {run['n_drafted']}, "
                       f"n_accept {run['n_accept']} ({100 * run['n_accept'] / max(1, run['n_drafted']):.0f} %)")
-            print(f"  median t/s: llama {statistics.median(theirs_tps):.2f}, ours {statistics.median(ours_tps):.2f}; "
-                  f"median ms per step: llama {statistics.median(theirs_step):.1f}, ours {statistics.median(ours_step):.1f}")
+            print(
+                f"  median t/s: llama {statistics.median(theirs_tps):.2f}, ours {statistics.median(ours_tps):.2f}; "
+                f"median ms per step: llama {statistics.median(theirs_step):.1f}, "
+                f"ours {statistics.median(ours_step):.1f}"
+            )
             print(f"k={k}: ours / llama-speculative-simple, median of round ratios {statistics.median(ratios):.3f} "
                   f"(min {min(ratios):.3f}, max {max(ratios):.3f})", flush=True)
 

@@ -79,8 +79,11 @@ def main() -> int:
     if args.default_sweep:
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "sweep", "-t", str(THREADS), "-o", out],
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "specdec_studio.engine.cli", "sweep", "-t", str(THREADS), "-o", out],
+                capture_output=True,
+                text=True,
+            )
             t_sweep = time.perf_counter() - t0
             print(f"default `specdec sweep` (lookahead): {t_sweep:.0f} s (target <= 180 s); "
                   f"{done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]}")

@@ -221,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     folder = args.folder
     if folder is None:
-        done = subprocess.run([str(ROOT / "scripts" / "tiny_archs.sh")], cwd=ROOT, capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [str(ROOT / "scripts" / "tiny_archs.sh")], cwd=ROOT, capture_output=True, text=True, check=True
+        )
         folder = Path(done.stdout.strip())
     files = model_files(folder, args.only)
     cells: list[Cell] = []

@@ -26,7 +26,9 @@ def _check(cells, diffusion: bool) -> None:
             # the other architecture's draft may not share the target's vocabulary (qwen3tts has
             # 3072 tokens): that refuses the pairing, not the mode
             foreign_draft = "{other}" in MODES[cell.mode] and "different vocabularies" in cell.detail
-            assert cell.mode not in MUST_WORK or diffusion or foreign_draft, f"{cell.model}: {cell.mode} refused: {cell.detail}"
+            assert cell.mode not in MUST_WORK or diffusion or foreign_draft, (
+                f"{cell.model}: {cell.mode} refused: {cell.detail}"
+            )
             assert cell.detail.count(". ") == 0, cell.detail  # one sentence
 
 
@@ -73,7 +75,9 @@ def test_the_kv_map_is_told_each_recurrent_state_and_how_it_went_back(tiny_archs
                                          ("qwen35-dense", "mamba2-dense", "auto", "checkpoint"),
                                          ("qwen35-dense", "mamba2-dense", "snapshots", "snapshot")):
         with Session(tiny_archs / f"{target}.gguf", n_ctx=512, n_threads=1) as session:
-            session.load_draft(write_disagreeing_draft(tiny_archs / f"{draft}.gguf", tmp_path / f"{draft}-shifted.gguf"))
+            session.load_draft(
+                write_disagreeing_draft(tiny_archs / f"{draft}.gguf", tmp_path / f"{draft}-shifted.gguf")
+            )
             recorder = trace.TraceRecorder()
             snapshots, n_past = [], 0
             config = RunConfig(mode="speculative", max_tokens=48, speculative=SpeculativeParams(k=4, rollback=rollback))
@@ -112,7 +116,9 @@ def test_rollbacks_stay_lossless_past_512_cells(tiny_archs, tmp_path, target, dr
         assert len(plain) == 700
         assert session.complete(RunConfig(mode="lookup", max_tokens=700), prompt).token_ids == plain
         session.load_draft(write_disagreeing_draft(tiny_archs / f"{draft}.gguf", tmp_path / f"{draft}-shifted.gguf"))
-        spec = session.complete(RunConfig(mode="speculative", max_tokens=700, speculative=SpeculativeParams(k=4)), prompt)
+        spec = session.complete(
+            RunConfig(mode="speculative", max_tokens=700, speculative=SpeculativeParams(k=4)), prompt
+        )
         assert spec.token_ids == plain
         assert spec.stats["n_accept"] < spec.stats["n_drafted"]  # rejections: rollbacks happened
 
@@ -132,7 +138,9 @@ def _last_row_logits(model, tokens, every_row: bool):
     try:
         batch.add_run(tokens, 0, 0, logits_last=True)
         assert llama.llama_decode(ctx, batch.raw) == 0
-        return np.ctypeslib.as_array(llama.llama_get_logits_ith(ctx, len(tokens) - 1), shape=(model.info.n_vocab,)).copy()
+        return np.ctypeslib.as_array(
+            llama.llama_get_logits_ith(ctx, len(tokens) - 1), shape=(model.info.n_vocab,)
+        ).copy()
     finally:
         batch.close()
         llama.llama_free(ctx)

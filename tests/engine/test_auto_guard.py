@@ -12,10 +12,17 @@ from hypothesis import strategies as st
 from specdec_studio.engine.strategies.auto import Calibrator, Proposal, StepCost, build_tree
 from specdec_studio.engine.strategies.auto.guard import Guard, Wary
 from specdec_studio.engine.strategies.auto.hindsight import Hindsight, sent_lengths
-from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, GUARD_START_TRUST, IDLE_STRETCH, LONG_MATCH_BUCKET,
-                                                          MAX_STEP_COST, PLAN_INTERVAL_MAX,
-                                                          PRIOR_MAX, UNPRICED_STEP_TOKENS,
-                                                          WAKE_MATCH)
+from specdec_studio.engine.strategies.auto.priors import (
+    CHAIN_DECAY,
+    GUARD_START_TRUST,
+    IDLE_STRETCH,
+    LONG_MATCH_BUCKET,
+    MAX_STEP_COST,
+    PLAN_INTERVAL_MAX,
+    PRIOR_MAX,
+    UNPRICED_STEP_TOKENS,
+    WAKE_MATCH,
+)
 from specdec_studio.engine.strategies.auto.tree import could_pay
 from specdec_studio.engine.tuning.cost_model import CostCurve
 
@@ -91,8 +98,9 @@ def test_the_planners_shortcuts_answer_as_the_long_way_round(proposals, calibrat
     for prop in proposals:
         for i in range(len(prop.tokens)):
             families.setdefault(tuple(prop.tokens[: i + 1]), set()).add(FAMILY[prop.source])
-    assert tree.support_of(proposals) == [[tuple(sorted(families[tuple(p.tokens[: i + 1])])) for i in range(len(p.tokens))]
-                                          for p in proposals]
+    assert tree.support_of(proposals) == [
+        [tuple(sorted(families[tuple(p.tokens[: i + 1])])) for i in range(len(p.tokens))] for p in proposals
+    ]
 
     nodes, _ = build_tree(proposals, calibrator, cost, room, min_gain=0.0)
     paths: list[tuple[int, ...]] = []

@@ -20,7 +20,9 @@ def test_a_source_never_sent_is_ruled_out_by_its_chance_or_by_its_chains():
     assert "ruled_out" not in auto["sources"]["ngram_alt"] and auto["sources"]["ngram_alt"]["proposed"] == 0
     assert "draft" not in auto["sources"]
     lines = source_lines(auto)
-    assert lines[0].startswith("n-gram cache: proposed on 1 step, 0 of 0 sent tokens accepted; never sent: its likeliest")
+    assert lines[0].startswith(
+        "n-gram cache: proposed on 1 step, 0 of 0 sent tokens accepted; never sent: its likeliest"
+    )
 
 
 def test_the_short_form_gives_counts_or_says_never_sent():
@@ -36,5 +38,7 @@ def test_the_step_limit_line_names_the_profile_cap_and_the_loops_past_it():
         "steps of at most 16 proposed tokens (the profile's price)"
     assert step_limit_line({"step_tokens_max": 16, "loop_steps": 3}).endswith(
         "; 3 steps went past that round a loop the text repeated")
-    assert step_limit_line({"step_tokens_max": 9, "loop_steps": 1}).endswith("; 1 step went past that round a loop the text repeated")
+    assert step_limit_line({"step_tokens_max": 9, "loop_steps": 1}).endswith(
+        "; 1 step went past that round a loop the text repeated"
+    )
     assert step_limit_line({"decisions": {}}) is None  # a trace from before runs reported it

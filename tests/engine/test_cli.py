@@ -11,7 +11,9 @@ from tests.conftest import N_THREADS
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", *args], capture_output=True, text=True, check=True)
+    return subprocess.run(
+        [sys.executable, "-m", "specdec_studio.engine.cli", *args], capture_output=True, text=True, check=True
+    )
 
 
 def test_run_json_has_every_field():
@@ -86,9 +88,21 @@ def test_transcript_exports_markdown_and_html():
 
     conv = Conversation(title="Colours")
     conv.add(Message("user", "Name a colour <b>."))
-    conv.add(Message("assistant", "Blue sky", pieces=[["Blue", "sampled", 0, 5, 0.0], [" sky", "accepted_ngram", 1, 9, 1.0]],
-                     figures={"mode": "lookahead", "n_predict": 2, "tokens_per_second": 50.0, "tokens_per_step": 2.0,
-                              "n_drafted": 1, "n_accept": 1}))
+    conv.add(
+        Message(
+            "assistant",
+            "Blue sky",
+            pieces=[["Blue", "sampled", 0, 5, 0.0], [" sky", "accepted_ngram", 1, 9, 1.0]],
+            figures={
+                "mode": "lookahead",
+                "n_predict": 2,
+                "tokens_per_second": 50.0,
+                "tokens_per_step": 2.0,
+                "n_drafted": 1,
+                "n_accept": 1,
+            },
+        )
+    )
     md = to_markdown(conv.view())
     assert md.startswith("# Colours") and "**You**" in md and "Blue sky" in md and "accepted 1/1" in md
     page = to_html(conv.view())

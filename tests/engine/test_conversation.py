@@ -155,7 +155,10 @@ def test_the_answer_ids_are_the_models_own_not_a_retokenisation(smollm_session):
     user, answer, again, _ = chat.conversation.messages
     prompt = smollm_session.last_prompt_tokens
     # the next prompt is the messages' ids in order, then the template's generation prompt
-    assert prompt[: len(user.tokens) + len(answer.tokens) + len(again.tokens)] == user.tokens + answer.tokens + again.tokens
+    assert (
+        prompt[: len(user.tokens) + len(answer.tokens) + len(again.tokens)]
+        == user.tokens + answer.tokens + again.tokens
+    )
     # and the answer's ids contain what the model produced, verbatim
     produced = list(first.token_ids)
     start = len(user.tokens)

@@ -9,8 +9,13 @@ import pytest
 from specdec_studio.engine.strategies.auto.calibration import StepCost
 from specdec_studio.engine.strategies.auto.draft_price import PROBE_FIRST, PROBE_MAX, TRUSTED, DraftPrice
 from specdec_studio.engine.strategies.auto.priors import MIN_GAIN
-from specdec_studio.engine.tuning.cost_model import (CostCurve, acceptance_words, draft_break_even, draft_break_even_table_words,
-                                                     draft_break_even_words, expected_tokens_per_step)
+from specdec_studio.engine.tuning.cost_model import (
+    CostCurve,
+    acceptance_words,
+    draft_break_even,
+    draft_break_even_table_words,
+    draft_break_even_words,
+)
 
 # Qwen2.5-Coder-1.5B Q4_K_M, 2 threads on this machine (`specdec profile`, every row's logits):
 # T(B)/T(1) = 1.86, 2.70, 2.92 at B = 2, 3, 4, 7.40 at 8; its 0.5B draft decodes a token in 0.54 of
@@ -115,7 +120,9 @@ def test_the_break_even_of_a_pair_in_words():
     assert "cannot pay here" in words and draft_break_even(CODER_CPU, draft_like, 3) is None
     cheap = CostCurve(sizes=(1, 2), t_all_logits=(0.002, 0.003), t_last_logit=(0.002, 0.003))
     alpha = draft_break_even(NEARLY_FREE, cheap, 3)
-    assert 0.0 < alpha < 0.5 and f"pays above {100 * alpha:.0f} % acceptance" in draft_break_even_words(NEARLY_FREE, cheap, 3)
+    assert 0.0 < alpha < 0.5 and f"pays above {100 * alpha:.0f} % acceptance" in draft_break_even_words(
+        NEARLY_FREE, cheap, 3
+    )
     # no rate is above 100 %: the last digits show where it is that close
     assert [acceptance_words(a) for a in (0.5, 0.9949, 0.9962, 0.99991)] == ["50 %", "99 %", "99.6 %", "99.9 %"]
     # every usual k in one line: "never" where no acceptance pays, the needed rate growing with k

@@ -341,4 +341,6 @@ def test_each_verdict_names_its_rule_and_numbers():
     assert "took its place" in verdict(rule, rejected_ghost=True)
     matched = Explanation(top, 0.61, " the", 5, " the", "lookahead", True, (), "", True, 0.61, None, None)
     assert "the target drew ' the' (p 0.61)" in verdict(matched) and verdict(matched).endswith("accepted.")
-    assert verdict(Explanation(top, 0.61, " the")) == "Nothing was proposed here: the target's argmax was ' the' (p 0.61)."
+    assert (
+        verdict(Explanation(top, 0.61, " the")) == "Nothing was proposed here: the target's argmax was ' the' (p 0.61)."
+    )

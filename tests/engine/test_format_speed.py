@@ -67,7 +67,9 @@ def test_each_ratio_divides_by_the_plain_run_it_names():
     assert copy.plain_vs_original == pytest.approx(math.sqrt(150 / 100 * 120 / 80))
     assert original.plain_vs_original == pytest.approx(1.0)
     assert auto_on_copy.vs_original == pytest.approx(math.sqrt(240 / 100 * 132 / 80))
-    assert copy.plain_tokens_per_second == pytest.approx(135.0) and auto_on_copy.tokens_per_second == pytest.approx(186.0)
+    assert copy.plain_tokens_per_second == pytest.approx(135.0) and auto_on_copy.tokens_per_second == pytest.approx(
+        186.0
+    )
 
 
 def test_a_candidate_is_named_as_the_user_names_it():

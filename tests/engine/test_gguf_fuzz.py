@@ -89,7 +89,9 @@ def mutation(layout, head: bytes, size: int):
 
 
 # the regular run checks a share of the cases and loads a spread of the passing files; -m slow all
-@pytest.mark.parametrize("slow", [pytest.param(False, id="regular"), pytest.param(True, id="full", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "slow", [pytest.param(False, id="regular"), pytest.param(True, id="full", marks=pytest.mark.slow)]
+)
 def test_fuzzed_headers_get_a_clear_answer_and_passing_files_load(model, tmp_path_factory, slow):
     key, path, layout, head, size = model
     passed: list[tuple[dict[int, bytes], int]] = []

@@ -61,7 +61,11 @@ def test_every_step_is_rebuilt_as_it_was_added(seed, n_steps, n_seq, seq_counts,
     width = int(rng.integers(0, N_CELLS + 1))
     for step in range(n_steps):
         # widths that grow, shrink and jump; now and then another sequence count (a new keyframe)
-        width = int(np.clip(width + rng.integers(-6, 9), 0, N_CELLS)) if rng.random() < 0.9 else int(rng.integers(0, N_CELLS + 1))
+        width = (
+            int(np.clip(width + rng.integers(-6, 9), 0, N_CELLS))
+            if rng.random() < 0.9
+            else int(rng.integers(0, N_CELLS + 1))
+        )
         seqs_now = n_seq + (1 if seq_counts and rng.random() < 0.1 else 0)
         snap = _snapshot(rng, added[-1] if added else None, step, seqs_now, width)
         history.add(snap)

@@ -73,9 +73,18 @@ def _check_lossless(model, prompt_name: str, wng: tuple[int, int, int]) -> None:
 # Gemma-3 in the regular run with the 4-3-4 window on the code prompt (its kernels are never
 # batch-invariant: the check is the near-tie rule's, which a flip anywhere exercises); its other
 # settings and the prose under -m slow
-GREEDY_CASES = [pytest.param(name, wng, prompt_name, id="%s-W%dN%dG%d-%s" % (name, *wng, prompt_name),
-                             marks=pytest.mark.slow if name == "gemma" and (wng, prompt_name) != (SETTINGS[0], "code") else ())
-                for name in MODELS for wng in SETTINGS for prompt_name in PROMPTS]
+GREEDY_CASES = [
+    pytest.param(
+        name,
+        wng,
+        prompt_name,
+        id="{}-W{}N{}G{}-{}".format(name, *wng, prompt_name),
+        marks=pytest.mark.slow if name == "gemma" and (wng, prompt_name) != (SETTINGS[0], "code") else (),
+    )
+    for name in MODELS
+    for wng in SETTINGS
+    for prompt_name in PROMPTS
+]
 
 
 @pytest.mark.parametrize("model, wng, prompt_name", GREEDY_CASES, indirect=["model"], scope="module")

@@ -45,7 +45,8 @@ def test_greedy_mtp_drafting_equals_plain(mtp_session, k):
     for prompt in PROMPTS:
         plain, _ = _ids(mtp_session, "plain", prompt)
         mtp, stats = _ids(mtp_session, "mtp", prompt, k=k)
-        assert mtp == plain, f"k={k}, {prompt!r}: first difference at token {next(i for i, (a, b) in enumerate(zip(mtp, plain)) if a != b)}"
+        first_difference = next((i for i, (a, b) in enumerate(zip(mtp, plain)) if a != b), None)
+        assert mtp == plain, f"k={k}, {prompt!r}: first difference at token {first_difference}"
         assert stats["n_drafted"] >= stats["steps"] - 2  # every step drafts (not the first token, nor past the budget)
         if k <= 3 and prompt == PROMPTS[0]:
             # the head predicts what the target's bigram part says (tests/mtp_model.py): on the
@@ -60,13 +61,16 @@ def test_the_heads_proposals_are_its_forward_pass(mtp_session, tiny_archs):
     """The head's block adds nothing (tests/mtp_model.py), so its logits for token x after the
     target's hidden row h are output · (w ⊙ rms(eh_proj · [rms(E[x]); rms(h)])): numpy computes
     them from the file's tensors. Every first and chained draft step of a run matches
-    (2e-3 on logits of about 5: float32 sums of 256-wide rows against float64) and so do the head's own hidden rows that chain the steps (a catch-up batch of several
+    (2e-3 on logits of about 5: float32 sums of 256-wide rows against float64) and so do the head's
+    own hidden rows that chain the steps (a catch-up batch of several
     tokens included: llama.cpp's masked row copy reads the wrong row there)."""
     import gguf
 
     from specdec_studio.engine.drafts import mtp as mtp_module
 
-    tensors = {t.name: np.array(t.data, dtype=np.float64) for t in gguf.GGUFReader(str(tiny_archs / "qwen35-mtp.gguf")).tensors}
+    tensors = {
+        t.name: np.array(t.data, dtype=np.float64) for t in gguf.GGUFReader(str(tiny_archs / "qwen35-mtp.gguf")).tensors
+    }
     embed, output = tensors["token_embd.weight"], tensors["output.weight"]
     eh_proj, head_norm = tensors["blk.2.nextn.eh_proj.weight"], tensors["blk.2.nextn.shared_head_norm.weight"]
 
@@ -187,4 +191,6 @@ def test_auto_prices_the_mtp_head_as_its_draft(mtp_session, monkeypatch, cheap):
         assert draft["verdict"] == (f"asked on {draft['steps_asked']} step{'s' * (draft['steps_asked'] != 1)}: "
                                     f"{draft['tokens_right']} of its {draft['tokens_judged']} judged tokens were right")
     else:  # priced out, perhaps probed once or twice at the acceptance it hoped for
-        assert draft["verdict"].startswith("asked on" if draft["steps_asked"] else "never run: a draft token costs"), draft
+        assert draft["verdict"].startswith("asked on" if draft["steps_asked"] else "never run: a draft token costs"), (
+            draft
+        )

@@ -25,7 +25,10 @@ def test_an_unwatched_session_decodes_the_same_and_sends_no_pictures(tiny_archs,
     from specdec_studio.engine.session import Session
 
     path = tiny_archs / f"{model}.gguf"
-    with Session(path, n_ctx=512, n_threads=1) as watched, Session(path, n_ctx=512, n_threads=1, observe=False) as headless:
+    with (
+        Session(path, n_ctx=512, n_threads=1) as watched,
+        Session(path, n_ctx=512, n_threads=1, observe=False) as headless,
+    ):
         assert headless.memory.mirror is None and watched.memory.mirror is not None
         for name, config in CONFIGS.items():
             if name == "lookahead" and model == "qwen35-dense":

@@ -347,9 +347,27 @@ def test_ctrl_c_ends_a_cli_run_cleanly(mode_args):
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "specdec_studio.engine.cli", "run", "-p", CODE_PROMPT, "-n", "4000", "-c", "8192",
-                             "-t", str(N_THREADS), "--no-predict", *mode_args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specdec_studio.engine.cli",
+            "run",
+            "-p",
+            CODE_PROMPT,
+            "-n",
+            "4000",
+            "-c",
+            "8192",
+            "-t",
+            str(N_THREADS),
+            "--no-predict",
+            *mode_args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.read(40)  # it is generating
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)

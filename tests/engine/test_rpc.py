@@ -39,7 +39,10 @@ def servers(tmp_path_factory):
 
 
 def test_servers_are_read_or_refused_in_one_sentence():
-    assert rpc.parse_servers(" 10.0.0.2:50060, gpu-box ,10.0.0.2:50060") == ("10.0.0.2:50060", f"gpu-box:{rpc.DEFAULT_PORT}")
+    assert rpc.parse_servers(" 10.0.0.2:50060, gpu-box ,10.0.0.2:50060") == (
+        "10.0.0.2:50060",
+        f"gpu-box:{rpc.DEFAULT_PORT}",
+    )
     assert rpc.parse_servers("") == ()
     for bad in ("host:http", "host:70000", ":50052"):
         with pytest.raises(ConfigError, match="is not host:port"):
@@ -222,7 +225,9 @@ def test_llama_cpps_own_rpc_server_holds_the_layers_too(tiny_archs, tmp_path):
     if USER_CACHE:
         user["SPECDEC_CACHE"] = USER_CACHE
     # the set-up's build where there is one (read only), else a build of the test's own
-    built = subprocess.run(script, cwd=REPO, env={**user, "SPECDEC_TOOLS_NO_BUILD": "1"}, capture_output=True, text=True)
+    built = subprocess.run(
+        script, cwd=REPO, env={**user, "SPECDEC_TOOLS_NO_BUILD": "1"}, capture_output=True, text=True
+    )
     if built.returncode != 0:
         built = subprocess.run(script, cwd=REPO, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-2000:]

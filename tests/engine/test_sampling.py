@@ -37,7 +37,8 @@ def test_seeded_draws_repeat_and_follow_the_distribution():
 
 
 @pytest.mark.parametrize(
-    "params", [SamplingParams(temperature=-1), SamplingParams(top_p=0), SamplingParams(top_k=-2), SamplingParams(min_p=1)]
+    "params",
+    [SamplingParams(temperature=-1), SamplingParams(top_p=0), SamplingParams(top_k=-2), SamplingParams(min_p=1)],
 )
 def test_invalid_parameters(params):
     with pytest.raises(ConfigError):

@@ -87,9 +87,11 @@ def test_soak_300_runs(smollm_path, smollm_drafts):
             n_reused += final.stats["n_prompt_reused"]
             session.cancel_flag.clear()
         growth = resident_bytes() - baseline[0]
-        print(f"\nsoak: {N_RUNS} runs, finishes {finishes}, resident growth after warm-up "
-              f"{growth / 2**20:.1f} MB, fds {baseline[1]} -> {open_fds()}, threads {baseline[2]} -> {native_threads()}, "
-              f"{n_reused} prompt tokens reused")
+        print(
+            f"\nsoak: {N_RUNS} runs, finishes {finishes}, resident growth after warm-up "
+            f"{growth / 2**20:.1f} MB, fds {baseline[1]} -> {open_fds()}, threads {baseline[2]} -> {native_threads()}, "
+            f"{n_reused} prompt tokens reused"
+        )
         assert growth < MAX_GROWTH_BYTES
         assert open_fds() <= baseline[1]
         assert native_threads() <= baseline[2] and threading.active_count() <= baseline[3]

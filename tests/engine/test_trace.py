@@ -12,7 +12,16 @@ from hypothesis import strategies as st
 
 from specdec_studio.engine.records import trace
 from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
-from specdec_studio.engine.events import BatchRow, KvSnapshot, RejectedDraft, RunFinished, RunStarted, StepBatch, StepDone, TokenInfo
+from specdec_studio.engine.events import (
+    BatchRow,
+    KvSnapshot,
+    RejectedDraft,
+    RunFinished,
+    RunStarted,
+    StepBatch,
+    StepDone,
+    TokenInfo,
+)
 from specdec_studio.engine.records.trace import Replay, TraceError, TraceRecorder
 from tests.conftest import CODE_PROMPT
 
@@ -362,7 +371,9 @@ def test_reports_and_transcripts_of_a_crafted_trace_carry_no_markup_from_it():
              "conversation": transcript.to_html(conv.view())}
     for name, page in pages.items():
         seen = _Markup(page)
-        assert "script" not in seen.tags and "img" not in set(seen.tags) - ({"img"} if name == "report" else set()), name
+        assert "script" not in seen.tags and "img" not in set(seen.tags) - ({"img"} if name == "report" else set()), (
+            name
+        )
         assert not [a for a, _ in seen.attributes if a.startswith("on")], name
         assert EVIL in "".join(seen.text), name  # shown as the text it is
     report_tags = _Markup(pages["report"])

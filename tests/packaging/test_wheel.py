@@ -69,7 +69,10 @@ def test_wheel_holds_the_packages_the_resources_and_both_commands(built):
     # one import name at the top of site-packages, beside the wheel's own metadata
     assert {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")} == {"specdec_studio"}
     assert {"specdec_studio/" + path for path in SHIPPED_DATA} <= names
-    assert {"specdec_studio/resources/icons/specdec-studio.svg", "specdec_studio/resources/icons/specdec-studio.png"} <= names
+    assert {
+        "specdec_studio/resources/icons/specdec-studio.svg",
+        "specdec_studio/resources/icons/specdec-studio.png",
+    } <= names
     assert {"specdec_studio/app/main.py", "specdec_studio/engine/cli/main.py", "specdec_studio/engine/models/frozen.py",
             "specdec_studio/engine/strategies/lookahead.py"} <= names
     assert "specdec = specdec_studio.engine.cli:main" in entry_points

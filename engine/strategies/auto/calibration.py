@@ -6,9 +6,19 @@ from __future__ import annotations
 import functools
 import statistics
 
-from specdec_studio.engine.strategies.auto.priors import (CHAIN_DECAY, COST_SLOPE, LONG_MATCH_BUCKET, MAX_STEP_COST, PRIOR_MAX,
-                                                          PRIOR_WEIGHT, SCALE_WEIGHT, SHAPE_CHANGE_PRIOR, SOURCES,
-                                                          UNPRICED_STEP_TOKENS, signal_prior)
+from specdec_studio.engine.strategies.auto.priors import (
+    CHAIN_DECAY,
+    COST_SLOPE,
+    LONG_MATCH_BUCKET,
+    MAX_STEP_COST,
+    PRIOR_MAX,
+    PRIOR_WEIGHT,
+    SCALE_WEIGHT,
+    SHAPE_CHANGE_PRIOR,
+    SOURCES,
+    UNPRICED_STEP_TOKENS,
+    signal_prior,
+)
 
 
 POSITIONS = 5  # positions 0-3 have bins of their own; 4 and deeper share one

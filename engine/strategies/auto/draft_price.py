@@ -23,7 +23,8 @@ first scaled by the guard's trust), so a draft token and an n-gram token of the 
 by one clock; a profile that says verifying is cheaper than it is loses the guard's trust and with
 it both the trees and the draft. ``c`` starts as the session's estimate (the two models' batch-cost
 profiles where both were measured, else the ratio of their files' sizes: on a CPU a decode of one
-token reads every weight once) and becomes the run's own measurement once the draft has made TRUSTED single-token decodes:
+token reads every weight once) and becomes the run's own measurement once the draft has made TRUSTED
+single-token decodes:
 the fastest recent one against the target's typical plain step.
 
 Within a proposal the draft stops at the first token that does not pay for itself: token i

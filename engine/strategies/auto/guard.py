@@ -4,7 +4,16 @@ clock, and how much to believe the next prediction."""
 from __future__ import annotations
 
 from specdec_studio.engine.strategies.auto.calibration import StepCost
-from specdec_studio.engine.strategies.auto.priors import GUARD_DECAY, GUARD_REST_DECAY, GUARD_START_TREES, GUARD_START_TRUST, IDLE_STRETCH, MIN_GAIN, PLAN_INTERVAL_MAX, WAKE_MATCH
+from specdec_studio.engine.strategies.auto.priors import (
+    GUARD_DECAY,
+    GUARD_REST_DECAY,
+    GUARD_START_TREES,
+    GUARD_START_TRUST,
+    IDLE_STRETCH,
+    MIN_GAIN,
+    PLAN_INTERVAL_MAX,
+    WAKE_MATCH,
+)
 
 
 class Guard:
@@ -64,7 +73,9 @@ class Guard:
         it the text has since turned into a long copy (measured: one perturbed profile's run lost
         its first 3-token tree and then turned away the code prompt's copy for the rest of the run)."""
         if self.realised < GUARD_START_TRUST * self.predicted:
-            self.realised = GUARD_REST_DECAY * self.realised + (1.0 - GUARD_REST_DECAY) * GUARD_START_TRUST * GUARD_START_TREES
+            self.realised = (
+                GUARD_REST_DECAY * self.realised + (1.0 - GUARD_REST_DECAY) * GUARD_START_TRUST * GUARD_START_TREES
+            )
             self.predicted = GUARD_REST_DECAY * self.predicted + (1.0 - GUARD_REST_DECAY) * GUARD_START_TREES
 
     def judge(self, predicted: float, emitted: int, t_decode: float, cost: StepCost) -> None:

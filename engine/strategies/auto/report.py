@@ -72,7 +72,8 @@ class AutoReport:
         if seen.best_chance <= seen.needed:
             return (f"never sent: its likeliest first token had a {seen.best_chance:.0%} chance, under the "
                     f"{seen.needed:.0%} a step needed to pay for its batch")
-        return "never sent: its first tokens were likely enough, but no chain of it promised enough tokens for its batch's cost"
+        return ("never sent: its first tokens were likely enough, "
+                "but no chain of it promised enough tokens for its batch's cost")
 
     def as_dict(self, calibrator: Calibrator, trust: float | None = None, draft: bool = False,
                 memory: bool = False) -> dict:

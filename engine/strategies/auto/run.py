@@ -160,8 +160,8 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                     chains, passed = whole, len(cuts)
             for cut in cuts[passed:]:
                 if use_draft:  # the draft model decodes: a Stop or a full context ends it
-                    stop = lambda depth, reach: reach < price.min_reach(wary, depth, min_gain)  # noqa: E731
-                    chains = rt.guarded(lambda: sources.chains(context, cut, draft_k, stop))
+                    stop = lambda depth, reach: reach < price.min_reach(wary, depth, min_gain)  # noqa: E731, B023 - asked within this step
+                    chains = rt.guarded(lambda: sources.chains(context, cut, draft_k, stop))  # noqa: B023 - called at once
                     if chains is not None:
                         price.observe_decodes(draft.last_decode_times)
                         drafted = next((p.tokens for p in chains if p.source == "draft"), [])
@@ -174,15 +174,24 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | No
                     considered = True
                     chances = first_chances(chains, calibrator)
                     report.consider(chains, chances, wary.first_chance_needed(room, min_gain))
-                if chains is None or not could_pay(chains, calibrator, wary, room, min_gain, None if cut == room else cut,
-                                                   chances if cut == 1 else None):
+                if chains is None or not could_pay(
+                    chains,
+                    calibrator,
+                    wary,
+                    room,
+                    min_gain,
+                    None if cut == room else cut,
+                    chances if cut == 1 else None,
+                ):
                     break
                 passed += 1
             went_deep = passed == len(cuts)
             if went_deep:
                 siblings = sources.siblings(context, room, chains)
                 if siblings:
-                    report.consider(siblings, first_chances(siblings, calibrator), wary.first_chance_needed(room, min_gain))
+                    report.consider(
+                        siblings, first_chances(siblings, calibrator), wary.first_chance_needed(room, min_gain)
+                    )
                 proposals = (chains + siblings)[:n_seq]
                 support = support_of(proposals)  # the tree's and hindsight's, worked out once
                 nodes, gain = build_tree(proposals, calibrator, wary, room, min_gain, support)

@@ -8,8 +8,19 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specdec_studio.engine.strategies.auto.priors import (ALT_BRANCHES, ALT_MIN_COUNT, ALT_PRIOR, LONG_MATCH_BUCKET, LOOP_SURE_ROUNDS,
-                                                        MIN_REACH, MIN_SUFFIX_MATCH, NGRAM_MAX, NGRAM_MIN, bucket, signal_prior)
+from specdec_studio.engine.strategies.auto.priors import (
+    ALT_BRANCHES,
+    ALT_MIN_COUNT,
+    ALT_PRIOR,
+    LONG_MATCH_BUCKET,
+    LOOP_SURE_ROUNDS,
+    MIN_REACH,
+    MIN_SUFFIX_MATCH,
+    NGRAM_MAX,
+    NGRAM_MIN,
+    bucket,
+    signal_prior,
+)
 from specdec_studio.engine.strategies.lookup import Followers, NgramCacheDrafter
 from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
 
@@ -212,7 +223,9 @@ class Sources:
             out.append(Proposal("ngram_alt", tokens[:k], signals[:k]))
         return out
 
-    def _fork(self, path: list[int], end: int, taken: int | None) -> tuple[int, Followers, list[tuple[int, int]]] | None:
+    def _fork(
+        self, path: list[int], end: int, taken: int | None
+    ) -> tuple[int, Followers, list[tuple[int, int]]] | None:
         """The longest n-gram ending at ``end`` of ``path`` that went another way than ``taken``
         ALT_MIN_COUNT times or more: its size, its followers, and those other ways as (count,
         token), most frequent first; None where there is none."""
