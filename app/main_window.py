@@ -419,8 +419,8 @@ class MainWindow(
             return
         acceptance = event.n_accepted / event.n_drafted if event.n_drafted else 0.0
         rejected = self._pending_rejected.pop(event.step, ())
-        auto = event.extra.get("auto")
-        proposers = auto["proposers"] if auto else ("",) * len(event.tokens)
+        auto = event.auto
+        proposers = auto.proposers if auto else ("",) * len(event.tokens)
         runs = [(t.text, t.source, event.step, t.id, acceptance, p if p != "target" else "", t.why)
                 for t, p in zip(event.tokens, proposers)]
         if auto:

@@ -65,6 +65,18 @@ class RunStarted:
 
 
 @dataclass(frozen=True)
+class AutoStep:
+    """What Auto decided at one step (``StepDone.auto``)."""
+
+    decision: str  # "plain", or the tree's kind as the run's report names it (auto.report)
+    k: int = 0  # the tree's tokens
+    branches: int = 0  # its sequences
+    depth: int = 0  # its deepest token's distance from the input token
+    predicted_gain: float = 1.0  # tokens a step it was expected to emit per plain step's time
+    proposers: tuple[str, ...] = ()  # per emitted token: "target", or the source its token came from
+
+
+@dataclass(frozen=True)
 class StepDone:
     """One target decode and what verification made of it."""
 
@@ -74,7 +86,8 @@ class StepDone:
     n_accepted: int
     t_decode_s: float
     t_step_s: float
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # a strategy's figures of the step (draft-then-verify: k)
+    auto: AutoStep | None = None  # Auto's decision, on an Auto step
 
 
 @dataclass(frozen=True)

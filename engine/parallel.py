@@ -23,7 +23,7 @@ from specdec_studio.engine.events import KvSnapshot, TokenInfo
 from specdec_studio.engine.memory import DecodeAborted, NoKvSlot
 from specdec_studio.engine.sampling import Sampler, logits_row
 from specdec_studio.engine.stats import RunCounters
-from specdec_studio.engine.strategies.auto.planner import AutoPlanner
+from specdec_studio.engine.strategies.auto.slot import AutoPlanner
 from specdec_studio.engine.strategies.common import (
     FINISH_CANCELLED,
     FINISH_CONTEXT_FULL,

@@ -97,8 +97,8 @@ def step_plans(session: Session, prompt: list[int], machine: CostCurve, n_tokens
         steps = [e for e in session.run(config, prompt) if isinstance(e, StepDone) and e.step > 0]
     plans = []
     for step in steps:
-        auto = step.extra["auto"]
-        plans.append([auto["decision"], auto["k"], auto["branches"], auto["depth"], list(auto["proposers"]),
+        auto = step.auto
+        plans.append([auto.decision, auto.k, auto.branches, auto.depth, list(auto.proposers),
                       [t.id for t in step.tokens]])
     return plans
 

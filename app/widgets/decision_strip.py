@@ -4,7 +4,10 @@ Hover a bar for the step's k, tree depth, predicted gain and the tokens' propose
 
 from __future__ import annotations
 
+import html
+
 from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
+from specdec_studio.engine.events import AutoStep
 
 DECISION_COLOURS = {
     "plain": "#a0a4aa",
@@ -38,19 +41,19 @@ class DecisionStrip(QtWidgets.QWidget):
         self.setMinimumHeight(34)
         self.setMaximumHeight(34)
         self.setMouseTracking(True)
-        self.steps: list[tuple[int, dict, int]] = []  # (step, the step's "auto" record, tokens emitted)
+        self.steps: list[tuple[int, AutoStep, int]] = []  # (step, Auto's decision there, tokens emitted)
 
     def clear(self) -> None:
         self.steps.clear()
         self.update()
 
-    def add(self, step: int, record: dict, n_tokens: int) -> None:
+    def add(self, step: int, record: AutoStep, n_tokens: int) -> None:
         self.steps.append((step, record, n_tokens))
 
     def legend_html(self) -> str:
         return " ".join(f'<span style="color:{c}">■</span> {DECISION_LABELS[k]}' for k, c in DECISION_COLOURS.items())
 
-    def _visible(self) -> list[tuple[int, dict, int]]:
+    def _visible(self) -> list[tuple[int, AutoStep, int]]:
         fit = max(1, self.width() // BAR_WIDTH)
         return self.steps[-fit:]  # the newest steps when the run is longer than the strip
 
@@ -58,7 +61,7 @@ class DecisionStrip(QtWidgets.QWidget):
         painter = QtGui.QPainter(self)
         h = self.height() - 2
         for i, (_step, record, n_tokens) in enumerate(self._visible()):
-            colour = QtGui.QColor(DECISION_COLOURS.get(_kind(record.get("decision", "plain")), "#888"))
+            colour = QtGui.QColor(DECISION_COLOURS.get(_kind(record.decision), "#888"))
             bar = max(3, int(h * min(n_tokens, MAX_TOKENS_DRAWN) / MAX_TOKENS_DRAWN))
             painter.fillRect(i * BAR_WIDTH, self.height() - bar, BAR_WIDTH - 1, bar, colour)
         painter.end()
@@ -69,13 +72,12 @@ class DecisionStrip(QtWidgets.QWidget):
             i = int(ev.pos().x()) // BAR_WIDTH
             if 0 <= i < len(visible):
                 step, r, n = visible[i]
-                proposers = ", ".join(r.get("proposers", ()))
-                QtWidgets.QToolTip.showText(
-                    ev.globalPos(),
-                    f"step {step}: {DECISION_LABELS.get(_kind(r.get('decision', 'plain')), r.get('decision'))}"
-                    f" ({r.get('decision')})\nverified {r.get('k', 0)} candidate tokens in {r.get('branches', 0)} "
-                    f"branch(es), depth {r.get('depth', 0)}; predicted gain {r.get('predicted_gain', 1.0):.2f}×\n"
-                    f"emitted {n} token(s), proposed by: {proposers}", self)
+                text = (f"step {step}: {DECISION_LABELS.get(_kind(r.decision), r.decision)} ({r.decision})\n"
+                        f"verified {r.k} candidate tokens in {r.branches} branch(es), depth {r.depth}; "
+                        f"predicted gain {r.predicted_gain:.2f}×\nemitted {n} token(s), proposed by: "
+                        + ", ".join(r.proposers))
+                # escaped and set as rich text: a replayed trace's words are shown, never interpreted
+                QtWidgets.QToolTip.showText(ev.globalPos(), html.escape(text).replace("\n", "<br>"), self)
             else:
                 QtWidgets.QToolTip.hideText()
             return True

@@ -202,7 +202,7 @@ def _drop_empty(conv: Conversation, answer: Message) -> None:
 
 def _add_pieces(answer: Message, event: StepDone, rejected: tuple[str, ...]) -> None:
     acceptance = round(event.n_accepted / event.n_drafted, 3) if event.n_drafted else 0.0
-    proposers = event.extra.get("auto", {}).get("proposers", ())
+    proposers = event.auto.proposers if event.auto is not None else ()
     pieces = [[t.text, t.source, event.step, t.id, acceptance] for t in event.tokens]
     for piece, proposer in zip(pieces, proposers):
         if proposer != "target":

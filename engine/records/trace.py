@@ -11,7 +11,9 @@ every other line is one event with its time in seconds since the run started:
     …
     {"t": 2.31, "type": "RunFinished", "data": {…}}
 
-A token of a run that explained its tokens (version 2) carries its explanation as a fourth field:
+A StepDone of an Auto run carries Auto's decision as ``"auto": {"decision", "k", "branches", "depth",
+"predicted_gain", "proposers"}`` (traces written before it had a field of its own kept it in ``extra``:
+both load). A token of a run that explained its tokens (version 2) carries its explanation as a fourth field:
 ``{"top": [[id, text, p], …], "p": p_chosen, "proposed": [id, text], "by": proposer, "ok": accepted,
 "qtop": […], "matched": text, "rule": [p, q, draw]}``, the fields that do not apply left out.
 
@@ -30,21 +32,19 @@ import json
 import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, UTC
 from pathlib import Path
 
 import numpy as np
 
 from specdec_studio.engine import __version__
-from specdec_studio.engine.config import MAX_SEQUENCES, RunConfig
+from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.errors import ConfigError, SpecDecError, not_utf8
 from specdec_studio.engine.events import (
-    BatchRow,
     Event,
     Explanation,
     KvSnapshot,
-    RecurrentState,
     RejectedDraft,
     RunFailed,
     RunFinished,
@@ -52,20 +52,22 @@ from specdec_studio.engine.events import (
     RunWarning,
     StepBatch,
     StepDone,
-    TokenInfo,
 )
-from specdec_studio.engine.strategies.explain import TOP_N
 from specdec_studio.engine.records.kv_history import KvHistory
+from specdec_studio.engine.records.trace_read import (
+    KvDecoder,
+    as_number,
+    as_object,
+    as_string,
+    event_from_json,
+)
 
 # What a trace keeps: a run's own events (a chat's conversation updates are not part of it)
 TRACE_EVENTS = (RunStarted, StepDone, StepBatch, RejectedDraft, KvSnapshot, RunFinished, RunFailed, RunWarning)
 FORMAT = "specdec-trace"
 VERSION = 2  # 2: tokens may carry their explanation
 READS_VERSIONS = (1, 2)  # a version-1 trace loads whole; its tokens explain nothing beyond their source
-MAX_TOKEN_TEXT = 64  # characters of a listed token's text kept from a trace (a crafted file may hold more)
-MAX_MATCHED_TEXT = 400
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0)
-MAX_KV_CELLS = 1 << 20  # a trace's KV map is at most this many cells wide (llama.cpp contexts here are far smaller)
 
 
 class TraceError(SpecDecError):
@@ -195,6 +197,10 @@ def _plain(event: Event) -> dict:
             value = [[t.id, t.text, t.source] + ([why_record(t.why)] if t.why is not None else []) for t in value]
         elif f.name == "rows":  # BatchRow: [token, text, pos, seqs, logits, role, verdict]
             value = [[r.token, r.text, r.pos, list(r.seqs), r.logits, r.role, r.verdict] for r in value]
+        elif f.name == "auto":  # AutoStep: an object, absent on steps of other modes
+            if value is None:
+                continue
+            value = {**asdict(value), "proposers": list(value.proposers)}
         out[f.name] = value
     return out
 
@@ -280,15 +286,15 @@ def parse(lines: Iterable[str], name: str = "trace") -> Trace:
         _check_header(header)
     except (ConfigError, TypeError, ValueError) as exc:
         raise TraceError(f"the trace {name} has a corrupted header ({exc})") from None
-    decoder = _KvDecoder()
+    decoder = KvDecoder()
     events = _EventList()
     for number, line in enumerate(lines[1:], start=2):
         record = _json(line, name, number)
         try:
             if not isinstance(record, dict):
                 raise TypeError("a line is not an object")
-            t = _number(record["t"])
-            event = _event(_string(record["type"]), _object(record["data"]), decoder)
+            t = as_number(record["t"])
+            event = event_from_json(as_string(record["type"]), as_object(record["data"]), decoder)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, ConfigError, MemoryError) as exc:
             raise TraceError(f"the trace {name} is corrupted at line {number} ({type(exc).__name__}: {exc})") from None
         events.append(t, event)
@@ -313,191 +319,9 @@ def _check_header(header: dict) -> None:
     """What the window reads from a header: a valid run config, model facts as an object, the
     creation time as text."""
     RunConfig.from_dict(header.get("config", {}))
-    _object(header.get("model", {}))
-    _string(header.get("created", ""))
-    _string(header.get("model", {}).get("name", ""))
-
-
-# Typed reads of a JSON value: a wrong type is a corrupted trace, never a crash further on.
-def _int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {type(value).__name__}")
-    return value
-
-
-def _number(value: object) -> float:
-    """A finite number: a NaN or infinite time would stall a replay's clock for ever."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"expected a number, got {type(value).__name__}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"expected a finite number, got {value}")
-    return number
-
-
-def _string(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected text, got {type(value).__name__}")
-    return value
-
-
-def _object(value: object) -> dict:
-    if not isinstance(value, dict):
-        raise TypeError(f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _list(value: object) -> list:
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list, got {type(value).__name__}")
-    return value
-
-
-def _in_range(value: object, low: int, high: int, what: str) -> int:
-    """An integer ``low <= value < high``."""
-    value = _int(value)
-    if not low <= value < high:
-        raise ValueError(f"{what} {value} is outside [{low}, {high})")
-    return value
-
-
-def _tokens(rows: object) -> tuple[TokenInfo, ...]:
-    out = []
-    for row in _list(rows):
-        row = _list(row)
-        if len(row) not in (3, 4):
-            raise ValueError(f"a token has {len(row)} fields, not 3 or 4")
-        text = _string(row[1])
-        why = _why(_object(row[3]), text) if len(row) == 4 else None
-        out.append(TokenInfo(_int(row[0]), text, _string(row[2]), why))
-    return tuple(out)
-
-
-def _ranked(value: object) -> tuple[tuple[int, str, float], ...]:
-    out = []
-    for entry in _list(value)[:TOP_N]:
-        token, text, p = _list(entry)
-        out.append((_int(token), _string(text)[:MAX_TOKEN_TEXT], _probability(p)))
-    return tuple(out)
-
-
-def _probability(value: object) -> float:
-    p = _number(value)
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"a probability of {p}")
-    return p
-
-
-def _why(record: dict, chosen_text: str) -> Explanation:
-    """An explanation as :func:`why_record` wrote it; the chosen token's text is the token's own."""
-    proposed, proposed_text = _list(record["proposed"]) if "proposed" in record else (-1, "")
-    rule = _list(record["rule"]) if "rule" in record else []
-    if rule and len(rule) != 3:
-        raise ValueError("a sampling rule needs p, q and the draw")
-    p, q, draw = (None if x is None else _number(x) for x in rule) if rule else (None,) * 3
-    return Explanation(_ranked(record["top"]), _probability(record["p"]), chosen_text, _int(proposed),
-                       _string(proposed_text)[:MAX_TOKEN_TEXT], _string(record.get("by", ""))[:40],
-                       bool(record.get("ok", False)), _ranked(record.get("qtop", [])),
-                       _string(record.get("matched", ""))[:MAX_MATCHED_TEXT], bool(rule), p, q, draw)
-
-
-def _event(kind: str, data: dict, kv: _KvDecoder) -> Event:
-    if kind == "StepDone":
-        return StepDone(_int(data["step"]), _tokens(data["tokens"]), _int(data["n_drafted"]),
-                        _int(data["n_accepted"]), _number(data["t_decode_s"]), _number(data["t_step_s"]),
-                        dict(_object(data.get("extra") or {})))
-    if kind == "StepBatch":
-        rows = []
-        for row in _list(data["rows"]):
-            tok, text, pos, seqs, logits, role, verdict = _list(row)
-            rows.append(BatchRow(_int(tok), _string(text), _int(pos),
-                                 tuple(_in_range(s, 0, MAX_SEQUENCES, "sequence") for s in _list(seqs)),
-                                 bool(logits), _string(role), _string(verdict)))
-        return StepBatch(_int(data["step"]), tuple(rows))
-    if kind == "KvSnapshot":
-        return kv.decode(data)
-    if kind == "RunStarted":
-        config = _object(data["config"])
-        RunConfig.from_dict(config)
-        return RunStarted(dict(config), dict(_object(data["model"])), _int(data["n_prompt"]),
-                          _string(data["prompt_text"]))
-    if kind == "RunFinished":
-        end_token = data.get("end_token")
-        return RunFinished(_string(data["text"]), tuple(_int(i) for i in _list(data["token_ids"])),
-                           _string(data["finish_reason"]), _int_keys(_object(data["stats"])),
-                           None if end_token is None else _int(end_token))
-    if kind == "RejectedDraft":
-        return RejectedDraft(_int(data["step"]), tuple(_int(i) for i in _list(data["ids"])),
-                             tuple(_string(t) for t in _list(data["texts"])))
-    if kind == "RunFailed":
-        return RunFailed(_string(data["message"]))
-    if kind == "RunWarning":
-        return RunWarning(_string(data["message"]))
-    raise ValueError(f"unknown event type {kind[:40]!r}")
-
-
-def _int_keys(value):
-    """JSON turned the integer keys of the stats' tables (tokens per step -> steps) into strings:
-    turn them back, so a replayed run's figures equal the recorded ones."""
-    if isinstance(value, dict):
-        keys_are_ints = bool(value) and all(isinstance(k, str) and k.lstrip("-").isdigit() for k in value)
-        return {(int(k) if keys_are_ints else k): _int_keys(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_int_keys(v) for v in value]
-    return value
-
-
-class _KvDecoder:
-    def __init__(self) -> None:
-        self.state: tuple[np.ndarray, ...] | None = None
-
-    def decode(self, data: dict) -> KvSnapshot:
-        n_cells = _in_range(data["n_cells"], 1, MAX_KV_CELLS + 1, "n_cells")
-        n_seq = _in_range(data["n_seq"], 1, MAX_SEQUENCES + 1, "n_seq")
-        n_bytes = (n_seq + 7) // 8
-        if not data["delta"] or self.state is None or self.state[0].shape[0] != n_cells \
-                or self.state[1].shape[1] != n_bytes:
-            self.state = (np.full(n_cells, -1, dtype=np.int32), np.zeros((n_cells, n_bytes), dtype=np.uint8),
-                          np.zeros((n_cells, n_bytes), dtype=np.uint8), np.full(n_cells, -1, dtype=np.int32))
-        pos, during, kept, written = (a.copy() for a in self.state)
-        for cell_record in _list(data["cells"]):
-            cell, p, seqs, kept_seqs, step = _list(cell_record)
-            cell = _in_range(cell, 0, n_cells, "cell")
-            pos[cell] = _in_range(p, -1, 2**31 - 1, "position")
-            during[cell] = _seq_bits(seqs, n_bytes)
-            kept[cell] = _seq_bits(kept_seqs, n_bytes)
-            written[cell] = _in_range(step, -1, 2**31 - 1, "step")
-        self.state = (pos, during, kept, written)
-        # held as the engine gives it: arrays up to the last used cell (KvSnapshot)
-        top = int(np.flatnonzero(pos >= 0).max(initial=-1)) + 1
-        seq_of_cell = np.unpackbits(during[:top], axis=1, count=n_seq, bitorder="little").astype(bool).T.copy()
-        kept_of_cell = np.unpackbits(kept[:top], axis=1, count=n_seq, bitorder="little").astype(bool).T.copy()
-        same = np.array_equal(seq_of_cell, kept_of_cell)
-        return KvSnapshot(_int(data["step"]), seq_of_cell, pos[:top].copy(), _int(data["used"]), _int(data["holes"]),
-                          _int(data["largest_free_run"]), tuple(_int(p) for p in _list(data["seq_pos_min"])),
-                          tuple(_int(p) for p in _list(data["seq_pos_max"])),
-                          None if same else kept_of_cell, written[:top].copy(),
-                          tuple(_recurrent_state(s) for s in _list(data.get("states", []))[:MAX_SEQUENCES]),
-                          n_cells)
-
-
-def _recurrent_state(record: object) -> RecurrentState:
-    seq, n_tokens, snapshots, snapshots_max, checkpoint_at, how, back, redone = _list(record)
-    if how not in ("", "snapshot", "checkpoint"):
-        raise ValueError(f"a recurrent state's rollback is {str(how)[:20]!r}, not snapshot or checkpoint")
-    count = lambda v, what: _in_range(v, 0, 2**31 - 1, what)  # noqa: E731
-    return RecurrentState(_in_range(seq, 0, MAX_SEQUENCES, "sequence"), count(n_tokens, "state tokens"),
-                          count(snapshots, "snapshots"), count(snapshots_max, "snapshots"),
-                          _in_range(checkpoint_at, -1, 2**31 - 1, "checkpoint"), how, count(back, "rollback"),
-                          count(redone, "re-decoded tokens"))
-
-
-def _seq_bits(hex_text: object, n_bytes: int) -> np.ndarray:
-    """A cell's sequences: ``n_bytes`` bytes of bitmask written as hex."""
-    raw = bytes.fromhex(_string(hex_text))
-    if len(raw) != n_bytes:
-        raise ValueError(f"a cell's sequence mask has {len(raw)} bytes, expected {n_bytes}")
-    return np.frombuffer(raw, dtype=np.uint8)
+    as_object(header.get("model", {}))
+    as_string(header.get("created", ""))
+    as_string(header.get("model", {}).get("name", ""))
 
 
 # ----------------------------------------------------------------------------- replay

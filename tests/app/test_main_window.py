@@ -124,7 +124,7 @@ def test_auto_shows_its_decisions_proposers_and_calibration(window, qtbot, monke
     run(window, qtbot, CODE_PROMPT, mode="auto", max_tokens=64)
     assert window.stream.generated_text() == window.last_finished.text
     assert not window.decisions_box.isHidden() and len(window.decisions.steps) > 10
-    decisions = {record["decision"] for _step, record, _n in window.decisions.steps}
+    decisions = {record.decision for _step, record, _n in window.decisions.steps}
     assert "plain" in decisions or len(decisions) > 1
     proposers = {meta[6] for meta in window.stream._token_meta if meta[2] == "accepted_ngram"}
     # every accepted token names its source, joined by the others that proposed it too

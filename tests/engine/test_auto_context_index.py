@@ -90,8 +90,8 @@ def _chat_plans(session, messages: list[str], fresh_index: bool, config: RunConf
             session._kept.clear()  # as before the index was kept: the whole conversation read again
         for event in chat.send(config or RunConfig(mode="auto", max_tokens=48), message):
             if isinstance(event, StepDone):  # the first token (the prompt's decode) has no plan
-                auto = event.extra.get("auto", {})
-                plans.append(("step", auto.get("decision"), auto.get("k"), auto.get("predicted_gain"),
+                auto = event.auto
+                plans.append(("step", auto and auto.decision, auto and auto.k, auto and auto.predicted_gain,
                               event.n_drafted, event.n_accepted, [t.id for t in event.tokens]))
             elif isinstance(event, RunFinished):
                 plans.append(("done", tuple(event.token_ids)))

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_studio.engine.records import trace
+from specdec_studio.engine.records import trace, trace_read
 from specdec_studio.engine.config import LookaheadParams, RunConfig, SpeculativeParams
 from specdec_studio.engine.events import (
     BatchRow,
@@ -317,7 +317,7 @@ def _check_damaged(place, new, also, other) -> None:
     RunConfig.from_dict(loaded.config)
     for _, event in loaded.events:
         if isinstance(event, KvSnapshot):
-            assert event.seq_of_cell.shape[1] == event.pos_of_cell.shape[0] <= trace.MAX_KV_CELLS
+            assert event.seq_of_cell.shape[1] == event.pos_of_cell.shape[0] <= trace_read.MAX_KV_CELLS
             assert (event.pos_of_cell >= -1).all()
 
 
