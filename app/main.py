@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    # A model on RPC servers runs in a spawned engine process (app/engine_process.py); in a frozen
+    # A model on RPC servers runs in a spawned engine process (app/worker/engine_process.py); in a frozen
     # app that child is this executable again, and must become the engine, not a second window.
     multiprocessing.freeze_support()
     parser = argparse.ArgumentParser(prog="specdec-studio", usage="%(prog)s [-h] [-m MODEL] [FILE.gguf] [Qt options]")

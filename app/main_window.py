@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from specdec_studio.app.activity import Activity, Facts, Trigger, allowed_controls, refusal
-from specdec_studio.app.engine_worker import EngineWorker
-from specdec_studio.app.worker_messages import (
+from specdec_studio.app.model.activity import Activity, Facts, Trigger, allowed_controls, refusal
+from specdec_studio.app.worker.engine_worker import EngineWorker
+from specdec_studio.app.worker.messages import (
     BaselineDone,
     BatchKv,
     ConversationList,
@@ -486,7 +486,7 @@ class MainWindow(
                      has_chat_template=self.has_chat_template, presenting=self.presenting)
 
     def _update_buttons(self) -> None:
-        """Every control's enabled state, from the activity table (app/activity.py) alone."""
+        """Every control's enabled state, from the activity table (app/model/activity.py) alone."""
         allowed = allowed_controls(self.activity, self._facts(), stopping=self.machine.stopping)
         for widget in (self.input.run, self.run_action):
             widget.setEnabled(allowed["run"])

@@ -4,7 +4,7 @@ the conversation the engine sends. A mixin of :class:`app.main_window.MainWindow
 from __future__ import annotations
 
 from pathlib import Path
-from specdec_studio.app.activity import DOING, allowed_controls
+from specdec_studio.app.model.activity import DOING, allowed_controls
 from specdec_studio.app.qt import QtWidgets
 from specdec_studio.app.transcript import Turn
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from specdec_studio.app.activity import Activity, Trigger
+from specdec_studio.app.model.activity import Activity, Trigger
 from specdec_studio.app.qt import QtGui, QtWidgets
 from specdec_studio.app.theme import apply_theme
 from specdec_studio.app.transcript import Turn

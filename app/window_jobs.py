@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specdec_studio.app.activity import Trigger, refusal
-from specdec_studio.app.worker_messages import BatchKv, DistillDone
+from specdec_studio.app.model.activity import Trigger, refusal
+from specdec_studio.app.worker.messages import BatchKv, DistillDone
 from specdec_studio.app.qt import QtWidgets
 
 

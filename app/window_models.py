@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specdec_studio.app.activity import Activity, Trigger
-from specdec_studio.app.worker_messages import DownloadProgress, DraftLoaded, LoadFailed, LoadStarted, ModelLoaded
+from specdec_studio.app.model.activity import Activity, Trigger
+from specdec_studio.app.worker.messages import DownloadProgress, DraftLoaded, LoadFailed, LoadStarted, ModelLoaded
 
 MAX_RECENT = 8  # recent models the model bar lists
 
@@ -39,10 +39,10 @@ class ModelsMixin:
 
     def _worker_for(self, rpc_servers: tuple[str, ...]):
         """The engine that loads a model: this process's engine thread, or, for a model on RPC
-        servers, an engine process (app/engine_process.py), which a lost server cannot take the
+        servers, an engine process (app/worker/engine_process.py), which a lost server cannot take the
         window down with. Switching closes the other one and its model."""
-        from specdec_studio.app.engine_process import EngineProcess
-        from specdec_studio.app.engine_worker import EngineWorker
+        from specdec_studio.app.worker.engine_process import EngineProcess
+        from specdec_studio.app.worker.engine_worker import EngineWorker
 
         in_process = isinstance(self.worker, EngineProcess)
         if bool(rpc_servers) != in_process:

@@ -3,14 +3,14 @@ tuning, demo, jobs) read and write these attributes; nothing else of the window'
 
 from __future__ import annotations
 
-from specdec_studio.app.activity import Activity, ActivityMachine
+from specdec_studio.app.model.activity import Activity, ActivityMachine
 from specdec_studio.app.transcript import Turn
-from specdec_studio.app.widgets.step_inspector import RunRecord
+from specdec_studio.app.model.run_record import RunRecord
 
 
 class WindowState:
     def _init_state(self) -> None:
-        # What the window is doing (app/activity.py): the one place that decides what works.
+        # What the window is doing (app/model/activity.py): the one place that decides what works.
         self.machine = ActivityMachine()
         self.stream_job: int | None = None  # the job whose reports the engine thread sends now
         self.download_key: str | None = None  # the known model the download job fetches

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import html
 
-from specdec_studio.app.activity import Trigger
+from specdec_studio.app.model.activity import Trigger
 from specdec_studio.app.qt import Qt
-from specdec_studio.app.worker_messages import (ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress,
+from specdec_studio.app.worker.messages import (ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress,
                                                 ProfileProgress, ProfileReady, ProfileStarted, SavedSweeps)
 
 

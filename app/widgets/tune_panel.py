@@ -34,7 +34,7 @@ class TunePanel(QtWidgets.QWidget):
 
         self.results: dict[str, dict] = {}  # mode -> latest result (partial while running)
         self.sweeping = False  # a sweep's progress is shown (the window's activity says what works)
-        # what the window's activity allows (app/activity.py decides; set_allowed applies it)
+        # what the window's activity allows (app/model/activity.py decides; set_allowed applies it)
         self.allowed = {"run": False, "stop": False, "mode": True}
 
         form = QtWidgets.QGridLayout()

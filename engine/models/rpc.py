@@ -13,7 +13,7 @@ answering (``GGML_ABORT`` in ``ggml-rpc.cpp``). So:
 - a server that dies mid-run cannot be survived in-process. :func:`on_lost_server` turns
   llama.cpp's abort message into one sentence and ends the process with :data:`EXIT_SERVER_LOST`;
   the CLI runs in a process of its own, and the window runs RPC models in a child process
-  (``app/engine_process.py``) so that only the run is lost.
+  (``app/worker/engine_process.py``) so that only the run is lost.
 
 An ``rpc-server`` serves one client at a time, and llama.cpp keeps its connection to a server for
 as long as a model of this process has buffers there: a server that one of our models holds is

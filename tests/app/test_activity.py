@@ -1,4 +1,4 @@
-"""The window's activity table (app/activity.py): every transition in it, every request it refuses,
+"""The window's activity table (app/model/activity.py): every transition in it, every request it refuses,
 and, in the real window offscreen, every pair "job A holds the window, the user asks for B": the
 controls are the table's, an allowed request reaches the engine once, a refused one never and says
 why in one sentence.
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from specdec_studio.app.activity import (BUSY, STARTS, TRANSITIONS, Activity, ActivityMachine, Facts, Trigger,
+from specdec_studio.app.model.activity import (BUSY, STARTS, TRANSITIONS, Activity, ActivityMachine, Facts, Trigger,
                                          allowed_controls, refusal)
 
 A, T = Activity, Trigger
@@ -155,7 +155,7 @@ def _controls_match_the_table(win) -> None:
 
 
 def _end(win, job: int | None) -> None:
-    from specdec_studio.app.worker_messages import JobEnded
+    from specdec_studio.app.worker.messages import JobEnded
 
     if win.activity is A.REPLAYING:
         win.close_replay()
@@ -172,7 +172,7 @@ def recorded_window(qtbot, tmp_path, monkeypatch, smollm_path):
     """The window with a loaded model as the engine reports one, on a recording worker."""
     from specdec_studio.app.main_window import MainWindow
     from specdec_studio.app.qt import QtCore
-    from specdec_studio.app.worker_messages import JobEnded, JobTaken, LoadStarted, ModelLoaded
+    from specdec_studio.app.worker.messages import JobEnded, JobTaken, LoadStarted, ModelLoaded
     from specdec_studio.engine.records import demo_traces
     from specdec_studio.engine.records.trace import load
 
@@ -196,7 +196,7 @@ def recorded_window(qtbot, tmp_path, monkeypatch, smollm_path):
 
 def _enter(win, activity: Activity, trace) -> int | None:
     """Put the window in ``activity`` the way a user and the engine would; the job's id."""
-    from specdec_studio.app.worker_messages import JobTaken, Paused
+    from specdec_studio.app.worker.messages import JobTaken, Paused
 
     starter = next(t for t, a in STARTS.items() if a is activity) if activity is not A.PAUSED else T.RUN
     _ask(win, starter, trace)
@@ -240,7 +240,7 @@ def test_each_activity_against_every_request(recorded_window, activity):
 
 @pytest.mark.parametrize("activity", sorted(BUSY, key=lambda a: a.value), ids=lambda a: a.value)
 def test_stop_in_each_activity_is_sent_once_and_the_end_is_the_jobs(recorded_window, activity):
-    from specdec_studio.app.worker_messages import JobEnded
+    from specdec_studio.app.worker.messages import JobEnded
 
     win, trace = recorded_window
     job = _enter(win, activity, trace)
@@ -259,7 +259,7 @@ def test_stop_in_each_activity_is_sent_once_and_the_end_is_the_jobs(recorded_win
 def test_the_run_that_skipped_a_profile_keeps_its_failure_and_its_text(recorded_window):
     """Run pressed during Re-measure: the profile's stopped end is not the run's failure; the run's
     own failure is said once and its text comes back to edit."""
-    from specdec_studio.app.worker_messages import JobEnded
+    from specdec_studio.app.worker.messages import JobEnded
 
     win, trace = recorded_window
     win.input.chat_mode.setChecked(False)
@@ -279,10 +279,11 @@ def test_the_run_that_skipped_a_profile_keeps_its_failure_and_its_text(recorded_
 def test_the_documented_table_is_the_table():
     from pathlib import Path
 
-    from specdec_studio.app.activity import markdown_page
+    from specdec_studio.app.model.activity import markdown_page
 
     page = Path(__file__).resolve().parents[2] / "docs" / "window_states.md"
-    assert page.read_text() == markdown_page(), "run: python -m specdec_studio.app.activity > docs/window_states.md"
+    command = "python -m specdec_studio.app.model.activity > docs/window_states.md"
+    assert page.read_text() == markdown_page(), f"run: {command}"
 
 
 def test_the_replay_banner_shows_the_trace_s_words_as_text(recorded_window):
@@ -342,7 +343,7 @@ def test_a_mode_the_loaded_model_cannot_run_is_disabled_with_its_reason(recorded
     menu disables it with the engine's sentence as its tooltip, and a restored lookahead setting
     says so instead of running; a plain transformer loaded next has every mode again."""
     from specdec_studio.app.qt import QtCore
-    from specdec_studio.app.worker_messages import JobEnded, JobTaken, ModelLoaded
+    from specdec_studio.app.worker.messages import JobEnded, JobTaken, ModelLoaded
     from specdec_studio.engine.models.loading import mode_refusal
 
     win, _ = recorded_window

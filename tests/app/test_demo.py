@@ -286,7 +286,7 @@ def test_a_demo_pause_is_not_generation_time(window, qtbot):
     with every second the speaker held the run)."""
     import time
 
-    from specdec_studio.app.activity import Activity
+    from specdec_studio.app.model.activity import Activity
     from specdec_studio.engine.events import StepDone
 
     steps = []

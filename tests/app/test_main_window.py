@@ -213,7 +213,7 @@ def test_stop_during_a_model_load_skips_its_profile_and_keeps_the_app_usable(win
     """Nothing is cached, so the load would measure a batch-cost profile. Stop pressed during the
     load skips it, and the draft the window restores right after the load (a job of its own) does
     not measure it either: the Stop is not lost between jobs."""
-    from specdec_studio.app.worker_messages import DraftLoaded, JobEnded, JobTaken, ProfileReady, ProfileStarted
+    from specdec_studio.app.worker.messages import DraftLoaded, JobEnded, JobTaken, ProfileReady, ProfileStarted
     from specdec_studio.engine.tuning.profile import profile_dir
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
@@ -384,7 +384,7 @@ def test_the_baseline_repeats_the_last_run_and_a_stopped_one_is_not_kept(window,
     qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
     window.drain_events()
     assert list(window.baselines) == [window.last_run_key]
-    from specdec_studio.app.worker_messages import BaselineDone
+    from specdec_studio.app.worker.messages import BaselineDone
 
     done = [e for e in emitted if isinstance(e, BaselineDone)]
     assert len(done) == 1 and done[0].key == window.last_run_key
@@ -450,7 +450,7 @@ def test_the_profile_tab_compares_weight_formats_and_loads_the_chosen_copy(windo
 def test_run_pressed_during_remeasure_skips_the_profile_and_keeps_the_run(window, qtbot, tmp_path, monkeypatch):
     """Defect 4 of issue 47: the stopped profile was reported as the run's failure and the window
     dropped the run it had just started (and a second Run click sent the message twice)."""
-    from specdec_studio.app.worker_messages import JobEnded, ProfileProgress, RunRequest
+    from specdec_studio.app.worker.messages import JobEnded, ProfileProgress, RunRequest
     from specdec_studio.engine.events import RunFinished
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))  # nothing cached: a real measurement

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from specdec_studio.app import engine_process
-from specdec_studio.app.engine_process import EngineProcess
-from specdec_studio.app.engine_worker import EngineWorker
+from specdec_studio.app.worker import engine_process
+from specdec_studio.app.worker.engine_process import EngineProcess
+from specdec_studio.app.worker.engine_worker import EngineWorker
 from tests.rpc_local import free_port, rpc_servers
 
 TIMEOUT_MS = 120_000
@@ -152,7 +152,7 @@ def test_an_engine_process_that_dies_is_reported_and_replaced(qtbot):
     import os
     import signal
 
-    from specdec_studio.app import worker_messages as m
+    from specdec_studio.app.worker import messages as m
 
     engine = EngineProcess()
     engine.start()

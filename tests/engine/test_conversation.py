@@ -212,7 +212,7 @@ def test_a_stopped_turn_keeps_its_partial_answer(smollm_session):
 
 def test_an_answer_followed_from_its_events_is_kept_after_its_engine_dies(tmp_path, smollm_session, monkeypatch):
     """What an engine process streamed after its last save reaches the saved conversation through
-    the window's follower (app.engine_process), as the engine itself would have written it."""
+    the window's follower (app.worker.engine_process), as the engine itself would have written it."""
     from specdec_studio.engine.chat import turns
 
     monkeypatch.setattr(turns, "SAVE_INTERVAL_S", 3600.0)  # no save mid-turn, however slow the machine

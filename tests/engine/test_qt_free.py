@@ -1,4 +1,5 @@
-"""engine/ must import with Qt made unimportable (napari's rule for its core)."""
+"""engine/, and the window's model and worker (app/model/, app/worker/), must import with Qt made
+unimportable (napari's rule for its core): only app/window and app/widgets draw."""
 
 from __future__ import annotations
 
@@ -6,12 +7,21 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
+
 from specdec_studio import engine
+from specdec_studio.app import model, worker
 
 
-def test_engine_imports_without_qt():
-    modules = [m.name for m in pkgutil.walk_packages(engine.__path__, "specdec_studio.engine.")
-               if not m.name.endswith(".__main__")]  # `python -m` entry points run when imported
+def _modules(package) -> list[str]:
+    prefix = package.__name__ + "."
+    return [m.name for m in pkgutil.walk_packages(package.__path__, prefix)
+            if not m.name.endswith(".__main__")]  # `python -m` entry points run when imported
+
+
+@pytest.mark.parametrize("package", [engine, model, worker], ids=lambda p: p.__name__)
+def test_imports_without_qt(package):
+    modules = [package.__name__, *_modules(package)]
     code = (
         "import sys\n"
         "for name in ('PySide6', 'PyQt5', 'PyQt6', 'pyqtgraph', 'shiboken6'):\n"
@@ -24,4 +34,4 @@ def test_engine_imports_without_qt():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert len(modules) >= 10
+    assert len(modules) >= (10 if package is engine else 3)

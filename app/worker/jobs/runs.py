@@ -3,9 +3,9 @@ baseline of the last prompt."""
 
 from __future__ import annotations
 
-from specdec_studio.app.jobs import conversations
-from specdec_studio.app.jobs.state import WorkerState
-from specdec_studio.app.worker_messages import (
+from specdec_studio.app.worker.jobs import conversations
+from specdec_studio.app.worker.jobs.state import WorkerState
+from specdec_studio.app.worker.messages import (
     BaselineDone,
     BaselineRequest,
     Paused,

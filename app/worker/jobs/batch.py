@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from specdec_studio.app.jobs.state import WorkerState
-from specdec_studio.app.worker_messages import BatchKv, BatchRequest
+from specdec_studio.app.worker.jobs.state import WorkerState
+from specdec_studio.app.worker.messages import BatchKv, BatchRequest
 
 
 def decode_batch(state: WorkerState, command: BatchRequest) -> None:

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from specdec_studio.app.job_control import JobTokens, StepGate
+from specdec_studio.app.worker.job_control import JobTokens, StepGate
 
 
 @dataclass

@@ -5,7 +5,7 @@ llama.cpp contexts are used from one thread only, so the session is created, use
 Reports are appended to a deque that the window drains from a QTimer at a fixed rate: decoding
 speed never depends on how fast the window paints. ``stop()`` sets the running job's Stop flag
 directly (a thread busy in a decode loop has no event loop to deliver a slot call). The jobs are
-functions in ``app/jobs/`` (the table ``JOBS``); the requests and reports, ``app/worker_messages.py``.
+functions in ``app/worker/jobs/`` (the table ``JOBS``); the requests and reports, ``app/worker/messages.py``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import sys
 import threading
 import traceback
 
-from specdec_studio.app import worker_messages as m
-from specdec_studio.app.job_control import StepGate
-from specdec_studio.app.jobs import JOBS
-from specdec_studio.app.jobs.state import WorkerState
+from specdec_studio.app.worker import messages as m
+from specdec_studio.app.worker.job_control import StepGate
+from specdec_studio.app.worker.jobs import JOBS
+from specdec_studio.app.worker.jobs.state import WorkerState
 from specdec_studio.engine.config import DEFAULT_N_CTX
 
 _QUIT = object()

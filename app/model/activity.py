@@ -4,7 +4,7 @@ Every job the window starts, every end of one, every Stop is a transition in ``T
 request that is not in the table is refused with one sentence, never half-done. ``allowed_controls``
 is the only place that decides which controls work: the window applies its answer after every
 change. Plain Python (no Qt), so the table is tested and documented on its own
-(``docs/window_states.md`` is drawn from it: ``python -m specdec_studio.app.activity``).
+(``docs/window_states.md`` is drawn from it: ``python -m specdec_studio.app.model.activity``).
 
 Jobs are named by the id the engine worker gives each request. The activity belongs to the newest
 job started under it: the end of an older one (a profile the user's Run skipped, a load whose
@@ -225,8 +225,8 @@ def markdown_page() -> str:
     return "\n".join([
         "# The window's states",
         "",
-        "What the window is doing is one state machine (`app/activity.py`); this page is drawn from its",
-        "table by `python -m specdec_studio.app.activity > docs/window_states.md` (a test keeps it so).",
+        "What the window is doing is one state machine (`app/model/activity.py`); this page is drawn from its",
+        "table by `python -m specdec_studio.app.model.activity > docs/window_states.md` (a test keeps it so).",
         "Every job start, end and Stop is a transition below; a request that is not one is refused with",
         "one sentence in the status bar. A job's reports name its id, so the end of a job the window has",
         "left behind (a profile skipped by Run, a load whose draft restore is queued) changes nothing.",

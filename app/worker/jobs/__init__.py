@@ -3,9 +3,9 @@ says which function answers which request."""
 
 from __future__ import annotations
 
-from specdec_studio.app import worker_messages as m
-from specdec_studio.app.jobs import batch, conversations, distill, models, runs, tuning
-from specdec_studio.app.jobs.state import WorkerState
+from specdec_studio.app.worker import messages as m
+from specdec_studio.app.worker.jobs import batch, conversations, distill, models, runs, tuning
+from specdec_studio.app.worker.jobs.state import WorkerState
 
 
 def _load(state: WorkerState, command: m.LoadRequest) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from specdec_studio.app.jobs import models
-from specdec_studio.app.jobs.state import WorkerState
-from specdec_studio.app.worker_messages import DistillDone
+from specdec_studio.app.worker.jobs import models
+from specdec_studio.app.worker.jobs.state import WorkerState
+from specdec_studio.app.worker.messages import DistillDone
 
 
 def train_draft(state: WorkerState, spec: dict) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specdec_studio.app.jobs import models
-from specdec_studio.app.jobs.state import WorkerState
+from specdec_studio.app.worker.jobs import models
+from specdec_studio.app.worker.jobs.state import WorkerState
 
 
 def sweep_settings(state: WorkerState, spec) -> None:
@@ -29,7 +29,7 @@ def sweep_settings(state: WorkerState, spec) -> None:
 def compare_formats(state: WorkerState, wanted: tuple[str, ...]) -> None:
     """The loaded model against copies of it in ``wanted`` formats (made once into the model
     cache), measured alike; Stop ends it and says so. The loaded model stays loaded."""
-    from specdec_studio.app.worker_messages import FormatsCompared, FormatsProgress
+    from specdec_studio.app.worker.messages import FormatsCompared, FormatsProgress
     from specdec_studio.engine.tuning import formats
     from specdec_studio.engine.tuning.profile import ProfileCancelled
     from specdec_studio.engine.tuning.prompts import shipped
@@ -67,7 +67,7 @@ def original_file(session) -> Path:
 def format_speeds(state: WorkerState, wanted: tuple[str, ...]) -> None:
     """Plain, Auto and prompt lookup on the original file and on copies in ``wanted`` formats (made
     once where missing), against plain on the same file and on the original; Stop ends it."""
-    from specdec_studio.app.worker_messages import FormatSpeedsMeasured, FormatsProgress
+    from specdec_studio.app.worker.messages import FormatSpeedsMeasured, FormatsProgress
     from specdec_studio.engine.tuning import format_speed, formats
     from specdec_studio.engine.tuning.prompts import shipped
 

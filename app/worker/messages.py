@@ -301,7 +301,7 @@ class JobTaken:
 
 @dataclass(frozen=True)
 class EngineQuiet:
-    """The engine process has said nothing for ``seconds`` while a job runs (app.engine_process):
+    """The engine process has said nothing for ``seconds`` while a job runs (app.worker.engine_process):
     its RPC servers are still on the step, or one has stopped answering. ``stopping``: a Stop is
     waiting, and the process is ended once the silence since the Stop passes ``grace_s``."""
 

@@ -38,8 +38,8 @@ import sys
 import threading
 import time
 
-from specdec_studio.app import worker_messages as m
-from specdec_studio.app.engine_worker import SHUTDOWN_WAIT_S, EngineWorker
+from specdec_studio.app.worker import messages as m
+from specdec_studio.app.worker.engine_worker import SHUTDOWN_WAIT_S, EngineWorker
 from specdec_studio.engine.chat.turns import AnswerInProgress
 from specdec_studio.engine.events import StepDone
 from specdec_studio.engine.models import rpc

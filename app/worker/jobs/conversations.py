@@ -3,8 +3,8 @@ window's conversation requests."""
 
 from __future__ import annotations
 
-from specdec_studio.app.jobs.state import WorkerState
-from specdec_studio.app.worker_messages import ConversationList, ConversationRequest
+from specdec_studio.app.worker.jobs.state import WorkerState
+from specdec_studio.app.worker.messages import ConversationList, ConversationRequest
 
 
 def rebind(state: WorkerState, session) -> None:

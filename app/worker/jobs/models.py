@@ -3,9 +3,9 @@ the exactness probe, the sweeps kept for it."""
 
 from __future__ import annotations
 
-from specdec_studio.app.jobs import conversations
-from specdec_studio.app.jobs.state import WorkerState
-from specdec_studio.app.worker_messages import (
+from specdec_studio.app.worker.jobs import conversations
+from specdec_studio.app.worker.jobs.state import WorkerState
+from specdec_studio.app.worker.messages import (
     DraftLoaded,
     ExactnessReady,
     LoadStarted,
