@@ -24,6 +24,15 @@ from specdec_studio.engine.records.trace import SPEEDS
 
 class LayoutMixin:
     def _build(self) -> None:
+        """The window's widgets, panels and menus; the controls' enabled states last."""
+        controls_scroll = self._build_model_bar_and_controls()
+        self._build_centre()
+        self._build_right_panel()
+        self._build_side_panels(controls_scroll)
+        self._build_menus()
+        self._update_buttons()
+
+    def _build_model_bar_and_controls(self) -> QtWidgets.QScrollArea:
         self.model_bar = ModelBar()
         self.model_bar.load_requested.connect(self.load_model)
         self.model_bar.draft_requested.connect(self.choose_draft)
@@ -39,7 +48,10 @@ class LayoutMixin:
         controls_scroll.setWidgetResizable(True)
         controls_scroll.setMinimumWidth(250)
         controls_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAsNeeded)  # a narrow panel scrolls, never cuts
+        return controls_scroll
 
+    def _build_centre(self) -> None:
+        """The stream (legend, replay bar, Auto's decisions, the input) and the Race and Batch tabs."""
         self.stream = TokenStream()
         self.input = ChatInput()
         self.input.submit.connect(self.start_run)
@@ -121,6 +133,8 @@ class LayoutMixin:
         self.batch_view.batch_requested.connect(self.start_batch)
         self.centre_tabs.addTab(self._scrolled(self.batch_view), "Batch")
 
+    def _build_right_panel(self) -> None:
+        """The Live (KV map, figures), Inspect, Tune and Profile tabs."""
         self.kv_map = KvMapView()
         self.kv_map.set_token_colours(SOURCE_COLOURS)
         self.stats = StatsPanel()
@@ -204,6 +218,8 @@ class LayoutMixin:
         right.addTab(self._scrolled(profile_page), "Profile")
         self.right_tabs = right
 
+    def _build_side_panels(self, controls_scroll: QtWidgets.QScrollArea) -> None:
+        """The Run and Chats tabs, and the splitter that holds the three panels."""
         self.sidebar = ConversationSidebar()
         self.sidebar.new_requested.connect(self.new_conversation)
         self.sidebar.open_requested.connect(lambda conv_id: self._conversation_action("open", conv_id))
@@ -219,7 +235,7 @@ class LayoutMixin:
         self.splitter = QtWidgets.QSplitter(Qt.Horizontal)
         self.splitter.addWidget(left)
         self.splitter.addWidget(self.centre_tabs)
-        self.splitter.addWidget(right)
+        self.splitter.addWidget(self.right_tabs)
         self.splitter.setCollapsible(1, False)  # the conversation never disappears; the side panels may
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([300, 620, 480])
@@ -230,6 +246,8 @@ class LayoutMixin:
         rl.addWidget(self.splitter, 1)
         self.setCentralWidget(root)
 
+    def _build_menus(self) -> None:
+        """The menus, the window-wide shortcuts and the status bar."""
         self.run_action = QtGui.QAction("Run", self, shortcut=QtGui.QKeySequence("Ctrl+Return"),
                                         triggered=self.start_run)
         self.stop_action = QtGui.QAction("Stop", self, shortcut=QtGui.QKeySequence(Qt.Key_Escape),
@@ -313,7 +331,6 @@ class LayoutMixin:
         self.training_bar.hide()
         self.statusBar().addPermanentWidget(self.training_bar)
         self.statusBar().showMessage("Starting…")
-        self._update_buttons()
 
     @staticmethod
     def _scrolled(widget: QtWidgets.QWidget, min_width: int = 0, min_height: int = 0) -> QtWidgets.QScrollArea:
