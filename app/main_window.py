@@ -54,6 +54,7 @@ from specdec_studio.app.window_tuning import TuningMixin
 from specdec_studio.app.window_jobs import JobsMixin
 from specdec_studio.engine.events import KvSnapshot, RejectedDraft, RunFinished, RunStarted, StepBatch, StepDone
 from specdec_studio.engine.strategies.auto.report import source_counts, source_lines, step_limit_line
+from specdec_studio.engine.strategies import registry
 
 # On a 2-core machine every millisecond the GUI thread works is taken from llama.cpp's threads (and
 # one of them preempted stalls the other at the next barrier): the window drains the engine's events
@@ -402,14 +403,15 @@ class MainWindow(
         """A run (live or replayed) starts: the views learn its shape."""
         config = event.config
         self.last_run_mode = config.get("mode", "plain")
-        window = int(config.get("W", 0)) if self.last_run_mode == "lookahead" else 0
+        mode = registry.mode(self.last_run_mode)
+        window = int(config.get("W", 0)) if mode.settings == "lookahead" else 0
         self.kv_map.begin_run(window, event.n_prompt)
         # a replayed trace's model may not be the one loaded: its own memory decides the map's look
         self.kv_map.set_memory_kind(str(event.model.get("memory_kind", "attention")))
         self.decisions.clear()
         self.auto_sources.clear()
         self.auto_sources.setToolTip("")
-        self.decisions_box.setVisible(self.last_run_mode == "auto")
+        self.decisions_box.setVisible(mode.plans)
         self.inspector.paused_run = False
         self.inspector.set_record(self.record)
 

@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from specdec_studio.engine.strategies import registry
+
 PNG_SIZE = (720, 540)
 
 
@@ -26,7 +28,7 @@ def export_plots(result: dict, out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    if result["spec"]["mode"] == "lookahead":
+    if len(registry.mode(result["spec"]["mode"]).sweep_axes) > 1:  # a grid: one heatmap per N
         for n in result["spec"]["axes"]["N"]:
             plot = SpeedupHeatmap()
             plot.resize(*PNG_SIZE)

@@ -29,7 +29,7 @@ class JobsMixin:
         config = self._valid_config()
         if config is None:
             return
-        if config.mode == "plain":
+        if not config.mode_entry.verifies:
             self.error_label.setText("Choose a mode other than plain to race against plain decoding.")
             return
         chat = self._chat_shown_setting()
@@ -43,7 +43,7 @@ class JobsMixin:
         config = self._valid_config()
         if config is None:
             return
-        if config.mode == "lookahead":
+        if config.mode_entry.batch_slot is None:
             self.error_label.setText("Batch decoding gives each prompt one sequence, and lookahead needs W + G + 1: "
                                      "choose plain, speculative, prompt lookup or Auto.")
             return

@@ -10,11 +10,12 @@ from specdec_studio.app.model.activity import Trigger
 from specdec_studio.app.qt import Qt
 from specdec_studio.app.worker.messages import (ExactnessReady, FormatsCompared, FormatSpeedsMeasured, FormatsProgress,
                                                 ProfileProgress, ProfileReady, ProfileStarted, SavedSweeps)
+from specdec_studio.engine.strategies import registry
 
 
 class TuningMixin:
     def start_sweep(self, spec) -> None:
-        if spec.mode == "speculative" and not self.draft_path:
+        if registry.mode(spec.mode).needs == "draft" and not self.draft_path:
             self.tune.error.setText("A draft-model sweep needs a draft model: choose one in the model bar.")
             return
         if self.start_job(Trigger.SWEEP, lambda: self.worker.start_sweep(spec)):
@@ -126,7 +127,7 @@ class TuningMixin:
         curve, draft_curve = curve_of(self.profiles["target"]), curve_of(self.profiles["draft"])
         if curve is None:
             return None
-        if mode == "speculative" and draft_curve is None:
+        if registry.mode(mode).needs == "draft" and draft_curve is None:
             return None
         return cost_model.predict_from_stats(stats, curve, mode=mode, draft_curve=draft_curve)
 
@@ -136,7 +137,7 @@ class TuningMixin:
         from specdec_studio.engine.tuning.profile import curve_of
 
         curve, draft_curve = curve_of(self.profiles["target"]), curve_of(self.profiles["draft"])
-        if config.mode != "speculative" or curve is None or draft_curve is None:
+        if config.mode_entry.needs != "draft" or curve is None or draft_curve is None:
             return None
         return cost_model.draft_break_even_words(curve, draft_curve, config.speculative.k)
 

@@ -10,6 +10,7 @@ from typing import Literal
 from specdec_studio.engine.errors import ConfigError
 from specdec_studio.engine.kv.rollback import ROLLBACKS, Rollback
 from specdec_studio.engine.sampling import SamplingParams
+from specdec_studio.engine.strategies import registry
 
 
 def default_threads() -> int:
@@ -17,19 +18,7 @@ def default_threads() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-Mode = Literal["plain", "lookahead", "speculative", "lookup", "mtp", "auto"]
-MODES: tuple[str, ...] = ("plain", "lookahead", "speculative", "lookup", "mtp", "auto")
-# The modes that draft k tokens a step from one source and verify them (engine.strategies.verify).
-DRAFT_VERIFY_MODES: tuple[str, ...] = ("speculative", "lookup", "mtp")
-# What each mode is called where a person reads it (the app's mode list).
-MODE_LABELS: dict[str, str] = {
-    "plain": "Plain",
-    "lookahead": "Lookahead",
-    "speculative": "Speculative (draft model)",
-    "lookup": "Prompt lookup",
-    "mtp": "MTP head (the model's own)",
-    "auto": "Auto",
-}
+MODES: tuple[str, ...] = registry.NAMES  # every mode's name, in the order the app lists them
 # The mode the app and `specdec chat` start in. Auto becomes it once it runs at least 0.98x plain on
 # every prompt category (tests/bench/auto.py, median of the rounds); measured last at 0.97-0.99x on
 # its worst categories (reasoning, code editing, maths), so plain stays the default for now.
@@ -164,40 +153,47 @@ class RunConfig:
     # recorded (the app, a trace), never in a benchmark
     explain: bool = False
 
+    @property
+    def mode_entry(self) -> registry.Mode:
+        """What the mode does (engine.strategies.registry); a ConfigError for an unknown name."""
+        return registry.mode(self.mode)
+
     def validate(self, n_batch: int | None = None) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        mode = self.mode_entry
         if self.max_tokens < 1:
             raise ConfigError(f"max tokens must be >= 1, got {self.max_tokens}")
         self.sampling.validate()
-        if self.mode == "lookahead":
+        if mode.settings == "lookahead":
             self.lookahead.validate(n_batch)
-        if self.mode in (*DRAFT_VERIFY_MODES, "auto"):
+        if mode.settings == "speculative":
             self.speculative.validate()
 
     @property
     def n_sequences(self) -> int:
-        if self.mode == "lookahead":
+        mode = self.mode_entry
+        if mode.settings == "lookahead":
             return self.lookahead.n_sequences
-        return AUTO_SEQUENCES if self.mode == "auto" else 1
+        return AUTO_SEQUENCES if mode.plans else 1
 
     def step_shape(self) -> tuple[int, int]:
         """(tokens, logit rows) of the largest target decode one step of this run makes."""
-        if self.mode == "lookahead":
+        mode = self.mode_entry
+        if mode.settings == "lookahead":
             return self.lookahead.batch_size, self.lookahead.logit_rows
-        if self.mode in DRAFT_VERIFY_MODES:
+        if mode.draft_then_verify:
             k = self.speculative.k_max if self.speculative.adaptive != "off" else self.speculative.k
             return k + 1, k + 1
-        if self.mode == "auto":
+        if mode.plans:
             return self.speculative.auto_k_max + 1, self.speculative.auto_k_max + 1
         return 1, 1
 
     def as_dict(self) -> dict:
         """Every parameter that matters for this mode, as plain data (for JSON and the app)."""
         out: dict = {"mode": self.mode, "max_tokens": self.max_tokens, **dataclasses.asdict(self.sampling)}
-        if self.mode == "lookahead":
+        mode = self.mode_entry
+        if mode.settings == "lookahead":
             out.update(dataclasses.asdict(self.lookahead))
-        elif self.mode in (*DRAFT_VERIFY_MODES, "auto"):
+        elif mode.settings == "speculative":
             out.update(dataclasses.asdict(self.speculative))
         if self.explain:  # absent when off, as in every config written before it existed
             out["explain"] = True
@@ -219,8 +215,7 @@ class RunConfig:
             return kind(**values)
 
         mode = data.get("mode", "plain")
-        if mode not in MODES:
-            raise ConfigError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        registry.mode(mode)  # one sentence for a name no mode has
         config = cls(mode=mode, max_tokens=_checked_value("max_tokens", data.get("max_tokens", 128), 128),
                      sampling=pick(SamplingParams), lookahead=pick(LookaheadParams),
                      speculative=pick(SpeculativeParams),

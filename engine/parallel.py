@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.errors import ConfigError
@@ -23,7 +24,8 @@ from specdec_studio.engine.events import KvSnapshot, TokenInfo
 from specdec_studio.engine.memory import DecodeAborted, NoKvSlot
 from specdec_studio.engine.sampling import Sampler, logits_row
 from specdec_studio.engine.stats import RunCounters
-from specdec_studio.engine.strategies.auto.slot import AutoPlanner
+from specdec_studio.engine.strategies import registry
+from specdec_studio.engine.strategies.auto.slot import AutoSlotPlanner
 from specdec_studio.engine.strategies.common import (
     FINISH_CANCELLED,
     FINISH_CONTEXT_FULL,
@@ -32,9 +34,11 @@ from specdec_studio.engine.strategies.common import (
     first_token,
     guarded,
 )
+from specdec_studio.engine.strategies.lookup import make_drafter
+from specdec_studio.engine.strategies.speculative import DraftModelDrafter
 from specdec_studio.engine.strategies.verify import AdaptiveK, through_end_of_generation, verify_proposals
 
-BATCH_MODES = ("plain", "lookup", "speculative", "auto")
+BATCH_MODES = tuple(m.name for m in registry.TABLE if m.batch_slot is not None)
 FINISH_ERROR = "error"  # the prompt could not run (it does not fit in a slot): nothing decoded
 
 
@@ -91,7 +95,7 @@ class _Slot:
     output: Output | None = None
     sampler: Sampler | None = None
     counters: RunCounters | None = None
-    drafter: object | None = None
+    drafter: SlotDrafter | None = None
     k_control: AdaptiveK | None = None
     context: list[int] = field(default_factory=list)
     n_past: int = 0
@@ -100,22 +104,82 @@ class _Slot:
     t_start: float = 0.0
 
 
+class SlotDrafter(Protocol):
+    """What a slot drafts with, whichever source is behind it: the loop never asks which."""
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """The slot's prompt is decoded."""
+
+    def propose(self, context: Sequence[int], room: int, n_busy: int) -> tuple[list[int], list | None, float] | None:
+        """Up to ``room`` tokens to verify after ``context`` in a step that ``n_busy`` slots share:
+        (tokens, the drafter's distributions or None, seconds spent drafting); None where a decode
+        of the drafter was stopped or found its cache full (the finish reason is recorded)."""
+
+    def settle(self, context: Sequence[int]) -> None:
+        """Verification is done: drop whatever was cached beyond ``context``."""
+
+    def verified(self, n_accepted: int, n_batch_tokens: int, t_decode: float) -> None:
+        """What verification made of the last proposal, and what the shared batch took."""
+
+    def figures(self) -> dict:
+        """What the drafter adds to the job's stats."""
+
+    def release(self, seq: int) -> None:
+        """The job is done: free what the drafter holds for sequence ``seq``."""
+
+
+class _DraftThenVerify:
+    """A draft-then-verify drafter (prompt lookup's, a draft model's) in a slot."""
+
+    def __init__(self, drafter, output: Output, is_eog) -> None:
+        self.drafter, self.output, self.is_eog = drafter, output, is_eog
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.drafter.begin(prompt)
+
+    def propose(self, context: Sequence[int], room: int, n_busy: int) -> tuple[list[int], list | None, float] | None:
+        if room <= 0:
+            return [], None, 0.0
+        draft = guarded(self.output, lambda: self.drafter.propose(context, room))
+        if draft is None:
+            return None
+        return through_end_of_generation(draft.tokens[:room], self.is_eog), draft.dists, draft.t_draft_s
+
+    def settle(self, context: Sequence[int]) -> None:
+        self.drafter.settle(context)
+
+    def verified(self, n_accepted: int, n_batch_tokens: int, t_decode: float) -> None:
+        pass  # its k adapts in the slot's AdaptiveK
+
+    def figures(self) -> dict:
+        return {}
+
+    def release(self, seq: int) -> None:
+        if hasattr(self.drafter, "draft"):  # a draft model's sequence in the draft's context
+            self.drafter.draft.memory.seq_rm(seq, -1, -1)
+            self.drafter.cached.clear()
+
+
 def run_batch(session, config: RunConfig, jobs: Sequence[BatchJob], parallel: int) -> Iterator[object]:
     """Validate now; return the generator of the batch's events (the last is BatchFinished)."""
-    if config.mode not in BATCH_MODES:
+    mode = config.mode_entry
+    if mode.batch_slot is None:
         raise ConfigError(f"batch decoding runs {', '.join(BATCH_MODES)}; {config.mode!r} is not one of them yet")
     if parallel < 1:
         raise ConfigError(f"--parallel must be at least 1, got {parallel}")
     config.validate(session.n_batch)
-    if config.mode == "speculative" and session.draft is None:
-        raise ConfigError("speculative decoding needs a draft model; pass -md PATH")
-    k_max = 0 if config.mode == "plain" else max(config.speculative.k, config.speculative.k_max)
-    if config.mode == "auto":
+    if mode.batch_slot == "draft" and session.draft is None:
+        raise ConfigError(f"{mode.name} decoding needs a draft model; pass -md PATH")
+    if mode.batch_slot == "none":
+        k_max = 0
+    elif mode.plans:  # Auto's slot proposes at most k_max, whatever the fixed k
         k_max = config.speculative.k_max
+    else:
+        k_max = max(config.speculative.k, config.speculative.k_max)
     if parallel * (k_max + 1) > session.n_batch:
         raise ConfigError(f"{parallel} prompts × (k + 1) = {parallel * (k_max + 1)} tokens a step exceed the "
                           f"batch of {session.n_batch}; lower --parallel or k")
-    session.ensure_sequences(parallel, draft=config.mode == "speculative")
+    session.ensure_sequences(parallel, draft=mode.batch_slot == "draft")
     return _batch_events(session, config, list(jobs), parallel, k_max)
 
 
@@ -123,7 +187,7 @@ def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: in
     target = session.target
     memory, batch, vocab, cancel = target.memory, target.batch, session.vocab, session.cancel_flag
     target.forget()
-    if session.draft is not None and config.mode == "speculative":
+    if session.draft is not None and config.mode_entry.batch_slot == "draft":
         session.draft.forget()
     slot_cells = session.n_ctx // parallel  # a slot's share of the unified cache
     slots = [_Slot(seq) for seq in range(parallel)]
@@ -164,16 +228,12 @@ def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: in
             budget = slot.output.max_tokens - len(slot.output.ids) - 1
             room = min(slot.k_control.k, budget) if slot.k_control else budget
             drafts, dists = [], None
-            if isinstance(slot.drafter, AutoPlanner):
-                slot.drafter.cost.base = len(busy)
-                drafts = slot.drafter.plan(slot.context, max(0, min(room, k_max)))
-            elif room > 0 and slot.drafter is not None:
-                draft = guarded(slot.output, lambda: slot.drafter.propose(slot.context, room))  # noqa: B023 - called at once
-                if draft is None:
+            if slot.drafter is not None:
+                proposed = slot.drafter.propose(slot.context, room, len(busy))
+                if proposed is None:
                     continue
-                drafts = through_end_of_generation(draft.tokens[:room], vocab.is_eog)
-                dists = draft.dists
-                slot.counters.t_draft_s += draft.t_draft_s
+                drafts, dists, t_draft = proposed
+                slot.counters.t_draft_s += t_draft
             first = batch.add(slot.token, slot.n_past, (slot.seq,), True)
             for i, t in enumerate(drafts):
                 batch.add(t, slot.n_past + 1 + i, (slot.seq,), True)
@@ -204,14 +264,13 @@ def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: in
             first, drafts, dists = proposals[slot.seq]
             emitted, n_accepted = verify_proposals(
                 slot.sampler, lambda row: logits_row(target.ctx, row, vocab.n_tokens), first, drafts, dists,
-                slot.output, slot.context, "accepted_ngram" if config.mode == "auto" else "accepted_draft")
+                slot.output, slot.context, config.mode_entry.accepted_source)
             slot.n_past += 1 + n_accepted
             memory.seq_rm(slot.seq, slot.n_past, -1)
             slot.token = slot.context[-1]
             if slot.drafter is not None:
                 slot.drafter.settle(slot.context)
-            if isinstance(slot.drafter, AutoPlanner):
-                slot.drafter.observe(n_accepted, n_in_batch, t_decode)
+                slot.drafter.verified(n_accepted, n_in_batch, t_decode)
             slot.counters.record_decode(n_in_batch, n_in_batch)
             slot.counters.record_step(len(emitted), len(drafts), n_accepted, t_decode)
             if drafts:
@@ -240,7 +299,8 @@ def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[o
     slot.context = list(job.tokens)
     slot.step = 1
     slot.drafter = _drafter(slot, session, config)
-    slot.k_control = AdaptiveK(config.speculative) if config.mode not in ("plain", "auto") else None
+    mode = config.mode_entry
+    slot.k_control = AdaptiveK(config.speculative) if mode.draft_then_verify else None
     yield JobStarted(job.id, slot.seq, len(job.tokens))
     t0 = time.perf_counter()
     target.memory.seq_rm(slot.seq, -1, -1)
@@ -267,18 +327,17 @@ def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[o
         yield _finish(slot, target.memory, slot.output.finish_reason)
 
 
-def _drafter(slot: _Slot, session, config: RunConfig):
-    if config.mode == "auto":
-        return AutoPlanner(slot.job.tokens, session.cost_curve())
-    if config.mode == "lookup":
-        from specdec_studio.engine.strategies.lookup import make_drafter
-
-        return make_drafter(config.speculative)
-    if config.mode == "speculative":
-        from specdec_studio.engine.strategies.speculative import DraftModelDrafter
-
-        return DraftModelDrafter(session.draft, slot.sampler, config.speculative.p_min, session.vocab.n_tokens,
-                                 session.vocab.is_eog, session.cancel_flag, seq=slot.seq, owns_context=False)
+def _drafter(slot: _Slot, session, config: RunConfig) -> SlotDrafter | None:
+    """The slot's drafter for the mode's ``batch_slot`` (engine.strategies.registry)."""
+    source = config.mode_entry.batch_slot
+    if source == "auto":
+        return AutoSlotPlanner(slot.job.tokens, session.cost_curve(), config.speculative.k_max)
+    if source == "lookup":
+        return _DraftThenVerify(make_drafter(config.speculative), slot.output, session.vocab.is_eog)
+    if source == "draft":
+        drafter = DraftModelDrafter(session.draft, slot.sampler, config.speculative.p_min, session.vocab.n_tokens,
+                                    session.vocab.is_eog, session.cancel_flag, seq=slot.seq, owns_context=False)
+        return _DraftThenVerify(drafter, slot.output, session.vocab.is_eog)
     return None
 
 
@@ -295,11 +354,9 @@ def _finish(slot: _Slot, memory, reason: str) -> JobFinished:
     if slot.t_start:
         counters.t_generate_s = time.perf_counter() - slot.t_start
     memory.seq_rm(slot.seq, -1, -1)
-    if isinstance(slot.drafter, AutoPlanner):
-        counters.extra["auto"] = slot.drafter.report.as_dict(slot.drafter.calibrator)
-    if slot.drafter is not None and hasattr(slot.drafter, "draft"):
-        slot.drafter.draft.memory.seq_rm(slot.seq, -1, -1)
-        slot.drafter.cached.clear()
+    if slot.drafter is not None:
+        counters.extra.update(slot.drafter.figures())
+        slot.drafter.release(slot.seq)
     event = JobFinished(job.id, slot.seq, out.text(), tuple(out.ids), out.finish_reason, counters.as_dict())
     slot.job = slot.output = slot.drafter = slot.k_control = None
     slot.t_start = 0.0

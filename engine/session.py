@@ -26,9 +26,11 @@ from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, check_d
 from specdec_studio.engine.runner import kv_snapshot, run_events
 from specdec_studio.engine.sampling import Sampler
 from specdec_studio.engine.stats import RunCounters
+from specdec_studio.engine.strategies import registry
 from specdec_studio.engine.strategies.common import Output, Runtime
 from specdec_studio.engine.strategies.explain import Explainer, ExplainerThread
 from specdec_studio.engine.tokens import Vocab
+
 
 
 class Session:
@@ -307,28 +309,27 @@ class Session:
                 f"the prompt has {len(prompt_tokens)} tokens but the context holds only {self.n_ctx}; "
                 "shorten the prompt or raise the context size"
             )
-        from specdec_studio.engine.strategies import registry
-
-        strategy = registry.get(config.mode)
+        mode = registry.mode(config.mode)
+        strategy = mode.run_function()
         info = self.model.info
         refused = mode_refusal(
             config.mode, info.arch, info.memory_kind, info.diffusion, info.n_mtp_layers
         )  # before anything is decoded
         if refused:
             raise ConfigError(refused)
-        if config.mode == "speculative" and self.draft is None:
-            raise ConfigError("speculative decoding needs a draft model; choose one from the target's family")
+        if mode.needs == "draft" and self.draft is None:
+            raise ConfigError(f"{mode.name} decoding needs a draft model; choose one from the target's family")
         # Auto drafts with the model's own MTP head where it has one and no draft model is loaded
-        auto_mtp = config.mode == "auto" and self.draft is None and self.model.info.n_mtp_layers > 0
+        with_mtp = mode.needs == "mtp" or (mode.optional_draft and self.draft is None and info.n_mtp_layers > 0)
         if info.memory_kind != "attention":
             # snapshots or checkpoints for this run's rollbacks (engine.kv.rollback); a context made
             # again for them starts with an empty cache, so a chat that keeps its mode keeps its cells
             sp = config.speculative
             longest = longest_draft(config.mode, sp.k, sp.k_max, sp.adaptive)
-            wanted = snapshots_to_keep(sp.rollback, config.mode, longest, config.mode == "mtp" or auto_mtp)
+            wanted = snapshots_to_keep(sp.rollback, config.mode, longest, with_mtp)
             if wanted != self.target.rs_snapshots_asked:
                 self._make_context(self.n_seq_max, wanted)
-        mtp = self.mtp_head() if config.mode == "mtp" or auto_mtp else None
+        mtp = self.mtp_head() if with_mtp else None
         # a recurrent or hybrid model runs Auto on one sequence (no sibling branches): each more
         # would hold a whole recurrent state and its snapshots
         if info.memory_kind == "attention" and config.n_sequences > self.n_seq_max:
@@ -342,7 +343,7 @@ class Session:
             target.forget()
             n_reused = 0
         output = Output(self.vocab, config.max_tokens)
-        auto = config.mode == "auto"
+        auto = mode.plans
         curve = self.cost_curve() if auto else None  # read once: Auto prices its steps and its draft with it
         sampler = Sampler(config.sampling)
         rt = Runtime(
@@ -357,7 +358,7 @@ class Session:
             cancel=self._cancel,
             counters=RunCounters(),
             output=output,
-            draft=self.draft if config.mode in ("speculative", "auto") else None,
+            draft=self.draft if mode.needs == "draft" or mode.optional_draft else None,
             mtp=mtp,
             n_reused=n_reused,
             cost_curve=curve,

@@ -14,11 +14,9 @@ from specdec_studio.engine.config import (
     DEFAULT_MAX_TOKENS_APP,
     DEFAULT_MODE,
     DEFAULT_N_BATCH,
-    DRAFT_VERIFY_MODES,
     LOOKAHEAD_APP_DEFAULTS,
-    MODE_LABELS,
-    MODES,
 )
+from specdec_studio.engine.strategies import registry
 
 
 
@@ -35,8 +33,8 @@ class ControlsPanel(QtWidgets.QWidget):
         layout = QtWidgets.QVBoxLayout(self)
 
         self.mode = QtWidgets.QComboBox()
-        for key in MODES:
-            self.mode.addItem(MODE_LABELS[key], key)
+        for entry in registry.TABLE:
+            self.mode.addItem(entry.label, entry.name)
         self.mode.setCurrentIndex(self.mode.findData(DEFAULT_MODE))
         mode_row = QtWidgets.QHBoxLayout()
         self.mode_label = QtWidgets.QLabel("Mode")
@@ -185,7 +183,7 @@ class ControlsPanel(QtWidgets.QWidget):
             self.config().validate(self.n_batch)
         except ConfigError as exc:
             return str(exc)
-        if self.mode.currentData() == "speculative" and not self.draft_loaded:
+        if registry.mode(self.mode.currentData()).needs == "draft" and not self.draft_loaded:
             return "Speculative mode needs a draft model: choose one in the model bar."
         refused = self.refused_modes.get(self.mode.currentData())
         return _as_sentence(refused) if refused else None
@@ -219,15 +217,16 @@ class ControlsPanel(QtWidgets.QWidget):
         return [] if self._applied is None else [k for k in current if current[k] != self._applied.get(k)]
 
     def _on_change(self, *_args) -> None:
-        mode = self.mode.currentData()
-        self.lookahead_box.setVisible(mode == "lookahead")
-        self.spec_box.setVisible(mode in DRAFT_VERIFY_MODES)
-        self.auto_box.setVisible(mode == "auto")
-        self.p_min.setVisible(mode in ("speculative", "mtp"))
+        mode = registry.mode(self.mode.currentData())
+        self.lookahead_box.setVisible(mode.settings == "lookahead")
+        self.spec_box.setVisible(mode.draft_then_verify)
+        self.auto_box.setVisible(mode.plans)
+        self.p_min.setVisible(mode.needs != "")  # a model's drafts stop below p_min; an n-gram has no p
+        lookup = mode.name == "lookup"  # prompt lookup's own choice of sources
         # llama.cpp's draftless types match n-grams of their own sizes
-        self.ngram.setVisible(mode == "lookup" and self.lookup.currentData() in ("cache", "latest"))
-        self.lookup.setVisible(mode == "lookup")
-        self.draft_hint.setVisible(mode == "speculative")
+        self.ngram.setVisible(lookup and self.lookup.currentData() in ("cache", "latest"))
+        self.lookup.setVisible(lookup)
+        self.draft_hint.setVisible(mode.needs == "draft")
         self.draft_hint.setText("" if self.draft_loaded else "Choose a draft model in the model bar.")
         la = self.config().lookahead
         self.batch_label.setText(

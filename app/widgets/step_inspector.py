@@ -15,6 +15,7 @@ from __future__ import annotations
 from specdec_studio.app.qt import QtCore, QtGui, QtWidgets, Qt
 from specdec_studio.app.widgets.kv_map import KvMapView
 from specdec_studio.app.model.run_record import RunRecord
+from specdec_studio.engine.strategies import registry
 
 ROLE_COLOURS = {  # Okabe–Ito, as the KV map
     "input": "#56B4E9", "redecode": "#999999", "window": "#E69F00", "ngram": "#009E73",
@@ -270,7 +271,8 @@ class StepInspector(QtWidgets.QWidget):
         self.scroll.setFixedHeight(min(self.picture.minimumHeight() + 22, 420))
         self.summary.setText(describe_step(batch, done))
         started = record.started
-        window = int(started.config.get("W", 0)) if started and started.config.get("mode") == "lookahead" else 0
+        lookahead = started is not None and registry.mode(started.config.get("mode", "plain")).settings == "lookahead"
+        window = int(started.config.get("W", 0)) if lookahead else 0
         n_prompt = started.n_prompt if started else 0
         for view in (self.kv_before, self.kv_after):
             view.begin_run(window, n_prompt)

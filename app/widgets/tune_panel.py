@@ -14,6 +14,7 @@ from specdec_studio.app.qt import QtCore, QtWidgets, Qt, Signal
 from specdec_studio.app.widgets.speedup_plot import SpeedupPlot
 from specdec_studio.app.widgets.sweep_view import SpeedupCurve, SpeedupHeatmap
 from specdec_studio.engine.config import LOOKUP_SOURCES
+from specdec_studio.engine.strategies import registry
 
 SHORT_CATEGORY_LABELS = {
     "chat": "chat", "code_generation": "code", "code_editing": "code edit", "summarisation": "summary",
@@ -182,7 +183,7 @@ class TunePanel(QtWidgets.QWidget):
         from specdec_studio.engine.tuning import prompts, sweep
 
         mode = self.current_mode()
-        if mode == "lookahead":
+        if self._sweeps_a_grid():
             axes = {name: sweep.parse_values(self.axis_edits[name].text()) for name in ("N", "W", "G")}
         else:
             axes = {"k": sweep.parse_values(self.axis_edits["k"].text()),
@@ -293,22 +294,29 @@ class TunePanel(QtWidgets.QWidget):
         if i >= 0 and i != self.mode.currentIndex():
             self.mode.setCurrentIndex(i)
 
+    def _sweeps_a_grid(self) -> bool:
+        """The mode's sweep is lookahead's W × N × G grid (else a k curve)."""
+        return registry.mode(self.current_mode()).settings == "lookahead"
+
+    def _sweeps_a_draft(self) -> bool:
+        return registry.mode(self.current_mode()).needs == "draft"
+
     def _on_mode(self, *_args) -> None:
-        lookahead = self.current_mode() == "lookahead"
+        lookahead = self._sweeps_a_grid()
         self.wng_row.setVisible(lookahead)
         self.k_row.setVisible(not lookahead)
         self.policy_box.setVisible(self.current_mode() == "lookup")
         self.n_choice.setVisible(lookahead)
         self.n_label.setVisible(lookahead)
         self.plots.setCurrentWidget(self.heatmap if lookahead else self.curve)
-        self.draft_break_even.setVisible(self.current_mode() == "speculative" and bool(self.draft_break_even.text()))
+        self.draft_break_even.setVisible(self._sweeps_a_draft() and bool(self.draft_break_even.text()))
         self._redraw()
 
     def set_draft_break_even(self, words: str | None) -> None:
         """The loaded draft's break-even in words, shown with draft-model sweeps; None hides it
         (no draft, or a profile not measured)."""
         self.draft_break_even.setText(words or "")
-        self.draft_break_even.setVisible(self.current_mode() == "speculative" and bool(words))
+        self.draft_break_even.setVisible(self._sweeps_a_draft() and bool(words))
 
     def _redraw(self, *_args) -> None:
         from specdec_studio.engine.tuning import sweep
@@ -324,12 +332,12 @@ class TunePanel(QtWidgets.QWidget):
         else:
             self.best_label.setText("no results yet for this mode" if result is None else "")
         if result is None:
-            if mode == "lookahead":
+            if self._sweeps_a_grid():
                 self.heatmap.clear_result()
             else:
                 self.curve.set_result({"spec": {}, "cells": []})
             return
-        if mode == "lookahead":
+        if self._sweeps_a_grid():
             n_values = list(result["spec"]["axes"]["N"])
             wanted = self.n_choice.currentData()
             self.n_choice.blockSignals(True)

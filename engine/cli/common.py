@@ -12,7 +12,6 @@ import threading
 import time
 from pathlib import Path
 
-from specdec_studio.engine.config import DRAFT_VERIFY_MODES
 from specdec_studio.engine.errors import SpecDecError, not_utf8
 
 
@@ -301,13 +300,14 @@ def print_stats(config, stats: dict, finish_reason: str) -> None:
     print(f"decoded {stats['n_predict']:4d} tokens in {stats['t_generate_s']:8.3f} seconds, "
           f"speed: {stats['tokens_per_second']:8.3f} t/s", file=err)
     print(file=err)
-    if config.mode == "lookahead":
+    mode = config.mode_entry
+    if mode.settings == "lookahead":
         la = config.lookahead
         print(f"W = {la.W:2d}\nN = {la.N:2d}\nG = {la.G:2d}\n", file=err)
-    if config.mode in DRAFT_VERIFY_MODES:
+    if mode.draft_then_verify:
         print(f"n_draft   = {config.speculative.k}", file=err)
     print(f"n_predict = {stats['n_predict']}", file=err)
-    if config.mode != "plain":
+    if mode.verifies:
         print(f"n_drafted = {stats['n_drafted']}", file=err)
         print(f"n_accept  = {stats['n_accept']}", file=err)
         if stats["n_drafted"]:

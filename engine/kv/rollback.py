@@ -21,13 +21,15 @@ from __future__ import annotations
 
 from typing import Literal
 
+from specdec_studio.engine.strategies import registry
+
 Rollback = Literal["auto", "snapshots", "checkpoints"]
 ROLLBACKS: tuple[str, ...] = ("auto", "snapshots", "checkpoints")
 
 
 def longest_draft(mode: str, k: int, k_max: int, adaptive: str) -> int:
     """The most draft tokens one verification of the run can hold (and so roll back)."""
-    if mode == "auto" or adaptive != "off":
+    if registry.mode(mode).plans or adaptive != "off":
         return k_max
     return k
 
@@ -35,7 +37,7 @@ def longest_draft(mode: str, k: int, k_max: int, adaptive: str) -> int:
 def snapshots_to_keep(how: str, mode: str, longest: int, drafts_with_mtp: bool) -> int:
     """``n_rs_seq`` for the target context of a run: 0 where the run never rolls back (plain) or
     rolls back by checkpoint, else its longest draft."""
-    if mode == "plain":
+    if not registry.mode(mode).verifies:
         return 0
     if how == "snapshots" or (how == "auto" and drafts_with_mtp):
         return longest

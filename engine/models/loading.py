@@ -17,6 +17,7 @@ from specdec_studio.engine.errors import ModelFileError, VocabMismatchError
 from specdec_studio.engine.jsonfile import write_json
 from specdec_studio.engine.models.identity import file_identity
 from specdec_studio.engine.paths import cache_root
+from specdec_studio.engine.strategies import registry
 
 GGUF_MAGIC = b"GGUF"
 # The vocabulary check of llama.cpp's speculative example: sizes may differ by this many tokens
@@ -266,14 +267,15 @@ def mode_refusal(mode: str, arch: str, memory_kind: str, diffusion: bool = False
     plain verifies a guess for the next token against the model's prediction there, which a
     diffusion model does not make: it fills a block of positions at once. MTP drafting needs the
     file's own multi-token-prediction blocks."""
-    if diffusion and mode != "plain":
+    entry = registry.mode(mode)
+    if diffusion and entry.verifies:
         return (f"{arch} is a diffusion model, which fills a block of tokens at once instead of predicting each "
                 f"next token; {mode} verifies next-token guesses, so only plain decoding runs it")
-    if mode == "lookahead" and memory_kind != "attention":
+    if entry.shared_cells and memory_kind != "attention":
         kind = "a recurrent" if memory_kind == "recurrent" else "a hybrid"
-        return (f"lookahead needs KV cells that several sequences share, and {arch} is {kind} model whose "
+        return (f"{mode} needs KV cells that several sequences share, and {arch} is {kind} model whose "
                 "state is one per sequence; use prompt lookup, a draft model or Auto")
-    if mode == "mtp" and n_mtp_layers <= 0:
+    if entry.needs == "mtp" and n_mtp_layers <= 0:
         return ("MTP drafting needs a model whose file has MTP layers (NextN blocks, as Qwen3.5 and GLM-4.5 "
                 "ship), and this one has none; use a draft model, prompt lookup or Auto")
     return None

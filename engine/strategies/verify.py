@@ -143,7 +143,7 @@ def run_draft_verify(rt: Runtime, prompt: Sequence[int], drafter: Drafter) -> It
         counters.record_step(len(emitted), len(proposals), n_accepted, t_decode)
         counters.record_positions(len(proposals), n_accepted)
         if emitted and rt.observed:
-            role = "ngram" if rt.config.mode == "lookup" else "draft"
+            role = "draft" if rt.config.mode_entry.needs else "ngram"  # a model's draft, or the context's n-grams
             verdicts = {1 + i: "accepted" for i in range(n_accepted)}
             if n_accepted < len(proposals):
                 verdicts[1 + n_accepted] = "rejected"

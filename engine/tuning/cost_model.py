@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specdec_studio.engine.strategies import registry
+
 
 @dataclass(frozen=True)
 class CostCurve:
@@ -213,7 +215,8 @@ def predict_from_stats(
     comparison counts the steps after it: a plain run of n tokens makes n - 1 decodes. Returns
     None when the run made no decode to price.
     """
-    if mode == "plain":
+    entry = registry.mode(mode)
+    if not entry.verifies:
         return 1.0
     shapes = stats.get("decode_shapes") or []
     n_decodes = sum(n for _b, _r, n in shapes)
@@ -224,10 +227,10 @@ def predict_from_stats(
         return None
     t_target = sum(curve.seconds(b, r) * n for b, r, n in shapes)
     draft_shapes = stats.get("draft_decode_shapes")
-    if mode == "speculative" and draft_curve is not None and draft_shapes:
+    if entry.needs == "draft" and draft_curve is not None and draft_shapes:
         # the draft's decodes as made: a catch-up batch of the accepted tokens, then single tokens
         t_draft = sum(draft_curve.seconds(b, r) * n for b, r, n in draft_shapes)
-    elif mode == "speculative" and draft_curve is not None:  # a run recorded before the shapes were
+    elif entry.needs == "draft" and draft_curve is not None:  # a run recorded before the shapes were
         t_draft = stats["n_drafted"] * draft_curve.t_plain_s
     else:
         t_draft = stats.get("t_draft_s", 0.0)

@@ -29,6 +29,7 @@ from specdec_studio.engine.sampling import SamplingParams
 from specdec_studio.engine.tuning import cost_model
 from specdec_studio.engine.tuning.cost_model import CostCurve
 from specdec_studio.engine.tuning.prompts import Prompt
+from specdec_studio.engine.strategies import registry
 
 FORMAT_VERSION = 1
 SWEEP_MODES = ("lookahead", "lookup", "speculative")
@@ -97,7 +98,7 @@ def config_for(spec: SweepSpec, setting: dict, base: RunConfig | None = None) ->
     """The greedy run config of one setting. k = 0 is plain decoding (the noise floor)."""
     base = base or RunConfig()
     common = dict(max_tokens=spec.max_tokens, sampling=SamplingParams())
-    if spec.mode == "lookahead":
+    if registry.mode(spec.mode).settings == "lookahead":
         la = replace(base.lookahead, **{k: int(v) for k, v in setting.items()})
         return RunConfig(mode="lookahead", lookahead=la, **common)
     sp_values = {k: v for k, v in setting.items()}
@@ -177,7 +178,7 @@ def run_sweep(session, spec: SweepSpec, *, curve: CostCurve | None = None, draft
     cells measured so far; a Stop already set when the sweep starts ends it at once (the caller
     clears the flag when it starts a job)."""
     spec.validate()
-    if spec.mode == "speculative" and session.draft is None:
+    if registry.mode(spec.mode).needs == "draft" and session.draft is None:
         raise ConfigError("a speculative sweep needs a draft model; load one first")
     settings = spec.settings()
     configs = [config_for(spec, s, base) for s in settings]
@@ -283,7 +284,8 @@ def _result(session, spec: SweepSpec, settings: list[dict], cells: list[SweepCel
     return {
         "format": FORMAT_VERSION,
         "model": {"path": info.path, "name": info.name, "arch": info.arch, "quant": info.quant},
-        "draft": session.draft_model.info.path if spec.mode == "speculative" and session.draft_model else None,
+        "draft": session.draft_model.info.path if session.draft_model and registry.mode(spec.mode).needs == "draft"
+        else None,
         "n_ctx": session.n_ctx,
         "n_threads": session.n_threads,
         "spec": spec.to_dict(),

@@ -1,4 +1,5 @@
-"""The source tree's shape: engine/ grouped by job, and no import circle in app/ or engine/.
+"""The source tree's shape: engine/ grouped by job, no import circle in app/ or engine/, short
+functions, and modes read from their table (issue 78).
 
 The import graph is read from the source with ``ast`` (every import statement, at module level or
 inside a function), so an import that only a function runs still counts: hiding a circle in a
@@ -133,3 +134,69 @@ def test_engine_top_level_is_small():
 def test_every_subpackage_says_its_job(package):
     docstring = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text()))
     assert docstring and len(docstring.split()) >= 5, f"{package}/__init__.py needs a docstring saying its job"
+
+
+# ------------------------------------------------------------------ the redesign's bounds (issue 78)
+MAX_FUNCTION_LINES = 150  # any function of app/ or engine/
+MAX_AUTO_FUNCTION_LINES = 120  # Auto's loop and planner read like llama.cpp's examples
+MAX_MODE_NAME_COMPARISONS = 15  # outside the mode table and the CLI's parser
+MODE_NAMES = {"plain", "lookahead", "speculative", "lookup", "mtp", "auto"}
+TABLE_FIELDS = {"settings", "needs", "batch_slot"}  # a Mode's own fields: comparing them reads the table
+
+
+def _functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.end_lineno - node.lineno + 1
+
+
+def test_no_function_is_longer_than_the_bound():
+    too_long = []
+    for path in module_files().values():
+        bound = MAX_AUTO_FUNCTION_LINES if "strategies/auto" in path.as_posix() else MAX_FUNCTION_LINES
+        too_long += [f"{path.relative_to(ROOT)}:{name} ({n} lines)" for name, n in _functions(path) if n > bound]
+    assert not too_long, too_long
+
+
+def _strings(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return set().union(*(_strings(e) for e in node.elts))
+    return set()
+
+
+def mode_name_comparisons(paths) -> list[str]:
+    """Comparisons with a mode's name (``mode == "lookup"``, ``x in ("plain", "auto")``) that do
+    not read a field of the mode table."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            if any(_strings(o) & MODE_NAMES for o in operands) and not any(
+                    isinstance(o, ast.Attribute) and o.attr in TABLE_FIELDS for o in operands):
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_a_mode_is_read_from_its_table_not_compared_by_name():
+    paths = [p for p in module_files().values()
+             if "engine/cli/" not in p.as_posix() and not p.as_posix().endswith("strategies/registry.py")]
+    found = mode_name_comparisons(paths)
+    assert len(found) <= MAX_MODE_NAME_COMPARISONS, found
+
+
+def test_a_planted_mode_comparison_is_counted(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text('if config.mode == "lookup" or mode in ("plain", "x"):\n    pass\n'
+                       'if m.needs == "draft":\n    pass\n')
+    assert len(mode_name_comparisons([planted])) == 2
+
+
+def test_batch_decoding_never_asks_which_drafter_it_drives():
+    tree = ast.parse((ROOT / "engine" / "parallel.py").read_text())
+    asked = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and getattr(node.func, "id", "") == "isinstance" and "Planner" in ast.unparse(node.args[1])]
+    assert not asked, asked

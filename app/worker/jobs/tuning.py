@@ -7,6 +7,7 @@ from pathlib import Path
 
 from specdec_studio.app.worker.jobs import models
 from specdec_studio.app.worker.jobs.state import WorkerState
+from specdec_studio.engine.strategies import registry
 
 
 def sweep_settings(state: WorkerState, spec) -> None:
@@ -19,7 +20,7 @@ def sweep_settings(state: WorkerState, spec) -> None:
     session = state.require_session()
     models.known_profiles(state, measure=True, remeasure=False)
     curve = curve_of(state.profiles["target"])
-    draft_curve = curve_of(state.profiles["draft"]) if spec.mode == "speculative" else None
+    draft_curve = curve_of(state.profiles["draft"]) if registry.mode(spec.mode).needs == "draft" else None
     for event in sweep.run_sweep(session, spec, curve=curve, draft_curve=draft_curve):
         if isinstance(event, sweep.SweepFinished) and event.result["cells"]:
             sweep.save(event.result, model_sha256(session.model.info.path))

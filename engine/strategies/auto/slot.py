@@ -29,16 +29,18 @@ class BatchStepCost(StepCost):
         return 0.0  # the batch's shape changes every step anyway
 
 
-class AutoPlanner:
-    """Auto's per-step choice for one slot of a batch. A slot has one sequence, so its candidates
-    form a chain: the single source (n-gram cache or suffix match) whose tokens promise the most
-    emitted tokens per step cost, cut where that gain peaks; nothing when nothing pays."""
+class AutoSlotPlanner:
+    """Auto's per-step choice for one slot of a batch (a ``parallel.SlotDrafter``). A slot has one
+    sequence, so its candidates form a chain: the single source (n-gram cache or suffix match)
+    whose tokens promise the most emitted tokens per step cost, cut where that gain peaks; nothing
+    when nothing pays. It proposes at most ``k_max`` tokens a step."""
 
-    def __init__(self, prompt: Sequence[int], curve) -> None:
+    def __init__(self, prompt: Sequence[int], curve, k_max: int) -> None:
         self.sources = Sources(prompt, alternatives=False)
         self.calibrator = Calibrator()
         self.cost = BatchStepCost(curve)
         self.report = AutoReport()
+        self.k_max = k_max
         self.nodes: list = []
 
     def begin(self, prompt: Sequence[int]) -> None:
@@ -46,6 +48,19 @@ class AutoPlanner:
 
     def settle(self, context: Sequence[int]) -> None:
         pass  # the sources follow the context at the next plan
+
+    def propose(self, context: Sequence[int], room: int, n_busy: int) -> tuple[list[int], None, float]:
+        self.cost.base = n_busy  # the rows the batch decodes this step anyway
+        return self.plan(context, max(0, min(room, self.k_max))), None, 0.0
+
+    def verified(self, n_accepted: int, n_batch_tokens: int, t_decode: float) -> None:
+        self.observe(n_accepted, n_batch_tokens, t_decode)
+
+    def figures(self) -> dict:
+        return {"auto": self.report.as_dict(self.calibrator)}
+
+    def release(self, seq: int) -> None:
+        pass  # nothing native: the sources are Python's
 
     def plan(self, context: Sequence[int], room: int) -> list[int]:
         best, best_gain = [], 1.0
