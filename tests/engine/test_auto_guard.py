@@ -187,16 +187,17 @@ def test_the_sibling_search_stops_only_where_no_fork_could_be_kept(text, k):
     from unittest import mock
 
     from specdec_studio.engine.strategies.auto import sources
+    from specdec_studio.engine.strategies.sources import ngram_cache
 
     found = sources.Sources(text)
     chains = found.chains(text, k)
-    with mock.patch.object(sources, "FORK_REACH_MIN", 0.0):
+    with mock.patch.object(ngram_cache, "FORK_REACH_MIN", 0.0):
         everywhere = found.siblings(text, k, chains)
     assert found.siblings(text, k, chains) == everywhere
 
 
 def _fork_the_long_way(self, path, end, taken):
-    """Sources._fork as defined: every n-gram size ending there, longest first, that was followed
+    """NgramCacheSource._fork as defined: every n-gram size ending there, longest first, that was followed
     by two tokens or more."""
     from specdec_studio.engine.strategies.auto.priors import ALT_MIN_COUNT, NGRAM_MAX, NGRAM_MIN
 
@@ -218,14 +219,16 @@ def test_a_fork_the_last_token_rules_out_is_not_looked_for_at_longer_ngrams(text
     from unittest import mock
 
     from specdec_studio.engine.strategies.auto import sources
+    from specdec_studio.engine.strategies.sources.ngram_cache import NgramCacheSource
 
     found = sources.Sources(text)
+    ngram = found.named("ngram")
     chains = found.chains(text, k)
     path = [*text[-4:], *(chains[0].tokens if chains and chains[0].source == "ngram" else [])]
     for end in range(len(path) + 1):
         for taken in (None, *set(path)):
-            assert found._fork(path, end, taken) == _fork_the_long_way(found, path, end, taken)
-    with mock.patch.object(sources.Sources, "_fork", _fork_the_long_way):
+            assert ngram._fork(path, end, taken) == _fork_the_long_way(ngram, path, end, taken)
+    with mock.patch.object(NgramCacheSource, "_fork", _fork_the_long_way):
         want = found.siblings(text, k, chains)
     assert found.siblings(text, k, chains) == want
 
@@ -413,11 +416,11 @@ def test_a_line_written_a_third_time_is_believed_like_a_long_match():
     line = [7, 3, 9, 4, 1, 8, 2]  # a 7-token line
     for rounds, want in ((2, 2), (LOOP_SURE_ROUNDS + 1, LONG_MATCH_BUCKET)):  # matches of 7 and 14 tokens
         text = [5, 6] + line * rounds
-        suffix = sources.Sources(text)._suffix(20)
+        suffix = sources.Sources(text).named("suffix").propose(text, 20)
         assert suffix.tokens == (line * 3)[:20]  # round and round the line
         assert set(suffix.signals) == {(want,)}
     copied = [5, 6] + line * 2 + [0] + line * 2  # 14 tokens copied from earlier, not a loop
-    suffix = sources.Sources(copied)._suffix(4)
+    suffix = sources.Sources(copied).named("suffix").propose(copied, 4)
     assert suffix.tokens == [0, *line[:3]] and set(suffix.signals) == {(3,)}
 
 
