@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import threading
 from collections.abc import Sequence
 
 import llama_cpp as llama
@@ -12,7 +13,13 @@ from specdec_studio.engine.errors import PromptError
 
 
 class Vocab:
-    """Tokenizer of one loaded model. Pieces are cached: a run asks for the same ids again and again."""
+    """Tokenizer of one loaded model. Pieces are cached: a run asks for the same ids again and again.
+
+    Shared by the engine thread and the explanation thread (``strategies.explain.ExplainerThread``),
+    which both ask for pieces: the caches are dicts whose entries are written whole (a race writes
+    the same value twice), and llama.cpp writes each piece into a buffer of the asking thread's own
+    (ctypes releases the GIL during the call: one shared buffer let one thread read the other's
+    piece and cache it for good)."""
 
     def __init__(self, vocab_ptr: llama.llama_vocab_p) -> None:
         self.ptr = vocab_ptr
@@ -21,7 +28,13 @@ class Vocab:
         # a piece's text where its bytes are whole UTF-8 characters (most tokens), else None
         self._texts: dict[int, str | None] = {}
         self._eog: dict[int, bool] = {}
-        self._piece_buf = ctypes.create_string_buffer(256)
+        self._local = threading.local()  # .buffer: the calling thread's piece buffer
+
+    def _piece_buffer(self) -> ctypes.Array:
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is None:
+            buffer = self._local.buffer = ctypes.create_string_buffer(256)
+        return buffer
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         data = text.encode("utf-8")
@@ -41,13 +54,14 @@ class Vocab:
         cached = self._pieces.get(token)
         if cached is not None:
             return cached
-        n = llama.llama_token_to_piece(self.ptr, token, self._piece_buf, len(self._piece_buf), 0, False)
+        buffer = self._piece_buffer()
+        n = llama.llama_token_to_piece(self.ptr, token, buffer, len(buffer), 0, False)
         if n < 0:
             big = ctypes.create_string_buffer(-n)
             n = llama.llama_token_to_piece(self.ptr, token, big, len(big), 0, False)
             piece = big.raw[:n]
         else:
-            piece = self._piece_buf.raw[:n]
+            piece = buffer.raw[:n]
         self._pieces[token] = piece
         return piece
 

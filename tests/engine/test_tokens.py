@@ -54,3 +54,33 @@ def test_incremental_detokenisation_equals_a_plain_utf8_decoder(any_model_path):
             ours = [detok.feed(t) for t in tokens] + [detok.flush()]
             theirs = [reference.decode(vocab.piece(t)) for t in tokens] + [reference.decode(b"", final=True)]
             assert ours == theirs
+
+
+def test_two_threads_asking_every_tokens_piece_get_the_right_pieces(smollm_path):
+    """The explanation thread asks for pieces beside the engine thread (issue 79): with one shared
+    buffer, a piece written by one thread was read and cached for good by the other (10-54 wrong
+    pieces in 4-6 trials of this test). Each thread now has a buffer of its own."""
+    import threading
+
+    with LoadedModel(smollm_path) as model:
+        reference = Vocab(model.vocab)
+        want = [reference.piece(t) for t in range(reference.n_tokens)]
+        for trial in range(6):
+            shared = Vocab(model.vocab)  # an empty cache: every call writes a buffer
+            order = list(range(shared.n_tokens))
+            if trial % 2:
+                order.reverse()
+            start = threading.Barrier(2)
+
+            def ask(tokens, shared=shared, start=start):
+                start.wait()
+                for t in tokens:
+                    shared.piece(t)
+
+            threads = [threading.Thread(target=ask, args=(order,)), threading.Thread(target=ask, args=(order[::-1],))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            wrong = [t for t in range(shared.n_tokens) if shared.piece(t) != want[t]]
+            assert not wrong, f"trial {trial}: {len(wrong)} wrong pieces, e.g. token {wrong[0]}"
