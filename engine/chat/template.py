@@ -3,9 +3,13 @@
 The template is Jinja text from the GGUF's metadata: anyone who made the file wrote it. Jinja's
 immutable sandbox keeps it from touching Python objects; this module also bounds what a sandbox
 does not: a loop that runs for minutes (checked on every line the template executes, through a
-trace function on the rendering thread) and an output that grows without end (checked on every
-chunk it yields). A template that breaks a limit, does not compile or fails on a sample
-conversation is refused when the model is opened; the model then runs in completion mode.
+trace function on the rendering thread), an output that grows without end (checked on every
+chunk it yields), and one operation that no line check can stop: ``x ** n`` and ``'x' * n`` are
+C-level calls that can take minutes or gigabytes, so both operators are intercepted and refused
+past a bound on their result. Intercepting them also keeps Jinja from folding them while it
+compiles (``{{ 7 ** 100000000 }}`` would otherwise hang ``from_string``, before any limit applies).
+A template that breaks a limit, does not compile or fails on a sample conversation is refused
+when the model is opened; the model then runs in completion mode.
 """
 
 from __future__ import annotations
@@ -15,10 +19,16 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
 from specdec_studio.engine.errors import PromptError
 
 TIME_LIMIT_S = 1.0
 MAX_OUTPUT_CHARS = 4 << 20  # 4 Mi characters: far more than any context holds
+# the largest integer a template's ``*`` or ``**`` may make: computed in microseconds, and far more
+# than a date, a count or an index needs
+MAX_RESULT_BITS = 4096
 # A conversation every chat template must render (no system turn: some templates refuse one).
 SAMPLE = (("user", "Hello!"), ("assistant", "Hi! How can I help?"), ("user", "Name one colour."))
 
@@ -35,12 +45,9 @@ class ChatTemplate:
     """A compiled chat template. :meth:`render` raises :class:`TemplateRefused` on any failure."""
 
     def __init__(self, source: str, *, bos_token: str, eos_token: str, name: str = "the model") -> None:
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
         self.name = name
         self.bos_token, self.eos_token = bos_token, eos_token
-        env = ImmutableSandboxedEnvironment(loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True)
+        env = _BoundedSandbox(loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise_from_template
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         try:
@@ -85,6 +92,30 @@ class ChatTemplate:
         finally:
             sys.settrace(previous)
         return "".join(pieces)
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """The immutable sandbox, with ``*`` and ``**`` refused where their result would be huge."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context, operator: str, left, right):
+        if operator == "**" and _is_int(left) and _is_int(right) and right > 0:
+            if right * max(1, abs(left).bit_length()) > MAX_RESULT_BITS:
+                raise SecurityError(f"a power of {MAX_RESULT_BITS} bits or more is refused")
+        elif operator == "*":
+            if _is_int(left) and _is_int(right):
+                if abs(left).bit_length() + abs(right).bit_length() > MAX_RESULT_BITS:
+                    raise SecurityError(f"a product of {MAX_RESULT_BITS} bits or more is refused")
+            else:
+                count, seq = (left, right) if _is_int(left) else (right, left)
+                if _is_int(count) and isinstance(seq, (str, list, tuple)) and count * len(seq) > MAX_OUTPUT_CHARS:
+                    raise SecurityError(f"a repetition longer than {MAX_OUTPUT_CHARS} is refused")
+        return super().call_binop(context, operator, left, right)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _raise_from_template(message: str):

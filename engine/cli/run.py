@@ -49,9 +49,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.chat and session.has_chat_template:
             tokens = session.chat_tokens([("user", prompt)])
         else:
-            if args.chat:
-                print(f"specdec: {Path(model_path).name} has no chat template; running the prompt as plain "
-                      "completion", file=sys.stderr)
+            if args.chat:  # one sentence: why there is no chat, and what runs instead
+                why = session.template_problem or f"{Path(model_path).name} has no chat template"
+                print(f"specdec: {why.removesuffix('; the model opens in completion mode')}; running the prompt "
+                      "as plain completion", file=sys.stderr)
             tokens = session.tokenize_prompt(prompt)
         if config.mode == "auto" and not args.no_predict:
             ensure_profile(session)  # Auto prices its steps with it

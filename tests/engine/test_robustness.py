@@ -276,6 +276,10 @@ def test_json_does_not_hash_the_model_on_every_run(capsys, monkeypatch, tmp_path
     ("{{ messages.__class__.__mro__[1].__subclasses__() }}", "failed"),
     ("{% for m in messages %}", "does not compile"),
     ("{{ raise_exception('no') }}", "failed"),
+    # one C-level operation no line check can stop (issue 79): Jinja folded the first while compiling
+    ("{{ (7 ** 100000000) % 10 }}", "a power of 4096 bits or more is refused"),
+    ("{{ 'x' * 8000000000 }}", "a repetition longer than"),
+    ("{% set n = 10 ** 600 %}{{ n * n * n }}", "a product of 4096 bits or more is refused"),
 ])
 def test_a_hostile_chat_template_is_refused(source, why):
     from specdec_studio.engine.chat.template import ChatTemplate, TemplateRefused
@@ -302,6 +306,25 @@ def test_a_model_with_a_refused_template_opens_in_completion_mode(smollm_path, m
         with pytest.raises(PromptError, match="completion mode"):
             session.chat_tokens([("user", "hi")])
         assert session.complete(RunConfig(max_tokens=4), "Once upon a time").finish_reason == "length"
+
+
+def test_a_gguf_whose_template_would_hang_runs_plain_and_refuses_chat(smollm_path, tmp_path):
+    """Issue 79's reproduction: a GGUF whose chat template computes 7 ** 100000000 hung even
+    ``specdec run -p hi -n 2`` (no chat) past 60 s, in Jinja's constant folding at compile time."""
+    import subprocess
+    import sys
+
+    from specdec_studio.engine.models.rewrite import rewrite_gguf
+
+    evil = rewrite_gguf(smollm_path, tmp_path / "evil.gguf", field_value=lambda key, value: (
+        "{{ (7 ** 100000000) % 10 }}" if key == "tokenizer.chat_template" else value))
+    cli = [sys.executable, "-m", "specdec_studio.engine.cli", "run", "-m", str(evil), "-t", str(N_THREADS),
+           "-c", "256", "-n", "2", "--no-predict"]
+    done = subprocess.run([*cli, "-p", "hi"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    chat = subprocess.run([*cli, "--chat", "-p", "hi", "--json"], capture_output=True, text=True, timeout=60)
+    assert chat.returncode == 0 and '"chat": false' in chat.stdout, chat.stderr
+    assert "a power of 4096 bits or more is refused" in chat.stderr
 
 
 def test_the_real_template_renders_as_before(smollm_session):
