@@ -77,12 +77,12 @@ class Chat:
         last_user = max((i for i, m in enumerate(conv.messages) if m.role == "user"), default=None)
         if last_user is None:
             raise PromptError("there is nothing to regenerate yet; send a message first")
-        removed = conv.messages[last_user + 1:]
+        replaced = self._before_replacing()
         conv.truncate(last_user + 1)
         try:
-            return self._turn(config, fresh_cancel)
+            return self._turn(config, fresh_cancel, replaced)
         except BaseException:
-            conv.messages.extend(removed)
+            self._put_back(replaced)
             raise
 
     def edit(self, index: int, text: str, config: RunConfig, *, fresh_cancel: bool = True) -> Iterator[Event]:
@@ -92,15 +92,25 @@ class Chat:
             raise PromptError("only your own messages can be edited")
         if not text.strip():
             raise PromptError("the message is empty; type something to send")
-        saved = conv.messages[index:]
+        replaced = self._before_replacing()
         conv.truncate(index)
         conv.add(Message("user", text))
         try:
-            return self._turn(config, fresh_cancel)
+            return self._turn(config, fresh_cancel, replaced)
         except BaseException:
-            conv.truncate(index)
-            conv.messages.extend(saved)
+            self._put_back(replaced)
             raise
+
+    def _before_replacing(self) -> tuple[list[Message], tuple]:
+        """The conversation as it stands (its messages and their ids), before a turn replaces some
+        of it: Regenerate and Edit keep it until the new answer has its first token."""
+        conv = self.conversation
+        return list(conv.messages), conv.token_state()
+
+    def _put_back(self, replaced: tuple[list[Message], tuple]) -> None:
+        messages, token_state = replaced
+        self.conversation.messages[:] = messages
+        self.conversation.restore_token_state(token_state)
 
     def set_system(self, text: str) -> None:
         set_system(self.conversation, text)
@@ -129,7 +139,7 @@ class Chat:
         return note
 
     # ----------------------------------------------------------------------------- one run
-    def _turn(self, config: RunConfig, fresh_cancel: bool) -> Iterator[Event]:
+    def _turn(self, config: RunConfig, fresh_cancel: bool, replaced: tuple | None = None) -> Iterator[Event]:
         session, conv = self.session, self.conversation
         room = max(MIN_ANSWER_ROOM, min(config.max_tokens, session.n_ctx // 4))
         before = conv.token_state()
@@ -144,13 +154,18 @@ class Chat:
         if fit.newly_dropped:
             note = (f"the context was full: the model no longer sees the {fit.newly_dropped} oldest "
                     f"message{'s' if fit.newly_dropped != 1 else ''} (shown greyed)")
-        return self._stream(events, config, note)
+        return self._stream(events, config, note, replaced)
 
-    def _stream(self, events: Iterator[Event], config: RunConfig, note: str) -> Iterator[Event]:
+    def _stream(self, events: Iterator[Event], config: RunConfig, note: str,
+                replaced: tuple | None) -> Iterator[Event]:
+        """The turn's events, its answer written into the conversation as they come. ``replaced``:
+        what Regenerate or Edit replace (:meth:`_before_replacing`), kept in memory and on disk
+        until the answer has its first token; an answer stopped, failed or abandoned before it
+        puts it back."""
         conv = self.conversation
         answer = conv.add(Message("assistant", "", produced=[], state=STREAMING,
                                   figures={"mode": config.mode}))
-        saved = self.save()
+        saved = self.save() if replaced is None else ""  # the file keeps what is replaced, for now
         rejected: dict[int, tuple[str, ...]] = {}
         finished = False
         try:
@@ -160,6 +175,8 @@ class Chat:
                     rejected[event.step] = event.texts
                 elif isinstance(event, StepDone):
                     _add_pieces(answer, event, rejected.pop(event.step, ()))
+                    if replaced is not None and answer.pieces:  # the new answer has begun: saved at once
+                        replaced, self._saved_at = None, 0.0
                     if time.monotonic() - self._saved_at >= SAVE_INTERVAL_S:
                         with self.session.off_the_clock():  # the run's t/s is the model's, not the disk's
                             saved = self.save()
@@ -175,7 +192,7 @@ class Chat:
                     answer.figures.update(_figures(event.stats))
                     finished = True
                     if answer.state == INTERRUPTED and not event.token_ids:
-                        _drop_empty(conv, answer)  # stopped before its first token: nothing to keep
+                        self._forget_empty(answer, replaced)  # stopped before its first token
                     saved = self.save()
                     full = ("the context is full; the next message drops the oldest turns"
                             if event.finish_reason == "context_full" else "")
@@ -189,8 +206,15 @@ class Chat:
                 answer.produced = None  # only its text is known for sure
                 answer.state, answer.finish_reason = INTERRUPTED, "interrupted"
                 if not answer.content:
-                    _drop_empty(conv, answer)
+                    self._forget_empty(answer, replaced)
                 self.save()
+
+    def _forget_empty(self, answer: Message, replaced: tuple | None) -> None:
+        """An answer with nothing in it: what its turn replaced comes back, else it goes."""
+        if replaced is not None:
+            self._put_back(replaced)
+        else:
+            _drop_empty(self.conversation, answer)
 
 
 def _drop_empty(conv: Conversation, answer: Message) -> None:

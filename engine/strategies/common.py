@@ -225,6 +225,9 @@ def begin_run(rt: Runtime, prompt: Sequence[int], *, prepare: Callable[[], None]
     """
     if rt.memory.mirror is not None:
         rt.memory.mirror.begin_run()
+    if rt.cancel.is_set():  # stopped before it began (a Stop right after Regenerate): not a token made
+        rt.output.finish(FINISH_CANCELLED)
+        return None
     row = decode_prompt(rt, prompt)
     if row is None:
         return None

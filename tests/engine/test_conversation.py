@@ -356,3 +356,31 @@ def test_a_turn_that_fails_to_start_drops_no_older_turns(smollm_path, tmp_path):
         # the same message does drop turns when it can run: the failure above really had dropped some
         _final(chat.send(RunConfig(max_tokens=8), long_question))
         assert conv.n_dropped > before[0]
+
+
+@pytest.mark.parametrize("how", ["regenerate", "edit"])
+def test_regenerate_or_edit_stopped_before_its_first_token_keeps_what_it_replaced(smollm_session, tmp_path, how):
+    """Issue 79: Regenerate (or Edit), then Stop before the first token, deleted the previous
+    answer in memory and on disk (the turn saved the truncated chat before any token, and the
+    empty answer was dropped). What a turn replaces now stays until its answer has a token: on
+    disk while it runs, and in memory and on disk after a Stop or a failure."""
+    store = ConversationStore(tmp_path)
+    chat = Chat(smollm_session, store=store)
+    config = RunConfig(max_tokens=8)
+    _final(chat.send(config, "Name a colour."))
+    before = [(m.role, m.content) for m in chat.conversation.messages]
+    events = chat.regenerate(config) if how == "regenerate" else chat.edit(0, "Name a fruit.", config)
+    first = next(events)
+    assert isinstance(first, ConversationChanged)
+    # a kill now would leave the file as it was
+    assert [(m.role, m.content) for m in store.load(chat.conversation.id).messages] == before
+    smollm_session.cancel()  # Stop, before the prompt's decode gives the first token
+    final = _final(events)
+    assert final.finish_reason == "cancelled" and not final.token_ids
+    assert [(m.role, m.content) for m in chat.conversation.messages] == before
+    assert [(m.role, m.content) for m in store.load(chat.conversation.id).messages] == before
+    # and the chat goes on from there: the next regenerate replaces the answer once it has a token
+    answer = _final(chat.regenerate(config))
+    assert answer.token_ids and chat.conversation.messages[-1].content == answer.text
+    assert store.load(chat.conversation.id).messages[-1].content == answer.text
+
