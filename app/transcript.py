@@ -26,13 +26,17 @@ class Turn:
 
 
 def figures_line(mode: str, stats: dict, finish: str | None) -> str:
-    line = f"[{mode} · {stats['n_predict']} tokens · {stats['tokens_per_second']:.1f} tok/s · " \
-           f"{stats['tokens_per_step']:.2f} tokens/step"
+    """A run's figures in one line; a figure a saved message lacks is left out, never guessed."""
+    parts = [mode, f"{stats['n_predict']} tokens"]
+    if "tokens_per_second" in stats:
+        parts.append(f"{stats['tokens_per_second']:.1f} tok/s")
+    if "tokens_per_step" in stats:
+        parts.append(f"{stats['tokens_per_step']:.2f} tokens/step")
     if stats.get("n_drafted"):
-        line += f" · accepted {stats['n_accept']}/{stats['n_drafted']}"
-    if stats.get("n_prompt_reused"):
-        line += f" · prompt {stats['n_prompt']} ({stats['n_prompt_reused']} reused)"
-    return line + (f" · {finish}]" if finish else "]")
+        parts.append(f"accepted {stats.get('n_accept', 0)}/{stats['n_drafted']}")
+    if stats.get("n_prompt_reused") and "n_prompt" in stats:
+        parts.append(f"prompt {stats['n_prompt']} ({stats['n_prompt_reused']} reused)")
+    return "[" + " · ".join(p for p in parts if p) + (f" · {finish}]" if finish else "]")
 
 
 def render_run(stream: TokenStream, text: str, source: str, step: int, token_id: int, acceptance: float,

@@ -19,6 +19,7 @@ re-decoding this costs comes rarely; they stay in the conversation, shown as dro
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -60,8 +61,40 @@ class Message:
         return cls(role=str(d["role"]), content=str(d["content"]), tokens=[int(t) for t in d.get("tokens") or []],
                    produced=None if d.get("produced") is None else [int(t) for t in d["produced"]],
                    pieces=[_piece(p) for p in d.get("pieces") or []], state=str(d.get("state", DONE)),
-                   finish_reason=d.get("finish_reason"), figures=dict(d.get("figures") or {}),
-                   created=float(d.get("created", time.time())))
+                   finish_reason=d.get("finish_reason"), figures=_figures_from_file(d.get("figures")),
+                   created=_time_from_file(d.get("created")))
+
+
+# What a message's figures may hold, as the figures line, the sidebar and the exports read them
+FIGURE_NUMBERS = ("n_predict", "tokens_per_second", "tokens_per_step", "n_drafted", "n_accept", "accept_rate",
+                  "n_prompt", "n_prompt_reused", "n_prompt_decoded", "t_encode_s")
+LATEST_TIME = 253402300799.0  # 9999-12-31: a time past it cannot be shown as a date
+
+
+def _figures_from_file(value) -> dict:
+    """A message's figures as a file gives them, kept to what the displays read: the mode as text
+    and the known figures as finite numbers; anything else is left out."""
+    if not isinstance(value, dict):
+        return {}
+    figures = {}
+    if isinstance(value.get("mode"), str):
+        figures["mode"] = value["mode"][:40]
+    for key in FIGURE_NUMBERS:
+        number = value.get(key)
+        if isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number):
+            figures[key] = number
+    return figures
+
+
+def _time_from_file(value) -> float:
+    """A time as a file gives it. Missing, or a number that is no date (JSON's NaN and Infinity
+    load; they broke the sorting and the dates of every list that shows it): now. Not a number at
+    all: a ValueError, which makes the file a damaged one."""
+    if value is None:
+        return time.time()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"a time is not a number: {str(value)[:40]}")
+    return float(value) if 0.0 <= value <= LATEST_TIME else time.time()
 
 
 def _piece(p) -> list:
@@ -174,7 +207,7 @@ class Conversation:
             raise ValueError(f"conversation format {d.get('format')} is newer than this app reads ({FORMAT_VERSION})")
         conv = cls(id=str(d["id"]), title=str(d.get("title", "")), model_key=d.get("model_key"),
                    n_dropped=int(d.get("n_dropped", 0)), n_encoded=int(d.get("n_encoded", 0)),
-                   created=float(d.get("created", time.time())), updated=float(d.get("updated", time.time())),
+                   created=_time_from_file(d.get("created")), updated=_time_from_file(d.get("updated")),
                    messages=[Message.from_dict(m) for m in d.get("messages", [])])
         for m in conv.messages:  # a run that was writing when the app died
             if m.state == STREAMING:

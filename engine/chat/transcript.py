@@ -29,8 +29,8 @@ def _figures_line(m: MessageView) -> str:
     parts = [str(f.get("mode", "")), f"{f['n_predict']} tokens", f"{f.get('tokens_per_second', 0.0):.1f} tok/s",
              f"{f.get('tokens_per_step', 0.0):.2f} tokens/step"]
     if f.get("n_drafted"):
-        parts.append(f"accepted {f['n_accept']}/{f['n_drafted']}")
-    if "n_prompt_reused" in f:
+        parts.append(f"accepted {f.get('n_accept', 0)}/{f['n_drafted']}")
+    if "n_prompt_reused" in f and "n_prompt" in f:
         parts.append(f"prompt {f['n_prompt']} ({f['n_prompt_reused']} reused)")
     return " · ".join(p for p in parts if p)
 

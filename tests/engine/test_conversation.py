@@ -384,3 +384,39 @@ def test_regenerate_or_edit_stopped_before_its_first_token_keeps_what_it_replace
     assert answer.token_ids and chat.conversation.messages[-1].content == answer.text
     assert store.load(chat.conversation.id).messages[-1].content == answer.text
 
+
+
+def test_a_conversation_file_that_loads_reads_in_every_display(tmp_path):
+    """Issue 79: a file with ``"updated": NaN`` (JSON's NaN loads) made ``/list`` print a traceback
+    and the sidebar stop opening conversations, and figures without ``tokens_per_second`` raised in
+    the window's figures line. A file that loads is now checked to what the displays read: a time
+    that is no date reads as now, and figures keep only finite numbers of the names they know."""
+    import json
+    import math
+
+    from specdec_studio.engine.chat.transcript import to_html, to_markdown
+
+    store = ConversationStore(tmp_path)
+    store.root.mkdir(parents=True)
+    odd = {"id": "odd", "title": "Odd times", "created": -5, "updated": math.nan, "messages": [
+        {"role": "user", "content": "hi", "created": math.inf},
+        {"role": "assistant", "content": "hello", "figures": {"mode": "plain", "n_predict": 2, "n_drafted": 3,
+                                                              "tokens_per_step": "fast", "accept_rate": math.nan}}]}
+    (store.root / "odd.json").write_text(json.dumps(odd))  # json writes NaN and Infinity, and reads them
+    good = Conversation()
+    good.add(Message("user", "Name a colour."))
+    store.save(good)
+    listed, damaged = store.scan()
+    assert sorted(s.id for s in listed) == sorted(["odd", good.id]) and not damaged
+    assert all(math.isfinite(s.updated) for s in listed)
+    conv = store.load("odd")
+    assert math.isfinite(conv.messages[0].created)
+    assert conv.messages[1].figures == {"mode": "plain", "n_predict": 2, "n_drafted": 3}
+    assert "2 tokens" in to_markdown(conv.view()) and "accepted 0/3" in to_markdown(conv.view())
+    assert "hello" in to_html(conv.view())
+    # the CLI's /list, as a user types it
+    env = {**os.environ, "SPECDEC_DATA": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "chat", "-n", "2", "--no-save"],
+                          input="/list\n/quit\n", env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "Odd times" in done.stderr
