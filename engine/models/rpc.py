@@ -74,10 +74,15 @@ def parse_servers(text: str | None) -> tuple[str, ...]:
         item = raw.strip()
         if not item:
             continue
+        if item.startswith("[") or item.count(":") > 1:
+            # llama.cpp's RPC client splits an endpoint at its first colon (ggml-rpc.cpp, parse_endpoint)
+            raise ConfigError(f"RPC server {item!r} is an IPv6 address, which llama.cpp's RPC client cannot "
+                              "reach; give the server's IPv4 address or host name")
         host, sep, port = item.rpartition(":")
         if not sep:
             host, port = item, str(DEFAULT_PORT)
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        # ASCII digits only: "²" is a digit to str.isdigit, and int() refuses it
+        if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
             raise ConfigError(f"RPC server {item!r} is not host:port (for example 192.168.1.20:{DEFAULT_PORT})")
         endpoint = f"{host}:{int(port)}"
         if endpoint not in endpoints:

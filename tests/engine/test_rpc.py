@@ -44,8 +44,12 @@ def test_servers_are_read_or_refused_in_one_sentence():
         f"gpu-box:{rpc.DEFAULT_PORT}",
     )
     assert rpc.parse_servers("") == ()
-    for bad in ("host:http", "host:70000", ":50052"):
+    for bad in ("host:http", "host:70000", ":50052", "host:²", "host:٥٠٠٥٢"):  # digits to str.isdigit, not int()
         with pytest.raises(ConfigError, match="is not host:port"):
+            rpc.parse_servers(bad)
+    # llama.cpp's RPC client cuts an endpoint at its first colon: an IPv6 address is refused for that
+    for bad in ("[::1]:50052", "::1", "fe80::1:50052"):
+        with pytest.raises(ConfigError, match="IPv6 address, which llama.cpp's RPC client cannot reach"):
             rpc.parse_servers(bad)
 
 
