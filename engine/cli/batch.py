@@ -8,13 +8,12 @@ import sys
 from pathlib import Path
 
 from specdec_studio.engine.errors import SpecDecError
-from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, read_text_file, rpc_servers_of, run_setup
+from specdec_studio.engine.cli.common import add_run_args, ctrl_c_stops, read_text_file, run_setup, session_from_args
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
     """Decode every prompt of a JSON-lines file, ``--parallel`` at a time in one context."""
     from specdec_studio.engine import parallel
-    from specdec_studio.engine.session import Session
 
     if not args.file:
         raise SpecDecError("batch needs its prompts: -f FILE.jsonl, one {\"id\": …, \"prompt\": …} per line")
@@ -24,19 +23,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     config, model_path, draft_path = run_setup(args)
     with (
         ctrl_c_stops() as stop,
-        Session(
-            model_path,
-            n_ctx=args.ctx_size,
-            n_batch=args.batch_size,
-            n_threads=args.threads,
-            n_threads_batch=args.threads_batch,
-            n_gpu_layers=args.gpu_layers,
-            rpc_servers=rpc_servers_of(args),
-            draft_gpu_layers=args.draft_gpu_layers,
-            draft_path=draft_path,
-            verify_kv=args.verify_kv,
-            cancel=stop,
-        ) as session,
+        session_from_args(args, model_path, draft_path, stop) as session,
     ):
         jobs = []
         for record in records:

@@ -24,7 +24,7 @@ import sys
 import time
 
 from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, flush_tokens, print_after_tokens,
-                                              read_text_file, rpc_servers_of, run_setup, write_tokens)
+                                              read_text_file, run_setup, session_from_args, write_tokens)
 from specdec_studio.engine.config import DEFAULT_MODE
 from specdec_studio.engine.chat.store import not_saved
 from specdec_studio.engine.errors import SpecDecError
@@ -41,7 +41,6 @@ REFUSED_FLAGS = (("trace", "--trace records one run; use `specdec run --trace FI
 def cmd_chat(args: argparse.Namespace) -> int:
     from specdec_studio.engine.chat.store import ConversationStore
     from specdec_studio.engine.chat.turns import Chat
-    from specdec_studio.engine.session import Session
 
     for flag, why in REFUSED_FLAGS:
         if getattr(args, flag):
@@ -53,20 +52,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     with (
         ctrl_c_stops() as stop,
-        Session(
-            model_path,
-            n_ctx=args.ctx_size,
-            n_batch=args.batch_size,
-            n_threads=args.threads,
-            n_threads_batch=args.threads_batch,
-            n_gpu_layers=args.gpu_layers,
-            rpc_servers=rpc_servers_of(args),
-            draft_gpu_layers=args.draft_gpu_layers,
-            draft_path=draft_path,
-            verify_kv=args.verify_kv,
-            cancel=stop,
-            observe=False,
-        ) as session,
+        session_from_args(args, model_path, draft_path, stop, observe=False) as session,
     ):  # no map, no step inspector here
         if stop.is_set():  # Ctrl+C while the model loaded: llama.cpp's load cannot stop part-way
             raise KeyboardInterrupt

@@ -160,6 +160,17 @@ def rpc_servers_of(args: argparse.Namespace) -> tuple[str, ...]:
     return servers
 
 
+def session_from_args(args: argparse.Namespace, model_path, draft_path, cancel: threading.Event, **extra):
+    """The Session the run flags describe: the model and its draft, context, batch, threads, GPU
+    layers and RPC servers (``extra``: what a subcommand adds, such as ``observe``)."""
+    from specdec_studio.engine.session import Session  # heavy (llama.cpp): only a command that runs a model
+
+    return Session(model_path, n_ctx=args.ctx_size, n_batch=args.batch_size, n_threads=args.threads,
+                   n_threads_batch=args.threads_batch, n_gpu_layers=args.gpu_layers, rpc_servers=rpc_servers_of(args),
+                   draft_gpu_layers=args.draft_gpu_layers, draft_path=draft_path,
+                   verify_kv=getattr(args, "verify_kv", False), cancel=cancel, **extra)
+
+
 def add_run_args(p: argparse.ArgumentParser) -> None:
     from specdec_studio.engine.config import (
         DEFAULT_K,

@@ -10,14 +10,13 @@ from pathlib import Path
 
 from specdec_studio.engine.errors import SpecDecError
 from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, ensure_profile, flush_tokens,
-                                               print_after_tokens, print_stats, read_text_file, rpc_servers_of,
-                                               run_setup, write_tokens)
+                                               print_after_tokens, print_stats, read_text_file, run_setup,
+                                               session_from_args, write_tokens)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from specdec_studio.engine.records import trace
     from specdec_studio.engine.events import RunFinished, RunStarted, RunWarning, StepDone
-    from specdec_studio.engine.session import Session
     from specdec_studio.engine.records.trace import TraceRecorder
     from specdec_studio.engine.models.identity import model_sha256
 
@@ -30,21 +29,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config, model_path, draft_path = run_setup(args)
     with (
         ctrl_c_stops() as stop,
-        Session(
-            model_path,
-            n_ctx=args.ctx_size,
-            n_batch=args.batch_size,
-            n_threads=args.threads,
-            n_threads_batch=args.threads_batch,
-            n_gpu_layers=args.gpu_layers,
-            rpc_servers=rpc_servers_of(args),
-            draft_gpu_layers=args.draft_gpu_layers,
-            draft_path=draft_path,
-            verify_kv=args.verify_kv,
-            cancel=stop,
-            # the cells are followed only for what shows them
-            observe=bool(args.trace or args.kv_dump),
-        ) as session,
+        # the cells are followed only for what shows them
+        session_from_args(args, model_path, draft_path, stop, observe=bool(args.trace or args.kv_dump)) as session,
     ):
         if args.chat and session.has_chat_template:
             tokens = session.chat_tokens([("user", prompt)])

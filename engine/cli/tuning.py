@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specdec_studio.engine.config import DEFAULT_N_BATCH
 from specdec_studio.engine.errors import SpecDecError
-from specdec_studio.engine.cli.common import add_context_args, ctrl_c_stops, rpc_servers_of
+from specdec_studio.engine.cli.common import add_context_args, ctrl_c_stops, session_from_args
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -34,7 +34,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from specdec_studio.engine.models import catalog
-    from specdec_studio.engine.session import Session
     from specdec_studio.engine.tuning import profile
 
     if args.formats is not None:
@@ -42,18 +41,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     draft_path = catalog.resolve(args.model_draft) if args.model_draft else None
     with (
         ctrl_c_stops() as stop,
-        Session(
-            catalog.resolve(args.model),
-            n_ctx=args.ctx_size,
-            n_batch=args.batch_size,
-            n_threads=args.threads,
-            n_threads_batch=args.threads_batch,
-            n_gpu_layers=args.gpu_layers,
-            rpc_servers=rpc_servers_of(args),
-            draft_path=draft_path,
-            draft_gpu_layers=args.draft_gpu_layers,
-            cancel=stop,
-        ) as session,
+        session_from_args(args, catalog.resolve(args.model), draft_path, stop) as session,
     ):
         found = [("target", profile.load_or_measure(session, remeasure=args.remeasure))]
         if draft_path is not None:
@@ -137,7 +125,6 @@ def _compare_formats(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from specdec_studio.engine.models import catalog
-    from specdec_studio.engine.session import Session
     from specdec_studio.engine.tuning import profile, prompts, sweep
 
     if args.file:
@@ -157,18 +144,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out_dir = Path(args.output)
     with (
         ctrl_c_stops() as stop,
-        Session(
-            catalog.resolve(args.model),
-            n_ctx=args.ctx_size,
-            n_batch=args.batch_size,
-            n_threads=args.threads,
-            n_threads_batch=args.threads_batch,
-            n_gpu_layers=args.gpu_layers,
-            rpc_servers=rpc_servers_of(args),
-            draft_path=draft_path,
-            draft_gpu_layers=args.draft_gpu_layers,
-            cancel=stop,
-        ) as session,
+        session_from_args(args, catalog.resolve(args.model), draft_path, stop) as session,
     ):
         curve = profile.load_or_measure(session).curve
         draft_curve = profile.load_or_measure(session, draft=True).curve if draft_path else None
