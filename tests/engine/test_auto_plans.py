@@ -2,8 +2,9 @@
 who proposed each emitted token, and the tokens) on the simulated machine of ``tests/auto_plan.py``,
 against ``tests/data/auto_plans.json``. A change that moves code must leave every plan as it was;
 a change that means to plan differently writes the file again (``python -m tests.auto_plan
---golden``) and says why in its commit. The regular run checks the code prompt and the first
-prompt of each category, ``-m slow`` every shipped prompt."""
+--golden``) and says why in its commit. The regular run checks the prompts whose plans hold every
+kind of decision (plain steps, each source alone, trees of two sources, n-gram siblings), ``-m
+slow`` every other shipped prompt."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from tests.auto_plan import (GOLDEN_N_CTX, GOLDEN_PLANS, GOLDEN_TOKENS, SHARED_P
 from tests.conftest import N_THREADS
 
 GOLDEN = json.loads(GOLDEN_PLANS.read_text())
-# the first prompt of each category (ids are "<category>-<n>") and the code prompt
-FIRST_OF_EACH = ["code", *[pid for pid in GOLDEN if pid.endswith("-1")]]
+# every kind of decision among them: trees of the n-gram cache and the suffix match (code, rag),
+# n-gram siblings (translation, reasoning), the suffix match alone (qa_passage, extraction), a
+# short answer of plain steps only (code_editing)
+REGULAR = ["code", "translation-1", "rag-1", "qa_passage-1", "reasoning-1", "extraction-1", "code_editing-1"]
 
 
 @pytest.fixture(scope="module")
@@ -45,16 +48,18 @@ def _check(golden_session, machine, prompt_id: str) -> None:
 
 def test_the_golden_plans_cover_every_shipped_prompt(golden_session):
     assert set(GOLDEN) == set(golden_session[1])
-    # the plans are not all plain: the code prompt's copy is sent as trees
-    assert any(step[0] != "plain" for step in GOLDEN["code"])
+    # the regular run sees every kind of decision the golden plans hold
+    kinds = {step[0].split(":")[0] for pid in REGULAR for step in GOLDEN[pid]}
+    assert kinds == {"plain", "ngram", "ngram_alt", "suffix", "tree"}, kinds
+    assert any("ngram_alt" in step[0] for pid in REGULAR for step in GOLDEN[pid])
 
 
-@pytest.mark.parametrize("prompt_id", FIRST_OF_EACH)
+@pytest.mark.parametrize("prompt_id", REGULAR)
 def test_auto_plans_as_recorded(golden_session, machine, prompt_id):
     _check(golden_session, machine, prompt_id)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("prompt_id", [pid for pid in GOLDEN if pid not in FIRST_OF_EACH])
+@pytest.mark.parametrize("prompt_id", [pid for pid in GOLDEN if pid not in REGULAR])
 def test_auto_plans_as_recorded_on_every_prompt(golden_session, machine, prompt_id):
     _check(golden_session, machine, prompt_id)

@@ -318,12 +318,11 @@ def test_a_gguf_whose_template_would_hang_runs_plain_and_refuses_chat(smollm_pat
 
     evil = rewrite_gguf(smollm_path, tmp_path / "evil.gguf", field_value=lambda key, value: (
         "{{ (7 ** 100000000) % 10 }}" if key == "tokenizer.chat_template" else value))
-    cli = [sys.executable, "-m", "specdec_studio.engine.cli", "run", "-m", str(evil), "-t", str(N_THREADS),
-           "-c", "256", "-n", "2", "--no-predict"]
-    done = subprocess.run([*cli, "-p", "hi"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    chat = subprocess.run([*cli, "--chat", "-p", "hi", "--json"], capture_output=True, text=True, timeout=60)
-    assert chat.returncode == 0 and '"chat": false' in chat.stdout, chat.stderr
+    # asked to chat, it runs the prompt plain (the model opened in completion mode) and says why
+    chat = subprocess.run([sys.executable, "-m", "specdec_studio.engine.cli", "run", "-m", str(evil), "-t",
+                           str(N_THREADS), "-c", "256", "-n", "2", "--no-predict", "--chat", "-p", "hi", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert chat.returncode == 0 and '"chat": false' in chat.stdout and "Traceback" not in chat.stderr, chat.stderr
     assert "a power of 4096 bits or more is refused" in chat.stderr
 
 
