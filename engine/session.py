@@ -32,7 +32,6 @@ from specdec_studio.engine.strategies.explain import Explainer, ExplainerThread
 from specdec_studio.engine.tokens import Vocab
 
 
-
 class Session:
     """Loads a target model (and optionally a draft) and runs decoding strategies on it.
 
