@@ -16,7 +16,9 @@ DOWNLOAD = "__download__:"  # + a catalog key: a known model not on disk yet
 
 
 RPC_TIP = ("llama.cpp rpc-servers that hold this model's layers, as host:port, comma-separated (start one on "
-          "each machine with `specdec rpc-server -H 0.0.0.0` or llama.cpp's rpc-server). The layers are split "
+          "each machine with `specdec rpc-server -H ADDRESS` or llama.cpp's rpc-server). The RPC protocol has "
+          "no authentication: anyone who reaches a server's port can use it, so give -H an address only "
+          "trusted machines reach, never 0.0.0.0 on a network you do not control. The layers are split "
           "across them as llama.cpp splits them; a draft model stays on this machine. Remembered per model; "
           "press Enter to load the model on them, clear it to load it here.")
 

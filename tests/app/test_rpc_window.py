@@ -212,3 +212,15 @@ def test_the_tune_tab_predicts_from_a_profile_measured_over_the_servers(open_win
     # (tests/bench/rpc_latency.py); one run here is held to 30 %
     for c in cells:
         assert math.isfinite(c["predicted"]) and abs(c["predicted"] / c["measured"] - 1) < 0.3, c
+
+
+def test_the_rpc_field_says_the_protocol_has_no_authentication(qtbot):
+    """Issue 79: the field's tooltip told users to start servers with ``-H 0.0.0.0`` and never said
+    that llama.cpp's RPC protocol lets anyone who reaches the port use the server."""
+    from specdec_studio.app.widgets.model_picker import ModelBar
+
+    bar = ModelBar()
+    qtbot.addWidget(bar)
+    tip = bar.rpc.toolTip()
+    assert "no authentication" in tip and "only trusted machines reach" in tip
+    assert "-H 0.0.0.0`" not in tip  # no longer the instruction
