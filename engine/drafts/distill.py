@@ -340,6 +340,21 @@ def train(start_f32: Path, corpus: Sequence[int], n_steps: int, out_f32: Path, *
         adapter_path.unlink(missing_ok=True)
 
 
+def _refuse_writing_over_a_model(session, draft_path: Path, out: Path, keep_layers: int | None) -> None:
+    """Training writes ``out`` (and, cutting layers, a file beside it): never over the loaded
+    target, the loaded draft or the draft it starts from, which would be lost, or changed under a
+    running llama.cpp that maps them."""
+    written = [out] + ([out.with_name(out.stem + f".start-{keep_layers}-layers.gguf")] if keep_layers else [])
+    models = [("the loaded target", Path(session.model.info.path)), ("the draft it starts from", draft_path)]
+    if session.draft_model is not None:
+        models.append(("the loaded draft", Path(session.draft_model.info.path)))
+    for path in written:
+        for what, model in models:
+            if path.resolve() == model.resolve() or (path.exists() and model.exists() and path.samefile(model)):
+                raise SpecDecError(f"the trained draft would be written over {model.name}, {what}; "
+                                   "choose another file name")
+
+
 def distill_draft(session, draft_path: Path, prompts: Sequence[Sequence[int]], n_steps: int, out: Path, *,
                   n_tokens: int = 96, keep_layers: int | None = None, quant: str = "Q8_0", lr: float = DEFAULT_LR,
                   cancel=None, progress: Callable[[DistillProgress], None] | None = None) -> DistillResult:
@@ -351,6 +366,7 @@ def distill_draft(session, draft_path: Path, prompts: Sequence[Sequence[int]], n
 
     from specdec_studio.engine.models.quantize import requantize
 
+    _refuse_writing_over_a_model(session, draft_path, out, keep_layers)
     if progress is not None:
         progress(DistillProgress("corpus", 0, n_steps))
     corpus = target_corpus(session, prompts, n_tokens, cancel)

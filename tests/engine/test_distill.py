@@ -147,3 +147,25 @@ def test_a_stop_ends_the_agreement_measurement(smollm_path):
         session.cancel()
         assert draft_measure.greedy_agreement(session, smollm_path, prompts, 200, cancel=session.cancel_flag) is None
         assert session.cancel_flag.is_set()
+
+
+
+def test_training_never_writes_over_a_model_it_uses(smollm_session, tmp_path):
+    """Issue 79: the trained draft (or its cut start) could be written over the loaded target, the
+    loaded draft or the draft it starts from. Refused in one sentence, before the target writes
+    a token of training text."""
+    from pathlib import Path
+
+    from specdec_studio.engine.errors import SpecDecError
+
+    target = Path(smollm_session.model.info.path)
+    start = tmp_path / "start.gguf"
+    start.write_bytes(b"GGUF")  # never read: the refusal comes first
+    (tmp_path / "draft.start-2-layers.gguf").symlink_to(target)  # the cut start's file is the target
+    began = []
+    for out, keep_layers, over in ((target, None, target.name), (start, None, "start.gguf"),
+                                   (tmp_path / "draft.gguf", 2, target.name)):
+        with pytest.raises(SpecDecError, match=rf"^the trained draft would be written over {over}, .*; choose"):
+            distill.distill_draft(smollm_session, start, [[1, 2, 3]], 1, out, keep_layers=keep_layers,
+                                  progress=began.append)
+    assert not began  # nothing started
