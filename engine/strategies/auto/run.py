@@ -19,13 +19,12 @@ PLAIN_STEP = AutoStep("plain", proposers=("target",))
 def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
     """Auto's one drafting source that decodes is the draft model where one is loaded, else the
     model's own MTP head where it has one (priced the same way: a decode per proposed token)."""
-    price = DraftPrice(rt.draft_token_cost, rt.config.speculative.k_max)
     if rt.draft is not None:
         from specdec_studio.engine.strategies.speculative import DraftModelDrafter  # it imports verify: Auto's own
 
         draft = DraftModelDrafter(rt.draft, rt.sampler, 0.0, rt.vocab.n_tokens, rt.vocab.is_eog, rt.cancel,
                                   rt.n_reused, keep_probs=True)
-        yield from _auto_loop(rt, prompt, _planner(rt, prompt, draft, price, "draft model"))
+        yield from _auto_loop(rt, prompt, _planner(rt, prompt, draft, "draft model"))
     elif rt.mtp is not None:
         from specdec_studio.engine.drafts.mtp import following  # only for a model with an MTP head
         from specdec_studio.engine.strategies.mtp import MtpDrafter
@@ -33,12 +32,14 @@ def run_auto(rt: Runtime, prompt: Sequence[int]) -> Iterator[Event]:
         rt.mtp.restart(rt.n_reused)
         draft = MtpDrafter(rt.mtp, rt.sampler, 0.0, rt.vocab.n_tokens, rt.vocab.is_eog, rt.cancel, keep_probs=True)
         with following(rt.mtp, rt.memory):
-            yield from _auto_loop(rt, prompt, _planner(rt, prompt, draft, price, "mtp head"))
+            yield from _auto_loop(rt, prompt, _planner(rt, prompt, draft, "mtp head"))
     else:
-        yield from _auto_loop(rt, prompt, _planner(rt, prompt, None, None, None))
+        yield from _auto_loop(rt, prompt, _planner(rt, prompt, None, None))
 
 
-def _planner(rt: Runtime, prompt: Sequence[int], draft, price: DraftPrice | None, draft_kind: str | None) -> Planner:
+def _planner(rt: Runtime, prompt: Sequence[int], draft, draft_kind: str | None) -> Planner:
+    """The run's planner; a decoding draft is priced per token it proposes (auto.draft_price)."""
+    price = DraftPrice(rt.draft_token_cost, rt.config.speculative.k_max) if draft is not None else None
     index = rt.kept.get("auto")  # the context's index, kept from the session's last run
     if index is None:
         index = rt.kept["auto"] = ContextIndex()
