@@ -7,7 +7,6 @@ call that may come from another thread is :meth:`Session.cancel`.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 import weakref
@@ -18,6 +17,7 @@ import llama_cpp as llama
 
 from specdec_studio.engine.chat.template import ChatTemplate, TemplateRefused
 from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConfig, default_threads
+from specdec_studio.engine.drafts import price
 from specdec_studio.engine.context import ContextSettings, MemoryBudget, ModelContext, usable_n_ctx
 from specdec_studio.engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
 from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted
@@ -361,7 +361,7 @@ class Session:
             mtp=mtp,
             n_reused=n_reused,
             cost_curve=curve,
-            draft_token_cost=self._auto_draft_cost(curve, mtp) if auto else 1.0,
+            draft_token_cost=price.first_source_cost(self, curve, mtp) if auto else 1.0,
             ngram_memory=self.ngram_memory() if auto and config.speculative.ngram_memory else None,
             kept=self._kept,
             explainer=Explainer(self.vocab.piece, sampler.greedy, sampler.distribution,
@@ -375,21 +375,6 @@ class Session:
         self._runtime = rt
         self._runs.add(events)
         return events
-
-    def decode_leaves_a_core(self) -> bool:
-        """Whether this machine has a core a decode does not use: llama.cpp's threads are fewer than
-        the cores this process may run on, or every layer is on a GPU or on RPC servers (the host
-        then waits on them). Work done beside a decode is free only then; where llama.cpp's
-        threads take every core, a thread beside them slows the decode by what it saves (measured:
-        ``tests/bench/explain_cost.py``)."""
-        from specdec_studio.engine.models.devices import supports_gpu_offload
-
-        model = self.model
-        every_layer_offloaded = model.n_gpu_layers < 0 or model.n_gpu_layers >= model.info.n_layer
-        if model.rpc_servers or (every_layer_offloaded and supports_gpu_offload()):
-            return True
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return cores > max(self.n_threads, self.n_threads_batch)
 
     def _explainer_thread(self) -> ExplainerThread | None:
         """The thread explanations are made on where the session is asked to (one for its life:
@@ -432,32 +417,11 @@ class Session:
         return known.curve if known is not None else None
 
     def draft_token_cost(self) -> float:
-        """What one decode of the draft model costs in decodes of the target, before a run has
-        timed any: the two batch-cost profiles' one-token times where both were measured (each
-        profile is of its model on its own device: the key holds its GPU layers), else the ratio
-        of the files' sizes (on one device, decoding one token reads every weight once)."""
+        """What one decode of the draft model costs in decodes of the target before a run has timed
+        any (engine.drafts.price)."""
         if self.draft_model is None:
             raise SpecDecError("no draft model is loaded")
-        return self._draft_token_cost(self.cost_curve())
-
-    def _auto_draft_cost(self, target_curve, mtp) -> float:
-        """What Auto's decoding source (the draft model, else the MTP head) costs per token at first."""
-        if self.draft is not None:
-            return self._draft_token_cost(target_curve)
-        if mtp is not None:
-            from specdec_studio.engine.drafts.mtp import token_cost_estimate
-
-            info = self.model.info
-            return token_cost_estimate(info.n_params, info.n_layer, info.n_vocab, info.n_embd)
-        return 1.0
-
-    def _draft_token_cost(self, target_curve) -> float:
-        from specdec_studio.engine.tuning import profile
-
-        draft = profile.cached(profile.profile_key(self, draft=True))
-        if target_curve is not None and draft is not None:
-            return draft.curve.t_plain_s / target_curve.t_plain_s
-        return self.draft_model.info.size_bytes / self.model.info.size_bytes
+        return price.draft_token_cost(self, self.cost_curve())
 
     def kv_snapshot(self, step: int, n_seq: int) -> KvSnapshot:
         """The target's KV cells now, as arrays the GUI may keep (a session made with

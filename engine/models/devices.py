@@ -4,6 +4,7 @@ RPC backend's entry points, the abort callback), and whether this machine has a 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from pathlib import Path
 
@@ -77,3 +78,16 @@ def supports_gpu_offload() -> bool:
 
     Not ``llama_supports_gpu_offload``: a build with the RPC backend says yes to it with no GPU."""
     return bool(local_gpus())
+
+
+def decode_leaves_a_core(model, n_threads: int) -> bool:
+    """Whether this machine has a core a decode of ``model`` (an engine.models.loading.LoadedModel)
+    on ``n_threads`` threads does not use: llama.cpp's threads are fewer than the cores this process
+    may run on, or every layer is on a GPU or on RPC servers (the host then waits on them). Work done
+    beside a decode is free only then; where llama.cpp's threads take every core, a thread beside
+    them slows the decode by what it saves (measured: ``tests/bench/explain_cost.py``)."""
+    every_layer_offloaded = model.n_gpu_layers < 0 or model.n_gpu_layers >= model.info.n_layer
+    if model.rpc_servers or (every_layer_offloaded and supports_gpu_offload()):
+        return True
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores > n_threads

@@ -279,12 +279,14 @@ def test_a_decode_leaves_a_core_only_where_llama_cpps_threads_are_fewer_than_the
     where llama.cpp's threads take every core, a thread beside them costs the decode as much)."""
     import os
 
+    from specdec_studio.engine.models.devices import decode_leaves_a_core
+
     session = smollm_session
     threads = max(session.n_threads, session.n_threads_batch)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(threads)))
-    assert not session.decode_leaves_a_core()
+    assert not decode_leaves_a_core(session.model, threads)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(threads + 1)))
-    assert session.decode_leaves_a_core()
+    assert decode_leaves_a_core(session.model, threads)
 
 
 def test_explanations_survive_a_trace_and_an_old_trace_still_loads(smollm_session, tmp_path):

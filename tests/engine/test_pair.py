@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from specdec_studio.engine.config import RunConfig, SpeculativeParams
+from specdec_studio.engine.drafts import price
 from specdec_studio.engine.models import catalog
 from specdec_studio.engine.sampling import SamplingParams
 from specdec_studio.engine.session import Session, last_event
@@ -74,7 +75,7 @@ def test_auto_with_the_pair_equals_plain_and_runs_the_draft_only_where_it_can_pa
     session, tokens, plain = pair
     curve, token_cost = PRICED[machine]
     monkeypatch.setattr(session, "cost_curve", lambda: curve)
-    monkeypatch.setattr(session, "_draft_token_cost", lambda _target_curve: token_cost)
+    monkeypatch.setattr(price, "draft_token_cost", lambda _session, _target_curve: token_cost)
     auto = last_event(session.run(RunConfig(mode="auto", max_tokens=N_TOKENS), tokens))
     assert_lossless(session, tokens, plain.token_ids, auto.token_ids, deviation, f"Auto with the pair, {machine}")
     draft = auto.stats["auto"]["sources"].get("draft", {})

@@ -21,7 +21,7 @@ def load_model(state: WorkerState, path: str, n_ctx: int, n_threads: int | None,
                rpc_servers: tuple[str, ...] = ()) -> None:
     from specdec_studio.engine.models import catalog, rpc
     from specdec_studio.engine.models.loading import draft_candidates
-    from specdec_studio.engine.models.devices import supports_gpu_offload
+    from specdec_studio.engine.models.devices import decode_leaves_a_core, supports_gpu_offload
     from specdec_studio.engine.session import Session
 
     state.emit(LoadStarted(path))
@@ -36,7 +36,8 @@ def load_model(state: WorkerState, path: str, n_ctx: int, n_threads: int | None,
     # GPU's host, or more cores than llama.cpp's threads), in line where it does not; and no step
     # decoded ahead of the one shown while the demo holds the run
     session.step_snapshots = True
-    session.explain_in_background = session.decode_leaves_a_core()
+    session.explain_in_background = decode_leaves_a_core(session.model,
+                                                         max(session.n_threads, session.n_threads_batch))
     session.run_ahead = lambda: not state.gate.paused
     others = [p for p in catalog.cached_models() if p != resolved]
     candidates = [(str(resolved), None)] + [(str(p), why) for p, why in draft_candidates(session.model, others)]
