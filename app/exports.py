@@ -46,7 +46,7 @@ def write(window, kind: str, path: Path) -> list[Path]:
     """Write one export; returns the files written."""
     from specdec_studio.engine.records import report
 
-    trace = window.last_trace
+    trace = window.model.run.last_trace
     if kind == "report":
         path.write_text(report.run_report(trace, pictures(window), speedup(window)), encoding="utf-8")
         return [path]

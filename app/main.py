@@ -26,7 +26,7 @@ def main() -> int:
 
         return sweep_plots.main(args.sweep_plots)
     from specdec_studio.app.qt import QtGui, QtWidgets
-    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.window.main_window import MainWindow
 
     qapp = QtWidgets.QApplication([sys.argv[0], *qt_args])
     qapp.setApplicationName("SpecDec Studio")

@@ -48,20 +48,20 @@ class SelfTest(QtCore.QObject):
         w = self.window
         if time.monotonic() > self.deadline:
             self._end(1, f"self-test: no result within the time limit ({w.statusBar().currentMessage()})")
-        elif not self.started and w.model_loaded:
+        elif not self.started and w.model.models.loaded:
             w.input.chat_mode.setChecked(False)
             w.controls.set_values({"mode": "plain", "max_tokens": N_TOKENS})
             w.input.set_text(PROMPT)
-            w.start_run()
-            self.started = w.running
-        elif not self.started and not w.loading and w.error_label.text():
+            w.runs.start_run()
+            self.started = w.model.running
+        elif not self.started and not w.model.loading and w.error_label.text():
             self._end(1, f"self-test: {w.error_label.text()}")
-        elif self.started and not w.running:
-            final = w.last_finished
+        elif self.started and not w.model.running:
+            final = w.model.run.last_finished
             if final is None:
                 self._end(1, f"self-test: the run failed: {w.error_label.text()}")
                 return
-            print(json.dumps({"model": w.model_path, "n_tokens": len(final.token_ids), "text": final.text,
+            print(json.dumps({"model": w.model.models.path, "n_tokens": len(final.token_ids), "text": final.text,
                               "shown": w.stream.generated_text()}), flush=True)
             self._end(0, "")
 

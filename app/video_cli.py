@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from specdec_studio.app.main_window import MainWindow
+from specdec_studio.app.window.main_window import MainWindow
 from specdec_studio.app.qt import QtCore, QtWidgets
 from specdec_studio.app.video_export import FORMATS, SIZES, VideoError, VideoSpec, export_video
 

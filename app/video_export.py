@@ -235,15 +235,15 @@ class FilmWindow:
         self.window.setAttribute(QtCore.Qt.WA_DontShowOnScreen)
         self.window.resize(*size)
         self.window.show()
-        self.window.play_trace(trace)
-        self.window.player.set_paused(True)
-        self.window.player.advance_to(0.0)  # RunStarted: the prompt on screen
+        self.window.demo.play_trace(trace)
+        self.window.demo.player.set_paused(True)
+        self.window.demo.player.advance_to(0.0)  # RunStarted: the prompt on screen
 
     def show_at(self, recorded_s: float) -> bool:
         """The window at ``recorded_s``; True if events reached it since the last call."""
-        replay = self.window.player.replays[0]
+        replay = self.window.demo.player.replays[0]
         before = replay.index
-        self.window.player.advance_to(recorded_s)
+        self.window.demo.player.advance_to(recorded_s)
         QtWidgets.QApplication.processEvents()
         return replay.index != before
 
@@ -251,7 +251,7 @@ class FilmWindow:
         return self.window.grab().toImage()
 
     def close(self) -> None:
-        self.window.player.stop()
+        self.window.demo.player.stop()
         self.window.close()
         self.window.deleteLater()
         QtWidgets.QApplication.processEvents()

@@ -39,7 +39,7 @@ class Shooter:
 def open_window(model: str, scratch: Path, *, chat: bool, auto_profile: bool = False):
     """The app's window on ``model``, with settings of its own in ``scratch`` (2 threads; the
     batch-cost profile measured only if asked), filling the X screen. The caller waits for it."""
-    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.window.main_window import MainWindow
     from specdec_studio.app.qt import QtCore, QtWidgets
 
     settings = QtCore.QSettings(str(scratch / "settings.ini"), QtCore.QSettings.IniFormat)

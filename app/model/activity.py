@@ -108,6 +108,9 @@ def refusal(activity: Activity, trigger: Trigger, model_loaded: bool) -> str:
     return f"Cannot {ASKED.get(trigger, trigger.value)} while {DOING[activity]}: {ending}."
 
 
+CHANGED = frozenset({"activity", "job", "kind", "stopping"})  # what a transition tells its observers
+
+
 class ActivityMachine:
     """The window's activity, the job it belongs to and whether Stop was pressed for it."""
 
@@ -117,6 +120,10 @@ class ActivityMachine:
         self.kind = ""  # which job of its activity: "run", "race", "batch", "baseline", "draft", …
         self.stopping = False
         self.history: list[tuple[Activity, Trigger, Activity]] = []  # every transition taken
+        self._observers: list = []  # told after every transition (app/model/window_model.py's Observer)
+
+    def subscribe(self, observer) -> None:
+        self._observers.append(observer)
 
     def allows(self, trigger: Trigger, *, model_loaded: bool = True) -> bool:
         if trigger in NEEDS_MODEL and not model_loaded:
@@ -137,6 +144,8 @@ class ActivityMachine:
         if target is A.IDLE:
             self.job, self.kind, self.stopping = None, "", False
         self.activity = target
+        for observer in tuple(self._observers):
+            observer(self, CHANGED)
         return True
 
     def owns(self, job: int | None) -> bool:

@@ -14,7 +14,7 @@ def open_window(qtbot, tmp_path, smollm_drafts, monkeypatch):
     """Opens the window on the default model with its own settings and data folder, and waits
     for the model (and, with ``wait_for_profile``, its batch-cost profile). ``settings`` are
     stored before the window reads them (``chat``, ``n_ctx``, …)."""
-    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.window.main_window import MainWindow
     from specdec_studio.app.qt import QtCore
 
     monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))  # a fresh conversation store per test
@@ -33,8 +33,9 @@ def open_window(qtbot, tmp_path, smollm_drafts, monkeypatch):
         qtbot.addWidget(win)
         opened.append(win)
         # loaded, and the load's job over (what it reads after the model: profile, sweeps, exactness)
-        qtbot.waitUntil(lambda: win.model_loaded and not win.machine.busy
-                        and (not wait_for_profile or win.profiles["target"] is not None), timeout=TIMEOUT_MS)
+        qtbot.waitUntil(lambda: win.model.models.loaded and not win.model.machine.busy
+                        and (not wait_for_profile or win.model.tuning.profiles["target"] is not None),
+                    timeout=TIMEOUT_MS)
         return win
 
     yield open_

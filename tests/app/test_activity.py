@@ -120,28 +120,28 @@ REQUEST_OF = {T.LOAD: "load_model", T.DOWNLOAD: "fetch_and_load", T.RUN: "start_
 def _ask(win, trigger: Trigger, trace) -> None:
     """What the user does in the window to ask for ``trigger``."""
     if trigger is T.LOAD:
-        win.load_model(win.model_path)
+        win.models.load_model(win.model.models.path)
     elif trigger is T.DOWNLOAD:
-        win.download_model("default")
+        win.models.download_model("default")
     elif trigger is T.RUN:
         win.input.set_text("Hello")
-        win.start_run()
+        win.runs.start_run()
     elif trigger is T.REMEASURE:
-        win.remeasure_profile()
+        win.tuning.remeasure_profile()
     elif trigger is T.SWEEP:
-        win.start_sweep(SimpleNamespace(mode="lookup"))
+        win.tuning.start_sweep(SimpleNamespace(mode="lookup"))
     elif trigger is T.COMPARE:
-        win.compare_formats()
+        win.tuning.compare_formats()
     elif trigger is T.PROBE:
-        win.check_exactness()
+        win.tuning.check_exactness()
     elif trigger is T.TRAIN:
-        win.start_training({"steps": 4})
+        win.jobs.start_training({"steps": 4})
     elif trigger is T.REPLAY:
-        win.play_trace(trace)
+        win.demo.play_trace(trace)
 
 
 def _controls_match_the_table(win) -> None:
-    allowed = allowed_controls(win.activity, win._facts(), stopping=win.machine.stopping)
+    allowed = allowed_controls(win.model.activity, win.controls_state.facts(), stopping=win.model.machine.stopping)
     widgets = {"run": win.input.run, "stop": win.input.stop, "regenerate": win.input.regenerate,
                "edit_last": win.input.edit_last, "clear": win.input.clear, "baseline": win.stats.baseline_button,
                "model_bar": win.model_bar, "remeasure": win.remeasure_button, "exactness": win.exactness_button,
@@ -150,27 +150,27 @@ def _controls_match_the_table(win) -> None:
                "tune_run": win.tune.run_button, "tune_stop": win.tune.stop_button, "tune_mode": win.tune.mode,
                "replay": win.open_trace_action, "sliders": win.controls}
     shown = {name: widget.isEnabled() for name, widget in widgets.items()}
-    assert shown == {name: allowed[name] for name in widgets}, win.activity
+    assert shown == {name: allowed[name] for name in widgets}, win.model.activity
     assert win.run_action.isEnabled() == allowed["run"] and win.stop_action.isEnabled() == allowed["stop"]
 
 
 def _end(win, job: int | None) -> None:
     from specdec_studio.app.worker.messages import JobEnded
 
-    if win.activity is A.REPLAYING:
-        win.close_replay()
+    if win.model.activity is A.REPLAYING:
+        win.demo.close_replay()
     else:
-        win._handle_events([JobEnded(job, "Request", "done")])
-    assert win.activity is A.IDLE
-    if not win.model_loaded:  # a load asked for in the walk: the model loads again, as the engine says
-        win._handle_events(win.loaded_reports)
-        assert win.model_loaded and win.activity is A.IDLE
+        win.handle_events([JobEnded(job, "Request", "done")])
+    assert win.model.activity is A.IDLE
+    if not win.model.models.loaded:  # a load asked for in the walk: the model loads again, as the engine says
+        win.handle_events(win.loaded_reports)
+        assert win.model.models.loaded and win.model.activity is A.IDLE
 
 
 @pytest.fixture
 def recorded_window(qtbot, tmp_path, monkeypatch, smollm_path):
     """The window with a loaded model as the engine reports one, on a recording worker."""
-    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.window.main_window import MainWindow
     from specdec_studio.app.qt import QtCore
     from specdec_studio.app.worker.messages import JobEnded, JobTaken, LoadStarted, ModelLoaded
     from specdec_studio.engine.records import demo_traces
@@ -186,11 +186,11 @@ def recorded_window(qtbot, tmp_path, monkeypatch, smollm_path):
     info = {"arch": "llama", "n_params": 135e6, "quant": "Q4_1", "n_vocab": 49152}
     win.loaded_reports = [JobTaken(1, "LoadRequest"), LoadStarted(str(smollm_path)),
                           ModelLoaded(str(smollm_path), info, True, 2048, 2, False), JobEnded(1, "LoadRequest", "done")]
-    win._handle_events(win.loaded_reports)
-    assert win.model_loaded and win.activity is A.IDLE
+    win.handle_events(win.loaded_reports)
+    assert win.model.models.loaded and win.model.activity is A.IDLE
     trace = load(demo_traces.shipped()[0])
     yield win, trace
-    win.player.stop()
+    win.demo.player.stop()
     win.close()
 
 
@@ -200,11 +200,11 @@ def _enter(win, activity: Activity, trace) -> int | None:
 
     starter = next(t for t, a in STARTS.items() if a is activity) if activity is not A.PAUSED else T.RUN
     _ask(win, starter, trace)
-    job = win.machine.job
+    job = win.model.machine.job
     if activity is A.PAUSED:
-        win.set_paused(True)
-        win._handle_events([JobTaken(job, "RunRequest"), Paused(1, True)])
-    assert win.activity is activity
+        win.demo.set_paused(True)
+        win.handle_events([JobTaken(job, "RunRequest"), Paused(1, True)])
+    assert win.model.activity is activity
     return job
 
 
@@ -216,22 +216,22 @@ def test_each_activity_against_every_request(recorded_window, activity):
         job = _enter(win, activity, trace)
         _controls_match_the_table(win)
         sent, stops = list(worker.sent), worker.stops
-        allowed = win.machine.allows(trigger, model_loaded=True)
+        allowed = win.model.machine.allows(trigger, model_loaded=True)
         win.statusBar().clearMessage()
         _ask(win, trigger, trace)
         new = worker.sent[len(sent):]
         wanted = REQUEST_OF[trigger]
         if allowed:
             assert [name for name, _ in new] == ([wanted] if wanted else []), (activity, trigger)
-            assert win.activity is TRANSITIONS[activity, trigger]
+            assert win.model.activity is TRANSITIONS[activity, trigger]
             # a profile the request skips is stopped once; nothing else is
             assert worker.stops - stops == (1 if activity is A.PROFILING else 0)
             if new:
-                assert win.machine.owns(new[0][1])
-            job = win.machine.job
+                assert win.model.machine.owns(new[0][1])
+            job = win.model.machine.job
         else:
             assert new == [] and worker.stops == stops, (activity, trigger)
-            assert win.activity is activity
+            assert win.model.activity is activity
             assert win.statusBar().currentMessage() == refusal(activity, trigger, True)
         _controls_match_the_table(win)
         _end(win, job)
@@ -244,15 +244,15 @@ def test_stop_in_each_activity_is_sent_once_and_the_end_is_the_jobs(recorded_win
 
     win, trace = recorded_window
     job = _enter(win, activity, trace)
-    win.stop_run()
-    assert win.worker.stops == 1 and win.machine.stopping and not win.input.stop.isEnabled()
-    win.stop_run()  # a second press sends nothing more
+    win.gate.stop()
+    assert win.worker.stops == 1 and win.model.machine.stopping and not win.input.stop.isEnabled()
+    win.gate.stop()  # a second press sends nothing more
     assert win.worker.stops == 1
     _controls_match_the_table(win)
-    win._handle_events([JobEnded(job - 1, "Request", "stopped")])  # an older job's end changes nothing
-    assert win.activity is activity
-    win._handle_events([JobEnded(job, "Request", "stopped")])
-    assert win.activity is A.IDLE and not win.machine.stopping
+    win.handle_events([JobEnded(job - 1, "Request", "stopped")])  # an older job's end changes nothing
+    assert win.model.activity is activity
+    win.handle_events([JobEnded(job, "Request", "stopped")])
+    assert win.model.activity is A.IDLE and not win.model.machine.stopping
     _controls_match_the_table(win)
 
 
@@ -265,14 +265,14 @@ def test_the_run_that_skipped_a_profile_keeps_its_failure_and_its_text(recorded_
     win.input.chat_mode.setChecked(False)
     profile = _enter(win, A.PROFILING, trace)
     win.input.set_text("Hello there")
-    win.start_run()
-    run = win.machine.job
-    assert win.activity is A.RUNNING and run != profile
-    win._handle_events([JobEnded(profile, "ProfileRequest", "stopped",
+    win.runs.start_run()
+    run = win.model.machine.job
+    assert win.model.activity is A.RUNNING and run != profile
+    win.handle_events([JobEnded(profile, "ProfileRequest", "stopped",
                                  "the batch-cost profile was stopped before it finished")])
-    assert win.activity is A.RUNNING and win.error_label.text() == "" and win.live is not None
-    win._handle_events([JobEnded(run, "RunRequest", "failed", "the context is full")])
-    assert win.activity is A.IDLE and win.error_label.text() == "the context is full"
+    assert win.model.activity is A.RUNNING and win.error_label.text() == "" and win.model.run.live is not None
+    win.handle_events([JobEnded(run, "RunRequest", "failed", "the context is full")])
+    assert win.model.activity is A.IDLE and win.error_label.text() == "the context is full"
     assert win.input.text() == "Hello there"
 
 
@@ -292,7 +292,7 @@ def test_the_replay_banner_shows_the_trace_s_words_as_text(recorded_window):
 
     win, trace = recorded_window
     crafted = dataclasses.replace(trace, header={**trace.header, "model": {"name": "<b>bold</b> & <i>x</i>"}})
-    win.play_trace(crafted)
+    win.demo.play_trace(crafted)
     label = win.replay_label.text()
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;x&lt;/i&gt;" in label and "<i>" not in label
 
@@ -301,7 +301,7 @@ def test_the_draft_has_its_own_gpu_layers_and_the_window_keeps_both(recorded_win
     """Defect 6 of issue 47: drafts always loaded on the CPU. The model bar has the draft's own
     GPU layers beside the target's (on a build with a GPU backend); every load of a draft (chosen,
     downloaded, trained) takes them, every load of a target its own, and both are kept."""
-    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.window.main_window import MainWindow
     from specdec_studio.app.qt import QtCore
 
     win, _ = recorded_window
@@ -317,17 +317,17 @@ def test_the_draft_has_its_own_gpu_layers_and_the_window_keeps_both(recorded_win
         _end(win, worker.sent[-1][1])
         return args, kwargs
 
-    win.choose_draft(str(smollm_path))
+    win.models.choose_draft(str(smollm_path))
     assert last("load_draft")[0] == (str(smollm_path), 99)
-    win.download_model("default", as_draft=True)
+    win.models.download_model("default", as_draft=True)
     assert last("fetch_and_load")[1]["n_gpu_layers"] == 99
-    win.download_model("default")
+    win.models.download_model("default")
     assert last("fetch_and_load")[1]["n_gpu_layers"] == 12
-    win.load_model(str(smollm_path))
+    win.models.load_model(str(smollm_path))
     assert last("load_model")[1]["n_gpu_layers"] == 12
-    win.start_training({"steps": 4})
+    win.jobs.start_training({"steps": 4})
     assert last("train_draft")[0][0]["draft_gpu_layers"] == 99
-    win.save_settings()
+    win.preferences.save()
     again = MainWindow(
         autoload=False, settings=QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
     )
@@ -349,7 +349,7 @@ def test_a_mode_the_loaded_model_cannot_run_is_disabled_with_its_reason(recorded
     win, _ = recorded_window
     mode = win.controls.mode
     hybrid = {"arch": "lfm2", "n_params": 6e6, "quant": "F32", "n_vocab": 32000, "memory_kind": "hybrid"}
-    win._handle_events([JobTaken(7, "LoadRequest"), ModelLoaded(str(smollm_path), hybrid, True, 2048, 2, False),
+    win.handle_events([JobTaken(7, "LoadRequest"), ModelLoaded(str(smollm_path), hybrid, True, 2048, 2, False),
                         JobEnded(7, "LoadRequest", "done")])
     index = mode.findData("lookahead")
     why = mode_refusal("lookahead", "lfm2", "hybrid")
@@ -362,5 +362,5 @@ def test_a_mode_the_loaded_model_cannot_run_is_disabled_with_its_reason(recorded
     assert all(mode.model().item(i).isEnabled() for i in range(mode.count()) if i not in (index, mtp))
     win.controls.set_values({"mode": "lookahead"})  # a setting restored from an earlier model
     assert win.controls.error.startswith("Lookahead needs KV cells") and not win.input.run.isEnabled()
-    win._handle_events(win.loaded_reports)  # a plain transformer again
+    win.handle_events(win.loaded_reports)  # a plain transformer again
     assert mode.model().item(index).isEnabled() and win.controls.error is None

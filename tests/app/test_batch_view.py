@@ -12,8 +12,8 @@ def test_batch_view_streams_every_slot_and_maps_p_sequences(window, qtbot):
     view.count.setValue(6)
     view.parallel.setValue(4)
     view.run_button.click()
-    assert window.running
-    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    assert window.model.running
+    qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
     window.drain_events()
     assert len(view.lanes) == 4
     assert view.finished.count() == 6
@@ -34,8 +34,8 @@ def test_stop_ends_a_batch_and_the_window_runs_again(window, qtbot):
     view.parallel.setValue(2)
     view.run_button.click()
     qtbot.waitUntil(lambda: any(lane.n_tokens > 3 for lane in view.lanes), timeout=TIMEOUT_MS)
-    window.stop_run()
-    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.gate.stop()
+    qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
     window.drain_events()
     items = [view.finished.item(i).text() for i in range(view.finished.count())]
     assert len(items) == 10 and all("cancelled" in item for item in items)

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdec_studio.app.main_window import MainWindow
+from specdec_studio.app.window.demo import EXPORTS
+from specdec_studio.app.window.main_window import MainWindow
 from specdec_studio.app.qt import QtCore, Qt
 from specdec_studio.app.widgets import kv_map
 from specdec_studio.app.widgets.token_stream import PRESENTATION_COLOURS, TOKEN_SOURCES
@@ -24,7 +25,7 @@ LOOKAHEAD = {"mode": "lookahead", "W": 4, "N": 3, "G": 4, "max_tokens": 40}
 
 
 def _finish_replay(window, qtbot) -> None:
-    qtbot.waitUntil(lambda: not window.player.active, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.demo.player.active, timeout=TIMEOUT_MS)
     window.drain_events()
 
 
@@ -33,19 +34,19 @@ def test_stepping_one_decode_at_a_time_equals_a_free_run(window, qtbot):
     # decode and a reused one may differ at a near tie; the engine's tests check those margins).
     run(window, qtbot, CODE_PROMPT, **LOOKAHEAD)
     run(window, qtbot, CODE_PROMPT, **LOOKAHEAD)
-    free = window.last_finished.token_ids
+    free = window.model.run.last_finished.token_ids
 
     window.inspector.pause_button.setChecked(True)  # paused before the run: it holds after step 0
     window.input.set_text(CODE_PROMPT)
-    window.start_run()
+    window.runs.start_run()
     qtbot.waitUntil(lambda: window.inspector.paused_run, timeout=TIMEOUT_MS)
-    assert window.record.step_numbers == [0]
+    assert window.runs.record.step_numbers == [0]
     for expected in range(1, 6):  # → decodes exactly one more step each time
-        window.step_forward()
-        qtbot.waitUntil(lambda e=expected: window.record.step_numbers[-1] == e, timeout=TIMEOUT_MS)
+        window.demo.step_forward()
+        qtbot.waitUntil(lambda e=expected: window.runs.record.step_numbers[-1] == e, timeout=TIMEOUT_MS)
         qtbot.wait(150)
         window.drain_events()
-        assert window.record.step_numbers[-1] == expected
+        assert window.runs.record.step_numbers[-1] == expected
         assert window.inspector.current == expected
     # the inspector draws the step's batch: input, window and candidate rows with their sequences
     rows = window.inspector.picture.rows
@@ -54,12 +55,12 @@ def test_stepping_one_decode_at_a_time_equals_a_free_run(window, qtbot):
     assert window.inspector.kv_before.snapshot is not None and window.inspector.kv_after.snapshot is not None
     assert window.inspector.kv_before.snapshot.step < window.inspector.kv_after.snapshot.step
     assert "Step 5" in window.inspector.summary.text()
-    window.step_back()
+    window.demo.step_back()
     assert window.inspector.current == 4
-    window.set_paused(False)
-    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.demo.set_paused(False)
+    qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
     window.drain_events()
-    assert window.last_finished.token_ids == free
+    assert window.model.run.last_finished.token_ids == free
 
 
 def test_a_replayed_trace_reproduces_text_colours_and_figures(window, qtbot, tmp_path):
@@ -67,38 +68,38 @@ def test_a_replayed_trace_reproduces_text_colours_and_figures(window, qtbot, tmp
     live_text = window.stream.toPlainText()
     live_colours = colours_by_source(window)
     live_figures = {name: label.text() for name, label in window.stats.values.items()}
-    live_steps = window.record.step_numbers
+    live_steps = window.runs.record.step_numbers
     path = tmp_path / "run.jsonl"
-    window.save_trace(str(path))
-    assert trace.load(path).finished.token_ids == window.last_finished.token_ids
+    window.demo.save_trace(str(path))
+    assert trace.load(path).finished.token_ids == window.model.run.last_finished.token_ids
 
     window.replay_speed.setCurrentIndex(trace.SPEEDS.index(4.0))
-    assert window.open_trace(str(path))
-    assert window.replaying and not window.replay_bar.isHidden()
+    assert window.demo.open_trace(str(path))
+    assert window.model.demo.replay_shown and not window.replay_bar.isHidden()
     _finish_replay(window, qtbot)
     assert window.stream.toPlainText() == live_text
     assert colours_by_source(window) == live_colours
     assert {name: label.text() for name, label in window.stats.values.items()} == live_figures
-    assert window.record.step_numbers == live_steps
+    assert window.runs.record.step_numbers == live_steps
     # the inspector works on the replayed steps too
-    window.step_back()
+    window.demo.step_back()
     assert window.inspector.current == live_steps[-2]
 
     # a damaged trace: one sentence, and nothing on screen changes
     damaged = tmp_path / "damaged.jsonl"
     damaged.write_text(path.read_text()[:-30])
-    assert not window.open_trace(str(damaged))
+    assert not window.demo.open_trace(str(damaged))
     assert "truncated" in window.error_label.text()
     assert window.stream.toPlainText() == live_text
-    window.close_replay()
-    assert not window.replaying
+    window.demo.close_replay()
+    assert not window.model.demo.replay_shown
 
 
 def test_race_replays_plain_and_the_strategy_side_by_side(window, qtbot):
     window.controls.set_values({"mode": "lookup", "k": 4, "max_tokens": 40})
     window.input.set_text(CODE_PROMPT)
     window.race.speed.setCurrentIndex(trace.SPEEDS.index(4.0))
-    window.start_race()
+    window.jobs.start_race()
     qtbot.waitUntil(lambda: window.race.traces is not None, timeout=TIMEOUT_MS)
     qtbot.waitUntil(lambda: not window.race.player.active, timeout=TIMEOUT_MS)
     left, right = window.race.left, window.race.right
@@ -109,7 +110,7 @@ def test_race_replays_plain_and_the_strategy_side_by_side(window, qtbot):
     expected = right.finished.stats["tokens_per_second"] / left.finished.stats["tokens_per_second"]
     assert window.race.speedup.text() == f"{expected:.2f}× plain"
     assert "one after the other" in window.race.note.text()
-    assert not window.running
+    assert not window.model.running
 
 
 def test_presentation_mode_is_keyboard_driven(window, qtbot):
@@ -119,7 +120,7 @@ def test_presentation_mode_is_keyboard_driven(window, qtbot):
     normal_tip = QtWidgets.QToolTip.font().pointSizeF()
     window.show()
     qtbot.waitExposed(window)
-    window.set_presentation(True)
+    window.presentation.set_on(True)
     window.activateWindow()
     qtbot.waitUntil(lambda: window.isActiveWindow(), timeout=5000)
     assert window.windowState() & Qt.WindowFullScreen
@@ -133,23 +134,23 @@ def test_presentation_mode_is_keyboard_driven(window, qtbot):
     qtbot.keyClick(window, Qt.Key_4)  # modes 1–5: plain, lookahead, speculative, lookup, auto
     assert window.controls.config().mode == "lookup"
     qtbot.keyClick(window, Qt.Key_Space)  # run
-    assert window.running
-    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    assert window.model.running
+    qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
     window.drain_events()
-    assert window.last_finished.stats["n_predict"] == 24
-    last = window.record.step_numbers[-1]
+    assert window.model.run.last_finished.stats["n_predict"] == 24
+    last = window.runs.record.step_numbers[-1]
     qtbot.keyClick(window, Qt.Key_Left)
     assert window.inspector.current < last
     qtbot.keyClick(window, Qt.Key_Right)
     assert window.inspector.current == last
     qtbot.keyClick(window, Qt.Key_R)
-    assert window.stream.toPlainText() == "" and not window.record.steps
+    assert window.stream.toPlainText() == "" and not window.runs.record.steps
     # the accepted colours of presentation mode are the colour-blind-safe pair
     qtbot.keyClick(window, Qt.Key_Space)
-    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
     window.drain_events()
     assert colours_by_source(window).get("accepted_draft") == {PRESENTATION_COLOURS["accepted_draft"]}
-    window.set_presentation(False)
+    window.presentation.set_on(False)
     assert not window.windowState() & Qt.WindowFullScreen
     assert not window.splitter.widget(0).isHidden() and window.right_tabs.isTabVisible(2)
     assert window.stream.font().pointSizeF() == pytest.approx(normal_size)
@@ -179,11 +180,11 @@ class _Structure(HTMLParser):
 
 def test_exports_carry_the_tokens_with_their_sources(window, qtbot, tmp_path):
     run(window, qtbot, CODE_PROMPT, mode="lookup", k=4, max_tokens=32)
-    final = window.last_finished
+    final = window.model.run.last_finished
     written = {}
     for kind in ("report", "transcript", "figures", "kv_png", "plots_png"):
-        suffix = window.EXPORTS[kind][1]
-        written[kind] = window.export_run(kind, str(tmp_path / f"out-{kind}.{suffix}"))
+        suffix = EXPORTS[kind][1]
+        written[kind] = window.demo.export_run(kind, str(tmp_path / f"out-{kind}.{suffix}"))
         assert written[kind], kind
     report = _Structure()
     report.feed((tmp_path / "out-report.html").read_text())
@@ -232,7 +233,7 @@ def _open_in_a_browser(path, text: str, tmp_path) -> None:
 
 def test_kv_colourings_show_writers_ages_and_rollbacks(window, qtbot):
     run(window, qtbot, CODE_PROMPT, mode="lookup", k=4, max_tokens=40)
-    record = window.record
+    record = window.runs.record
     view = window.kv_map
     rejecting = [s for s, e in record.steps.items() if e.n_drafted > e.n_accepted and s in record.snapshots]
     assert rejecting
@@ -263,10 +264,10 @@ def test_shipped_demo_traces_play_without_a_model(qtbot, tmp_path, monkeypatch):
     win.replay_speed.setCurrentIndex(trace.SPEEDS.index(4.0))
     for path in shipped:
         recorded = trace.load(path)
-        assert win.open_trace(str(path))
+        assert win.demo.open_trace(str(path))
         _finish_replay(win, qtbot)
         assert win.stream.generated_text() == recorded.finished.text
-        assert win.last_finished.stats == recorded.finished.stats
+        assert win.model.run.last_finished.stats == recorded.finished.stats
         # the shipped traces were recorded with explanations: every token of the replay explains itself
         tips = [win.stream.tooltip_of(m) for m in win.stream._token_meta if m[2] in TOKEN_SOURCES]
         assert tips and all("target p" in tip and "did not record why" not in tip for tip in tips)
@@ -275,7 +276,7 @@ def test_shipped_demo_traces_play_without_a_model(qtbot, tmp_path, monkeypatch):
     offers = win.model_bar.demo_button.menu().actions()
     assert len(offers) == len(shipped)
     offers[0].trigger()
-    assert win.replaying
+    assert win.model.demo.replay_shown
     _finish_replay(win, qtbot)
     assert win.stream.generated_text() == trace.load(shipped[0]).finished.text
     win.close()
@@ -290,22 +291,21 @@ def test_a_demo_pause_is_not_generation_time(window, qtbot):
     from specdec_studio.engine.events import StepDone
 
     steps = []
-    original = window._on_step
-    window._handlers = None
-    window._on_step = lambda event: steps.append(event) or original(event)
+    original = window.runs._on_step
+    window._handlers = {**window._handlers, StepDone: lambda event: steps.append(event) or original(event)}
     window.input.chat_mode.setChecked(False)
     window.controls.set_values({"mode": "plain", "max_tokens": 24})
     window.input.set_text("Count from one to twenty:")
-    window.set_paused(True)
+    window.demo.set_paused(True)
     started = time.perf_counter()
-    window.start_run()
-    qtbot.waitUntil(lambda: window.activity is Activity.PAUSED, timeout=TIMEOUT_MS)
+    window.runs.start_run()
+    qtbot.waitUntil(lambda: window.model.activity is Activity.PAUSED, timeout=TIMEOUT_MS)
     qtbot.wait(1500)  # the speaker talks
-    window.set_paused(False)
-    assert window.activity is Activity.RUNNING
-    qtbot.waitUntil(lambda: not window.machine.busy, timeout=TIMEOUT_MS)
+    window.demo.set_paused(False)
+    assert window.model.activity is Activity.RUNNING
+    qtbot.waitUntil(lambda: not window.model.machine.busy, timeout=TIMEOUT_MS)
     wall = time.perf_counter() - started
-    stats = window.last_finished.stats
+    stats = window.model.run.last_finished.stats
     assert stats["n_predict"] == 24
     assert stats["t_generate_s"] < wall - 1.4, (stats["t_generate_s"], wall)
     assert max(e.t_step_s for e in steps if isinstance(e, StepDone)) < 1.0  # the held step too

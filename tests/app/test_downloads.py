@@ -37,7 +37,7 @@ def test_the_model_bar_offers_every_known_model_not_on_disk(qtbot, empty_model_c
 
 def test_a_known_target_offers_its_draft_first(qtbot, empty_model_cache):
     from specdec_studio.app.widgets.model_picker import DOWNLOAD, ModelBar
-    from specdec_studio.app.window_models import _suggested_draft
+    from specdec_studio.app.window.models import suggested_draft as _suggested_draft
 
     coder = empty_model_cache / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
     assert _suggested_draft(str(coder)) == ("coder-draft", None, 491_400_064)
@@ -182,23 +182,23 @@ def test_the_window_downloads_stops_and_loads_a_model_from_real_parts(window, qt
     import time
 
     local_index.rate = 4_000_000
-    loaded = window.model_path
-    window.download_model("localtest")
-    assert window.downloading == "localtest" and window.input.stop.isEnabled()
+    loaded = window.model.models.path
+    window.models.download_model("localtest")
+    assert window.model.downloading == "localtest" and window.input.stop.isEnabled()
     assert not window.input.run.isEnabled() and not window.model_bar.isEnabled()
     submitted = []
     real_submit = window.worker._submit
     window.worker._submit = lambda job: submitted.append(job) or real_submit(job)
     window.input.set_text("Hello")
-    window.start_run()  # refused, said, nothing queued
+    window.runs.start_run()  # refused, said, nothing queued
     assert "while a model is downloading" in window.statusBar().currentMessage()
     assert submitted == []
     qtbot.waitUntil(lambda: local_index.sent > 2_000_000, timeout=60_000)
-    window.stop_run()
+    window.gate.stop()
     pressed = time.monotonic()
-    qtbot.waitUntil(lambda: not window.machine.busy, timeout=5_000)
+    qtbot.waitUntil(lambda: not window.model.machine.busy, timeout=5_000)
     assert time.monotonic() - pressed < 1.5  # a second, and the window's 50 ms drain
-    assert window.model_loaded and window.model_path == loaded and window.input.run.isEnabled()
+    assert window.model.models.loaded and window.model.models.path == loaded and window.input.run.isEnabled()
     assert window.error_label.text() == "the download of localtest was stopped; nothing was kept"
     assert window.model_bar.target.currentData() == loaded
     assert [p.name for p in empty_model_cache.iterdir()] == [".localtest.gguf.lock"]
@@ -208,14 +208,14 @@ def test_the_window_downloads_stops_and_loads_a_model_from_real_parts(window, qt
     real_fetch = window.worker.fetch_and_load
     window.worker.fetch_and_load = lambda key, **kw: asked.append(kw) or real_fetch(key, **kw)
     window.model_bar.gpu_layers.setValue(3)  # (this CPU build runs them on the CPU)
-    window.download_model("localtest")
+    window.models.download_model("localtest")
     assert asked[-1]["n_gpu_layers"] == window.model_bar.gpu_layers.value() == 3  # defect 6: it was dropped
-    qtbot.waitUntil(lambda: not window.machine.busy, timeout=120_000)
-    assert window.model_loaded and window.model_path == str(empty_model_cache / "localtest.gguf")
+    qtbot.waitUntil(lambda: not window.model.machine.busy, timeout=120_000)
+    assert window.model.models.loaded and window.model.models.path == str(empty_model_cache / "localtest.gguf")
 
-    window.download_model("broken", as_draft=True)
-    qtbot.waitUntil(lambda: not window.machine.busy, timeout=120_000)
-    assert window.model_loaded and window.draft_path is None
+    window.models.download_model("broken", as_draft=True)
+    qtbot.waitUntil(lambda: not window.model.machine.busy, timeout=120_000)
+    assert window.model.models.loaded and window.model.models.draft_path is None
     assert window.statusBar().currentMessage() == "Could not load the draft"
     assert window.error_label.text()
 
@@ -226,7 +226,7 @@ def test_closing_the_window_mid_download_ends_pip(window, qtbot, empty_model_cac
     from specdec_studio.engine.models import catalog
 
     local_index.rate = 2_000_000
-    window.download_model("localtest")
+    window.models.download_model("localtest")
     qtbot.waitUntil(lambda: local_index.sent > 1_000_000 and bool(catalog._running_pips), timeout=60_000)
     pids = set(catalog._running_pips)
     window.close()

@@ -3,7 +3,7 @@ message without ``tokens_per_second`` raised on the GUI thread)."""
 
 from __future__ import annotations
 
-from specdec_studio.app.transcript import figures_line
+from specdec_studio.app.model.turn import figures_line
 
 
 def test_a_full_run_reads_as_before():

@@ -13,7 +13,7 @@ from tests.app.conftest import TIMEOUT_MS
 @pytest.fixture
 def bare_window(qtbot, tmp_path, monkeypatch):
     """The window before any model: what a first start shows while the model loads."""
-    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.window.main_window import MainWindow
 
     monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))
     settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
@@ -53,12 +53,12 @@ def test_the_window_fits_the_screen_with_every_control_reachable(bare_window, qt
 
 
 def test_size_and_panels_are_remembered(bare_window, qtbot, tmp_path):
-    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.window.main_window import MainWindow
 
     bare_window.resize(1100, 640)
     bare_window.splitter.setSizes([200, 600, 300])
     remembered = bare_window.splitter.sizes()
-    bare_window.save_settings()
+    bare_window.preferences.save()
     again = MainWindow(autoload=False, settings=bare_window.settings)
     qtbot.addWidget(again)
     assert again.splitter.sizes() == remembered
@@ -83,18 +83,18 @@ def test_typing_at_once_then_ctrl_enter_runs_the_typed_message(open_window, qtbo
     win.controls.set_values({"mode": "plain", "max_tokens": 8})
     qtbot.keyClicks(QtWidgets.QApplication.focusWidget(), "Name a colour.")
     qtbot.keyClick(QtWidgets.QApplication.focusWidget(), Qt.Key_Return, Qt.ControlModifier)
-    assert win.running
+    assert win.model.running
     # the empty states give way to the run's views
-    qtbot.waitUntil(lambda: not win.running, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not win.model.running, timeout=TIMEOUT_MS)
     win.drain_events()
-    assert [m.content for m in win.conversation.messages if m.role == "user"] == ["Name a colour."]
+    assert [m.content for m in win.model.chat.conversation.messages if m.role == "user"] == ["Name a colour."]
     assert not win.kv_map.plot_area.empty and not win.stats.plots.empty
     bottom = win.kv_map.plot.getAxis("bottom")
     assert all(float(v).is_integer() for _, values in bottom.tickValues(0, 40, 400) for v in values)
     # the keyboard is back in the message box for the next message, and after New chat
     assert QtWidgets.QApplication.focusWidget() is win.input.edit
     win.model_bar.target.setFocus()
-    win.new_conversation()
+    win.chat.new_conversation()
     assert QtWidgets.QApplication.focusWidget() is win.input.edit
 
 
@@ -142,7 +142,7 @@ def test_a_markdown_answer_renders_its_code_block_and_keeps_token_colours(qtbot)
 
 
 def test_show_tokens_returns_a_finished_answer_to_the_token_view(qtbot):
-    from specdec_studio.app.transcript import _render_answer
+    from specdec_studio.app.widgets.transcript import _render_answer
     from types import SimpleNamespace
 
     message = SimpleNamespace(state="done", dropped=False, pieces=tuple(CODE_ANSWER), content="", figures=(),

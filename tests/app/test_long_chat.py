@@ -1,7 +1,7 @@
 """Defect 11 of issue 47: every answer of a chat was rendered and matched to its tokens (difflib,
 quadratic in an answer's length) on every redraw, on the GUI thread. The matching is now one
 bounded pass (engine.records.markdown_html.rendered_owner) and a redraw draws only the messages
-that changed (app.transcript.Drawn). Timings are tests/bench/gui_overhead.py --chat's."""
+that changed (app.widgets.transcript.Drawn). Timings are tests/bench/gui_overhead.py --chat's."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec_studio.app.qt import QtGui
-from specdec_studio.app.transcript import render_conversation
+from specdec_studio.app.widgets.transcript import render_conversation
 from specdec_studio.app.widgets.token_stream import TokenStream
 from specdec_studio.engine.records.markdown_html import rendered_owner, source_owner
 

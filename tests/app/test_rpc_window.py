@@ -26,67 +26,67 @@ def window(open_window):
 
 def load_on(window, qtbot, model: str, servers: str) -> None:
     window.model_bar.rpc.setText(servers)
-    window.load_model(model)
-    qtbot.waitUntil(lambda: window.model_loaded and not window.machine.busy, timeout=TIMEOUT_MS)
+    window.models.load_model(model)
+    qtbot.waitUntil(lambda: window.model.models.loaded and not window.model.machine.busy, timeout=TIMEOUT_MS)
     window.drain_events()
 
 
 def send(window, qtbot, text: str, **values) -> None:
     window.controls.set_values(values)
     window.input.set_text(text)
-    window.start_run()
-    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.runs.start_run()
+    qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
     window.drain_events()
 
 
 def test_a_model_on_rpc_servers_chats_and_survives_a_server_killed_mid_answer(window, qtbot):
     model = window.model_bar.loaded_path
     send(window, qtbot, "Name one colour.", mode="plain", max_tokens=12)  # here, in the window's process
-    local_answer = window.conversation.messages[1].content
+    local_answer = window.model.chat.conversation.messages[1].content
     with rpc_servers(2) as procs:
         load_on(window, qtbot, model, ",".join(p.endpoint for p in procs))
         assert isinstance(window.worker, EngineProcess)
         assert "on 2 RPC servers" in window.windowTitle()
         assert procs[0].endpoint in window.model_bar.rpc.toolTip()
         # the same answer from the servers' copy of the layers, in the reopened conversation
-        window.regenerate()
-        qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+        window.chat.regenerate()
+        qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
         window.drain_events()
-        assert window.conversation.messages[1].content == local_answer
+        assert window.model.chat.conversation.messages[1].content == local_answer
 
         window.input.set_text("Write a long story about a lighthouse keeper.")
         window.controls.set_values({"mode": "lookup", "max_tokens": 2000})
         shown_before = len(window.stream.toPlainText())
-        window.start_run()
+        window.runs.start_run()
         # a few lines of the answer streamed (the question itself is 45 characters)
         qtbot.waitUntil(lambda: len(window.stream.toPlainText()) > shown_before + 250, timeout=TIMEOUT_MS)
         shown = window.stream.toPlainText()
         procs[1].kill()
-        qtbot.waitUntil(lambda: not window.running and "stopped answering" in window.error_label.text(),
+        qtbot.waitUntil(lambda: not window.model.running and "stopped answering" in window.error_label.text(),
                         timeout=TIMEOUT_MS)
     assert procs[1].endpoint in window.error_label.text() and "load the model again" in window.error_label.text()
-    assert not window.model_loaded
+    assert not window.model.models.loaded
     # the chat is kept: the first turn on screen and on disk
     assert "Name one colour." in window.stream.toPlainText()
-    assert [m.content for m in window.conversation.messages if m.role == "user"][0] == "Name one colour."
+    assert [m.content for m in window.model.chat.conversation.messages if m.role == "user"][0] == "Name one colour."
     # and the answer cut short keeps what the stream showed, past the child's last save (every 2 s),
     # marked interrupted, on screen and in the saved conversation
-    qtbot.waitUntil(lambda: window.conversation.messages[-1].state == "interrupted", timeout=TIMEOUT_MS)
-    cut_short = window.conversation.messages[-1]
+    qtbot.waitUntil(lambda: window.model.chat.conversation.messages[-1].state == "interrupted", timeout=TIMEOUT_MS)
+    cut_short = window.model.chat.conversation.messages[-1]
     assert cut_short.role == "assistant" and len(cut_short.content) > 150
     assert cut_short.content[:100] in shown  # what the stream showed before the kill, and perhaps more
     assert "[interrupted" in window.stream.toPlainText()
     from specdec_studio.engine.chat.store import ConversationStore
 
-    saved = ConversationStore().load(window.conversation.id).messages[-1]
+    saved = ConversationStore().load(window.model.chat.conversation.id).messages[-1]
     assert saved.state == "interrupted" and saved.content == cut_short.content
     # and the window goes on: the servers are remembered for this model; cleared, it loads here
     assert window.settings.value(f"rpc_servers/{__import__('hashlib').sha256(model.encode()).hexdigest()[:16]}")
     load_on(window, qtbot, model, "")
-    assert isinstance(window.worker, EngineWorker) and window.model_loaded
+    assert isinstance(window.worker, EngineWorker) and window.model.models.loaded
     send(window, qtbot, "Name one animal.", mode="plain", max_tokens=8)
-    assert window.last_finished.finish_reason in ("stop", "length")
-    assert [m.content for m in window.conversation.messages if m.role == "user"][0] == "Name one colour."
+    assert window.model.run.last_finished.finish_reason in ("stop", "length")
+    assert [m.content for m in window.model.chat.conversation.messages if m.role == "user"][0] == "Name one colour."
 
 
 def test_stop_ends_a_run_whose_server_stalled_mid_step(window, qtbot, monkeypatch):
@@ -103,17 +103,17 @@ def test_stop_ends_a_run_whose_server_stalled_mid_step(window, qtbot, monkeypatc
         window.input.set_text("Write a long story about a lighthouse keeper.")
         window.controls.set_values({"mode": "lookup", "max_tokens": 2000})
         shown_before = len(window.stream.toPlainText())
-        window.start_run()
+        window.runs.start_run()
         qtbot.waitUntil(lambda: len(window.stream.toPlainText()) > shown_before + 150, timeout=TIMEOUT_MS)
         os.kill(procs[1].proc.pid, signal.SIGSTOP)
         try:
             shown = window.stream.toPlainText()
             qtbot.waitUntil(lambda: "No word from the RPC servers" in window.statusBar().currentMessage(),
                             timeout=TIMEOUT_MS)
-            assert window.running  # the step in flight waits on the stalled server
-            window.stop_run()
+            assert window.model.running  # the step in flight waits on the stalled server
+            window.gate.stop()
             stopped_at = time.monotonic()
-            qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+            qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
             waited = time.monotonic() - stopped_at
             message = window.error_label.text()
         finally:
@@ -122,15 +122,15 @@ def test_stop_ends_a_run_whose_server_stalled_mid_step(window, qtbot, monkeypatc
     # the servers, freed of the ended child, were greeted: the one that still says nothing is named
     assert "2 s after Stop, and the server at " in message and "does not answer now" in message
     assert procs[1].endpoint in message and procs[0].endpoint not in message and "chat kept" in message
-    assert not window.model_loaded
-    qtbot.waitUntil(lambda: window.conversation.messages[-1].state == "interrupted", timeout=TIMEOUT_MS)
-    cut_short = window.conversation.messages[-1]
+    assert not window.model.models.loaded
+    qtbot.waitUntil(lambda: window.model.chat.conversation.messages[-1].state == "interrupted", timeout=TIMEOUT_MS)
+    cut_short = window.model.chat.conversation.messages[-1]
     assert cut_short.role == "assistant" and cut_short.content[:100] in shown
-    assert [m.content for m in window.conversation.messages if m.role == "user"] == [
+    assert [m.content for m in window.model.chat.conversation.messages if m.role == "user"] == [
         "Name one colour.", "Write a long story about a lighthouse keeper."]
     load_on(window, qtbot, model, "")
     send(window, qtbot, "Name one animal.", mode="plain", max_tokens=8)
-    assert window.last_finished.finish_reason in ("stop", "length")
+    assert window.model.run.last_finished.finish_reason in ("stop", "length")
 
 
 def test_the_stop_sentence_names_every_server_still_silent_or_says_all_answer():
@@ -189,14 +189,16 @@ def test_the_tune_tab_predicts_from_a_profile_measured_over_the_servers(open_win
 
     window = open_window(wait_for_profile=True)
     model = window.model_bar.loaded_path
-    local_key = dict(window.profiles["target"]["key"])
+    local_key = dict(window.model.tuning.profiles["target"]["key"])
     with rpc_servers(2) as procs:
         endpoints = [p.endpoint for p in procs]
         load_on(window, qtbot, model, ",".join(endpoints))
-        qtbot.waitUntil(lambda: window.profiles["target"] is not None
-                        and window.profiles["target"]["key"].get("rpc_servers") and not window.machine.busy,
+        qtbot.waitUntil(lambda: window.model.tuning.profiles["target"] is not None
+                        and window.model.tuning.profiles["target"]["key"].get("rpc_servers")
+                        and not window.model.machine.busy,
                         timeout=4 * TIMEOUT_MS)
-        assert list(window.profiles["target"]["key"]["rpc_servers"]) == endpoints and not local_key.get("rpc_servers")
+        assert list(window.model.tuning.profiles["target"]["key"]["rpc_servers"]) == endpoints
+        assert not local_key.get("rpc_servers")
         tune = window.tune
         tune.mode.setCurrentIndex(tune.mode.findData("lookup"))
         tune.axis_edits["k"].setText("0,2,4")

@@ -18,16 +18,17 @@ def test_training_shows_progress_stops_and_loads_the_draft(window, qtbot, smollm
     out = tmp_path / "trained.gguf"
     # the draft cut to its first 10 blocks: a third of the training's cost, and the dialog's
     # "Keep layers" path (the cut start is measured as the "before")
-    window.start_training({"draft": str(smollm_drafts["default-q2_k"]), "keep_layers": 10, "prompts": "shipped",
+    window.jobs.start_training({"draft": str(smollm_drafts["default-q2_k"]), "keep_layers": 10, "prompts": "shipped",
                            "count": 5, "n_tokens": 48, "steps": 400, "output": str(out)})
-    assert window.running and not window.training_bar.isHidden()
+    assert window.model.running and not window.training_bar.isHidden()
     qtbot.waitUntil(lambda: window.training_bar.value() >= 2, timeout=TIMEOUT_MS)
     assert "loss" in window.training_bar.format() and "ETA" in window.training_bar.format()
-    window.stop_run()
-    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.gate.stop()
+    qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
     window.drain_events()
     assert window.training_bar.isHidden()
-    qtbot.waitUntil(lambda: window.draft_path == str(out) and not window.machine.busy, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.model.models.draft_path == str(out) and not window.model.machine.busy,
+                    timeout=TIMEOUT_MS)
     message = window.statusBar().currentMessage()
     assert "Draft trained (stopped early)" in message and "greedy agreement" in message
     assert out.exists() and window.model_bar.draft.currentData() == str(out)

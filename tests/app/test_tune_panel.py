@@ -67,11 +67,11 @@ def test_tune_panel_sweeps_fills_the_heatmap_and_applies_the_best(window, qtbot)
 
     window.tune.on_cell = record
     window.tune.request_sweep()
-    assert window.running and window.tune.sweeping
+    assert window.model.running and window.tune.sweeping
     assert not window.input.run.isEnabled()  # no run while the sweep measures
     qtbot.waitUntil(lambda: not window.tune.sweeping, timeout=TIMEOUT_MS)
     window.drain_events()
-    assert not window.running
+    assert not window.model.running
     assert window.tune.progress.value() == window.tune.progress.maximum()
     # the heatmap filled in as cells were measured, and every cell is filled at the end
     assert filled == sorted(filled) and filled[-1] == 4 and len(filled) == 4
@@ -113,7 +113,7 @@ def test_sweep_results_reopen_with_the_model(window, qtbot, tmp_path):
     ks = sorted(c["setting"]["k"] for c in window.tune.results["lookup"]["cells"])
     assert ks == [0, 2]
     window.tune.results.clear()
-    window.load_model("default")
+    window.models.load_model("default")
     qtbot.waitUntil(lambda: "lookup" in window.tune.results, timeout=TIMEOUT_MS)
     assert sorted(c["setting"]["k"] for c in window.tune.results["lookup"]["cells"]) == [0, 2]
     window.tune.apply_best.click()
@@ -124,14 +124,14 @@ def test_speedup_is_predicted_until_a_baseline_is_measured(window, qtbot):
     window.input.chat_mode.setChecked(False)
     window.controls.set_values({"mode": "lookup", "k": 4, "max_tokens": 48})
     window.input.set_text(CODE_PROMPT)
-    window.start_run()
-    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.runs.start_run()
+    qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
     window.drain_events()
     predicted = window.stats.values["predicted"].text()
     assert predicted.endswith("×") and float(predicted[:-1]) > 0
     assert window.stats.values["speed-up"].text() == "≈" + predicted
     # the speed-up curve beside the figures and in the Tune tab, with the run on it
-    stats, curve = window.last_finished.stats, window.stats.speedup_plot
+    stats, curve = window.model.run.last_finished.stats, window.stats.speedup_plot
     assert curve.curves is not None and curve.curves.ks == tuple(range(1, 9)) and not curve.curves.with_draft
     point = curve.run_point
     assert point is not None and point.k == 4 and point.measured_against == "profile"
@@ -139,8 +139,8 @@ def test_speedup_is_predicted_until_a_baseline_is_measured(window, qtbot):
     expected_share = (cost_model.expected_tokens_per_step(point.alpha, 4) - 1) / 4
     assert expected_share == pytest.approx(stats["n_accept"] / stats["n_drafted"], abs=1e-6)
     assert window.tune.speedup_plot.run_point is point and len(window.tune.speedup_plot.k_curves) == 8
-    window.measure_baseline()
-    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.tuning.measure_baseline()
+    qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
     window.drain_events()
     measured = window.stats.values["speed-up"].text()
     assert not measured.startswith("≈") and float(measured[:-1]) > 0
@@ -148,7 +148,7 @@ def test_speedup_is_predicted_until_a_baseline_is_measured(window, qtbot):
     # once plain is measured the point is placed against it, and the report carries the curve
     assert curve.run_point.measured_against == "baseline"
     assert curve.run_point.speedup == pytest.approx(float(measured[:-1]), abs=0.006)
-    figures = json.loads(report.figures_json(window.last_trace, exports.speedup(window)))
+    figures = json.loads(report.figures_json(window.model.run.last_trace, exports.speedup(window)))
     assert figures["speedup_curve"]["run"]["measured_against"] == "baseline"
     assert len(figures["speedup_curve"]["speedup"]) == 8
     assert "speed-up curve" in exports.pictures(window)
@@ -159,8 +159,8 @@ def test_the_draft_model_sweep_names_the_loaded_drafts_break_even(window, qtbot)
     tune.mode.setCurrentIndex(tune.mode.findData("speculative"))
     assert tune.draft_break_even.isHidden()  # no draft loaded: nothing to price
     # the default model drafting for itself: its profile (the module's) prices both sides
-    window.choose_draft(str(catalog.resolve("default")))
-    qtbot.waitUntil(lambda: window.profiles["draft"] is not None, timeout=TIMEOUT_MS)
+    window.models.choose_draft(str(catalog.resolve("default")))
+    qtbot.waitUntil(lambda: window.model.tuning.profiles["draft"] is not None, timeout=TIMEOUT_MS)
     window.drain_events()
     words = tune.draft_break_even.text()
     assert not tune.draft_break_even.isHidden()
@@ -180,8 +180,8 @@ def test_the_draft_model_sweep_names_the_loaded_drafts_break_even(window, qtbot)
     )
     tune.mode.setCurrentIndex(tune.mode.findData("lookahead"))
     assert tune.draft_break_even.isHidden()
-    window.choose_draft(None)
-    qtbot.waitUntil(lambda: window.profiles["draft"] is None, timeout=TIMEOUT_MS)
+    window.models.choose_draft(None)
+    qtbot.waitUntil(lambda: window.model.tuning.profiles["draft"] is None, timeout=TIMEOUT_MS)
     window.drain_events()
     tune.mode.setCurrentIndex(tune.mode.findData("speculative"))
     assert tune.draft_break_even.isHidden() and tune.draft_break_even.text() == ""
@@ -197,12 +197,12 @@ def test_profile_tab_plots_the_curve_and_remeasures(window, qtbot, monkeypatch):
     monkeypatch.setattr(profile, "ROUNDS_LARGE", 1)
     curves = window.profile_plot.plotItem.listDataItems()
     assert len(curves) >= 3  # reference line, all-logits and last-row curves
-    before = window.profiles["target"]["measured_at"]
-    window.remeasure_profile()
-    assert window.profiling and not window.remeasure_button.isEnabled()
-    qtbot.waitUntil(lambda: not window.profiling, timeout=TIMEOUT_MS)
+    before = window.model.tuning.profiles["target"]["measured_at"]
+    window.tuning.remeasure_profile()
+    assert window.model.profiling and not window.remeasure_button.isEnabled()
+    qtbot.waitUntil(lambda: not window.model.profiling, timeout=TIMEOUT_MS)
     window.drain_events()
-    assert window.profiles["target"]["measured_at"] > before
+    assert window.model.tuning.profiles["target"]["measured_at"] > before
 
 
 def test_stop_ends_a_sweep_and_keeps_what_was_measured(window, qtbot):
@@ -214,14 +214,14 @@ def test_stop_ends_a_sweep_and_keeps_what_was_measured(window, qtbot):
     qtbot.waitUntil(lambda: not window.tune.sweeping, timeout=TIMEOUT_MS)
     window.drain_events()
     assert window.tune.eta.text().startswith("stopped"), window.tune.eta.text()
-    assert not window.running and window.input.run.isEnabled()
+    assert not window.model.running and window.input.run.isEnabled()
     assert len(window.tune.results["lookahead"]["cells"]) < 8
 
 
 def test_exactness_is_checked_and_explained(window, qtbot):
-    window.check_exactness()
-    assert window.running
-    qtbot.waitUntil(lambda: not window.running, timeout=TIMEOUT_MS)
+    window.tuning.check_exactness()
+    assert window.model.running
+    qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)
     window.drain_events()
     text = window.exactness_label.text()
     assert text.startswith("Exactness: ") and ("Exact:" in text or "near-tie" in text)

@@ -10,7 +10,7 @@ import av
 import numpy as np
 import pytest
 
-from specdec_studio.app.main_window import MainWindow
+from specdec_studio.app.window.main_window import MainWindow
 from specdec_studio.app.video_export import (FilmWindow, Timeline, VideoSpec, as_rgb, export_video,
                                              title_card)
 from specdec_studio.engine.cli.main import main as specdec
@@ -40,7 +40,7 @@ def _window_at_end(recorded, qtbot) -> np.ndarray:
     skip to the end, not the film's frame clock), grabbed offscreen."""
     film = FilmWindow(recorded, SIZE, MainWindow)
     try:
-        film.window.player.finish_now()
+        film.window.demo.player.finish_now()
         qtbot.wait(10)
         return as_rgb(film.grab(), SIZE)
     finally:
@@ -96,16 +96,16 @@ def test_the_window_exports_the_replay_it_shows(qtbot, tmp_path, monkeypatch):
     settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
     win = MainWindow(autoload=False, settings=settings)
     qtbot.addWidget(win)
-    win.export_video_dialog()  # nothing shown yet: a sentence, no dialog
+    win.demo.export_video_dialog()  # nothing shown yet: a sentence, no dialog
     assert win.statusBar().currentMessage() == "No finished run to export yet"
     shipped = next(p for p in demo_traces.shipped() if p.stem == "draft_model_on_a_chat_answer")
-    assert win.open_trace(str(shipped))
-    win.player.finish_now()
-    written = win.export_video(tmp_path / "talk.gif", (1280, 720), 4.0, 10)
+    assert win.demo.open_trace(str(shipped))
+    win.demo.player.finish_now()
+    written = win.demo.export_video(tmp_path / "talk.gif", (1280, 720), 4.0, 10)
     assert written == tmp_path / "talk.gif" and "Video written to" in win.statusBar().currentMessage()
     frames, stream = _decoded(written)
     assert (stream.width, stream.height) == SIZE and len(frames) == Timeline.of(
-        win.last_trace.duration_s, VideoSpec(written, SIZE, 4.0, 10)).n_frames
-    assert win.export_video(tmp_path / "nowhere" / "talk.mp4", SIZE, 1.0, 30) is None
+        win.model.run.last_trace.duration_s, VideoSpec(written, SIZE, 4.0, 10)).n_frames
+    assert win.demo.export_video(tmp_path / "nowhere" / "talk.mp4", SIZE, 1.0, 30) is None
     assert win.error_label.text().startswith("Could not export the video:")
     win.close()

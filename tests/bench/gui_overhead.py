@@ -61,24 +61,24 @@ def in_app(app, window, n_tokens: int, chat: bool, mode: str = "lookahead"):
     from specdec_studio.app.qt import QtCore
 
     if chat:
-        window.new_conversation()  # each turn from the same start, as the headless run
+        window.chat.new_conversation()  # each turn from the same start, as the headless run
         app.processEvents()
     window.controls.set_values({**MODES[mode], "max_tokens": n_tokens, "temperature": 0.0})
     window.input.set_text(CHAT_MESSAGE if chat else CODE_PROMPT)
-    window.start_run()
+    window.runs.start_run()
     loop = QtCore.QEventLoop()
     timer = QtCore.QTimer()
-    timer.timeout.connect(lambda: loop.quit() if not window.running else None)
+    timer.timeout.connect(lambda: loop.quit() if not window.model.running else None)
     timer.start(20)
     loop.exec()
     timer.stop()
-    return window.last_finished
+    return window.model.run.last_finished
 
 
 def main() -> None:
     import argparse
 
-    from specdec_studio.app.main_window import MainWindow
+    from specdec_studio.app.window.main_window import MainWindow
     from specdec_studio.app.qt import QtCore, QtWidgets
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -99,20 +99,20 @@ def main() -> None:
     settings.setValue("auto_profile", "false")  # nothing but the runs on the engine thread
     window = MainWindow(str(model), settings=settings)
     window.show()
-    while not window.model_loaded:
+    while not window.model.models.loaded:
         app.processEvents()
     window.input.chat_mode.setChecked(args.chat)
     window.input.show_tokens.setChecked(False)  # finished answers rendered
     session = Session(model, n_ctx=4096, n_threads=THREADS)
     redraws: list[float] = []  # seconds of each redraw of the stream (the window's _render_all)
-    render_all = window._render_all
+    render_all = window.runs.render
 
     def timed_render_all() -> None:
         t0 = time.perf_counter()
         render_all()
         redraws.append(time.perf_counter() - t0)
 
-    window._render_all = timed_render_all
+    window.runs.render = timed_render_all
     ours, gui, finished_redraw = [], [], []
     window.controls.set_values({**MODES[args.mode], "max_tokens": args.tokens, "temperature": 0.0})
     window.explain_action.setChecked(args.explain != "off")
@@ -142,17 +142,17 @@ def main() -> None:
 
 def long_chat_redraws(app, window, redraws: list[float], n_turns: int = 50) -> None:
     """The redraws of a conversation of ``n_turns`` long answers, whole and after one more turn."""
-    view = window.conversation
+    view = window.model.chat.conversation
     question, answer = view.messages[-2], view.messages[-1]
     long_answer = dataclasses.replace(answer, content=answer.content * 4, pieces=answer.pieces * 4)
     turns = (question, long_answer) * n_turns
-    window.conversation = dataclasses.replace(view, messages=turns)
-    window._drawn = None
-    window._render_all()
+    window.model.chat.update(conversation=dataclasses.replace(view, messages=turns))
+    window.runs._drawn = None
+    window.runs.render()
     app.processEvents()
     whole = redraws[-1]
-    window.conversation = dataclasses.replace(view, messages=turns + (question, long_answer))
-    window._render_all()
+    window.model.chat.update(conversation=dataclasses.replace(view, messages=turns + (question, long_answer)))
+    window.runs.render()
     app.processEvents()
     one_more = redraws[-1]
     n_chars = len(long_answer.content)
