@@ -4,7 +4,7 @@ Auto prices its first steps with it; then it times the decodes it makes."""
 
 from __future__ import annotations
 
-from specdec_studio.engine.drafts.mtp import token_cost_estimate
+from specdec_studio.engine.drafts import mtp as mtp_head
 
 
 def draft_token_cost(session, target_curve) -> float:
@@ -27,5 +27,5 @@ def first_source_cost(session, target_curve, mtp) -> float:
         return draft_token_cost(session, target_curve)
     if mtp is not None:
         info = session.model.info
-        return token_cost_estimate(info.n_params, info.n_layer, info.n_vocab, info.n_embd)
+        return mtp_head.token_cost_estimate(info.n_params, info.n_layer, info.n_vocab, info.n_embd)
     return 1.0
