@@ -68,25 +68,25 @@ def main() -> None:
     def shoot(name: str) -> None:
         shots.shoot(name, 0.5)
 
-    wait(lambda: window.model_loaded and not window.machine.busy)
+    wait(lambda: window.model.models.loaded and not window.model.machine.busy)
     window.left_tabs.setCurrentIndex(1)  # the Chats tab: the saved chat listed
-    window._conversation_action("open", chat.id)
-    wait(lambda: window.conversation is not None and window.conversation.id == chat.id and not window.machine.busy)
+    window.chat.act("open", chat.id)
+    wait(lambda: window.model.chat.conversation is not None and window.model.chat.conversation.id == chat.id and not window.model.machine.busy)
     shoot("issue47-raw-html-and-image")
     window.left_tabs.setCurrentIndex(0)
 
     # 2. Run pressed during Re-measure
-    window.new_conversation()
-    wait(lambda: not window.machine.busy)
+    window.chat.new_conversation()
+    wait(lambda: not window.model.machine.busy)
     window.right_tabs.setCurrentIndex(window.right_tabs.count() - 1)  # the Profile tab, where Re-measure is
     window.remeasure_button.click()
-    wait(lambda: window.profiling)
+    wait(lambda: window.model.profiling)
     settle(1.5)
     shoot("issue47-remeasure-measuring")
     window.input.set_text("Name three prime numbers.")
     window.input.run.click()
     shoot("issue47-run-during-remeasure")
-    wait(lambda: not window.machine.busy)
+    wait(lambda: not window.model.machine.busy)
     shoot("issue47-run-during-remeasure-done")
 
     # 3. a download stopped mid-part
@@ -95,12 +95,12 @@ def main() -> None:
         index.pip_environment(mp)
         index.add_model(mp, "localtest", model_bytes(default_model), parts=2)
         index.rate = 2_000_000
-        window.model_bar.set_models([], [], window.model_path)  # lists "Download localtest" now
-        window.download_model("localtest")
+        window.model_bar.set_models([], [], window.model.models.path)  # lists "Download localtest" now
+        window.models.download_model("localtest")
         wait(lambda: index.sent >= 6_000_000)
         shoot("issue47-download-mid-part")
-        window.stop_run()
-        wait(lambda: not window.machine.busy, 10)
+        window.gate.stop()
+        wait(lambda: not window.model.machine.busy, 10)
         shoot("issue47-download-stopped")
         print("left in the model folder:", sorted(p.name for p in (scratch / "models").iterdir()))
         index.close()

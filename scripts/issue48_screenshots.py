@@ -49,21 +49,21 @@ def main() -> None:
         shots.shoot(name, 0.6)
 
     def run_on(window, model: str, draft: str | None, mode: str, prompt: str) -> None:
-        window.load_model(str(archs / f"{model}.gguf"))
-        wait(lambda: window.model_loaded and window.model_path.endswith(f"{model}.gguf") and not window.machine.busy)
+        window.models.load_model(str(archs / f"{model}.gguf"))
+        wait(lambda: window.model.models.loaded and window.model.models.path.endswith(f"{model}.gguf") and not window.model.machine.busy)
         if draft is not None:
-            window.choose_draft(str(archs / f"{draft}.gguf"))
-            wait(lambda: window.draft_path is not None and not window.machine.busy)
+            window.models.choose_draft(str(archs / f"{draft}.gguf"))
+            wait(lambda: window.model.models.draft_path is not None and not window.model.machine.busy)
         controls = window.controls
         controls.mode.setCurrentIndex(controls.mode.findData(mode))
         window.input.set_text(prompt)
         window.input.run.click()
-        wait(lambda: window.machine.busy)
-        wait(lambda: not window.machine.busy)
+        wait(lambda: window.model.machine.busy)
+        wait(lambda: not window.model.machine.busy)
         window.right_tabs.setCurrentIndex(0)  # Live: the stream, the KV map, the figures
 
     window = open_window(str(archs / "qwen35-dense.gguf"), scratch, chat=False)
-    wait(lambda: window.model_loaded and not window.machine.busy)
+    wait(lambda: window.model.models.loaded and not window.model.machine.busy)
 
     # 1. a hybrid model, Auto with a recurrent draft: cells and state slots
     run_on(window, "qwen35-dense", "mamba2-dense", "auto", "a b c a b c a b c a b c a b")

@@ -35,20 +35,20 @@ def main() -> None:
     wait = shots.wait
 
     window = open_window(str(catalog.resolve("default")), scratch, chat=False)
-    wait(lambda: window.model_loaded and not window.machine.busy)
+    wait(lambda: window.model.models.loaded and not window.model.machine.busy)
     controls = window.controls
 
     def run(mode: str) -> None:
         controls.mode.setCurrentIndex(controls.mode.findData(mode))
         window.input.set_text(CODE_PROMPT)
         window.input.run.click()
-        wait(lambda: window.machine.busy)
-        wait(lambda: not window.machine.busy, 300)
+        wait(lambda: window.model.machine.busy)
+        wait(lambda: not window.model.machine.busy, 300)
         window.right_tabs.setCurrentIndex(0)
 
     # 1. Auto with a draft it prices out and the n-gram memory, third run of the prompt
-    window.choose_draft(str(catalog.resolve("default-q8_0")))
-    wait(lambda: window.draft_path is not None and not window.machine.busy, 300)
+    window.models.choose_draft(str(catalog.resolve("default-q8_0")))
+    wait(lambda: window.model.models.draft_path is not None and not window.model.machine.busy, 300)
     controls.max_tokens.setValue(160)
     controls.ngram_memory.setChecked(True)
     for _ in range(3):

@@ -37,10 +37,10 @@ def main() -> None:
     wait = shots.wait
 
     window = open_window(str(catalog.resolve("default")), scratch, chat=False, auto_profile=True)  # the curve needs this machine's profiles
-    wait(lambda: window.model_loaded and not window.machine.busy and window.profiles["target"] is not None, 300)
-    window.choose_draft(str(catalog.resolve("default-q2_k")))
-    wait(lambda: window.draft_path is not None and not window.machine.busy
-         and window.profiles["draft"] is not None, 300)
+    wait(lambda: window.model.models.loaded and not window.model.machine.busy and window.model.tuning.profiles["target"] is not None, 300)
+    window.models.choose_draft(str(catalog.resolve("default-q2_k")))
+    wait(lambda: window.model.models.draft_path is not None and not window.model.machine.busy
+         and window.model.tuning.profiles["draft"] is not None, 300)
     stream, controls = window.stream, window.controls
 
     def hover(source: str, nth: int = 0) -> None:
@@ -77,8 +77,8 @@ def main() -> None:
     window.input.show_rejected.setChecked(True)
     window.input.set_text(PROMPT)
     window.input.run.click()
-    wait(lambda: window.machine.busy)
-    wait(lambda: not window.machine.busy, 300)
+    wait(lambda: window.model.machine.busy)
+    wait(lambda: not window.model.machine.busy, 300)
     window.right_tabs.setCurrentIndex(0)
     shoot_explanations("issue51-explain", accepted_nth=3)
 
@@ -92,8 +92,8 @@ def main() -> None:
     # 3. a shipped trace replayed, hovered
     shipped = [p for p in demo_traces.shipped() if p.stem == "draft_model_on_a_chat_answer"][0]
     window.replay_speed.setCurrentIndex(trace.SPEEDS.index(4.0))
-    window.open_trace(str(shipped))
-    wait(lambda: not window.player.active, 120)
+    window.demo.open_trace(str(shipped))
+    wait(lambda: not window.demo.player.active, 120)
     shoot_explanations("issue51-explain-replayed-trace", accepted_nth=5)
 
     # 4. the video dialog over the replay

@@ -39,15 +39,15 @@ def main() -> None:
 
     with rpc_servers(2) as procs:
         window = open_window(model, scratch, chat=True)
-        wait(lambda: window.model_loaded and not window.machine.busy)
+        wait(lambda: window.model.models.loaded and not window.model.machine.busy)
         window.model_bar.rpc.setText(",".join(p.endpoint for p in procs))
-        window.load_model(model)
-        wait(lambda: window.model_loaded and not window.machine.busy and "RPC" in window.windowTitle())
+        window.models.load_model(model)
+        wait(lambda: window.model.models.loaded and not window.model.machine.busy and "RPC" in window.windowTitle())
         window.controls.set_values({"mode": "lookup", "max_tokens": 96})
         window.input.set_text("List the planets of the solar system, one line each, with one fact about each.")
-        window.start_run()
-        wait(lambda: window.machine.busy)
-        wait(lambda: not window.machine.busy)
+        window.runs.start_run()
+        wait(lambda: window.model.machine.busy)
+        wait(lambda: not window.model.machine.busy)
         window.right_tabs.setCurrentIndex(0)
         field = window.model_bar.rpc
         QtWidgets.QToolTip.showText(field.mapToGlobal(field.rect().bottomLeft()), field.toolTip(), field)
@@ -56,29 +56,29 @@ def main() -> None:
 
         window.controls.set_values({"max_tokens": 1500})
         window.input.set_text("Now write a long story about a lighthouse keeper who counts the ships.")
-        window.start_run()
+        window.runs.start_run()
         wait(lambda: window.stream.toPlainText().count("lighthouse") >= 2 or len(window.stream.toPlainText()) > 900)
         shots.settle(1.0)
         procs[1].kill()
-        wait(lambda: not window.machine.busy and "stopped answering" in window.error_label.text())
-        wait(lambda: window.conversation.messages[-1].state == "interrupted")  # written by the fresh engine
+        wait(lambda: not window.model.machine.busy and "stopped answering" in window.error_label.text())
+        wait(lambda: window.model.chat.conversation.messages[-1].state == "interrupted")  # written by the fresh engine
         shots.shoot("rpc-server-lost-mid-answer", 0.8)
 
     with rpc_servers(2) as procs:
         window.model_bar.rpc.setText(",".join(p.endpoint for p in procs))
-        window.load_model(model)
-        wait(lambda: window.model_loaded and not window.machine.busy and "RPC" in window.windowTitle())
+        window.models.load_model(model)
+        wait(lambda: window.model.models.loaded and not window.model.machine.busy and "RPC" in window.windowTitle())
         window.input.set_text("Write a long story about a sailor who maps the coast, bay by bay.")
         shown = len(window.stream.toPlainText())
-        window.start_run()
+        window.runs.start_run()
         wait(lambda: len(window.stream.toPlainText()) > shown + 700)
         os.kill(procs[1].proc.pid, signal.SIGSTOP)
         try:
             wait(lambda: "No word from the RPC servers for 11 s" in window.statusBar().currentMessage())
             shots.shoot("rpc-server-stalled-mid-answer", 0.3)
-            window.stop_run()
-            wait(lambda: not window.machine.busy and "after Stop" in window.error_label.text())
-            wait(lambda: window.conversation.messages[-1].state == "interrupted")
+            window.gate.stop()
+            wait(lambda: not window.model.machine.busy and "after Stop" in window.error_label.text())
+            wait(lambda: window.model.chat.conversation.messages[-1].state == "interrupted")
             shots.shoot("rpc-stalled-server-stopped", 0.8)
         finally:
             os.kill(procs[1].proc.pid, signal.SIGCONT)
