@@ -87,7 +87,7 @@ def test_the_planners_shortcuts_answer_as_the_long_way_round(proposals, calibrat
     from unittest import mock
 
     from specdec_studio.engine.strategies.auto import tree
-    from specdec_studio.engine.strategies.auto.priors import FAMILY
+    from specdec_studio.engine.strategies.sources.base import FAMILY
 
     cost = Wary(StepCost(FLAT if flat else None), 1.0)
     with mock.patch.object(tree, "EARLY_ANSWER_DEPTHS", frozenset()):

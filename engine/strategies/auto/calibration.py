@@ -15,10 +15,9 @@ from specdec_studio.engine.strategies.auto.priors import (
     PRIOR_WEIGHT,
     SCALE_WEIGHT,
     SHAPE_CHANGE_PRIOR,
-    SOURCES,
     UNPRICED_STEP_TOKENS,
-    signal_prior,
 )
+from specdec_studio.engine.strategies.sources.base import signal_prior
 
 
 POSITIONS = 5  # positions 0-3 have bins of their own; 4 and deeper share one
@@ -29,7 +28,7 @@ class Calibrator:
 
     def __init__(self) -> None:
         self.bins: dict[tuple, list[float]] = {}  # key -> [accepted, offered]
-        self.by_source: dict[str, list[float]] = {s: [0.0, 0.0] for s in SOURCES}
+        self.by_source: dict[str, list[float]] = {}  # source -> [accepted, offered]
         # predicted probability (in tenths) -> [sum predicted, accepted, offered]: calibration
         self.reliability = [[0.0, 0, 0] for _ in range(10)]
         self._answers: dict[tuple, float] = {}  # probability()'s answers since the last observe()
@@ -38,7 +37,7 @@ class Calibrator:
 
     def source_rate(self, source: str) -> float:
         """The share of the source's proposals the run has seen accepted (0.5 before any)."""
-        acc, off = self.by_source[source]
+        acc, off = self.by_source.get(source, (0.0, 0.0))
         return (acc + 1.0) / (off + 2.0)
 
     @staticmethod
@@ -98,7 +97,7 @@ class Calibrator:
         entry = self.bins.setdefault(self._key(source, signal, position, agreed), [0.0, 0.0])
         entry[0] += accepted
         entry[1] += 1
-        src = self.by_source[source]
+        src = self.by_source.setdefault(source, [0.0, 0.0])
         src[0] += accepted
         src[1] += 1
         if predicted is None:

@@ -249,11 +249,10 @@ class Planner:
         return nodes, gain
 
     # ---- the run's end ----------------------------------------------------------------------------
-    def figures(self, memory: bool) -> dict:
-        """Auto's account of the run, for its stats (``memory``: the n-gram memory was a source)."""
+    def figures(self) -> dict:
+        """Auto's account of the run, for its stats."""
         self.hear_plain_steps()
-        auto = self.report.as_dict(self.calibrator, self.guard.trust, draft=self.draft_kind is not None,
-                                   memory=memory)
+        auto = self.report.as_dict(self.calibrator, self.sources.kinds(), self.guard.trust)
         # the longest step the machine's profile allowed by the run's end (at most --auto-k-max)
         auto["step_tokens_max"] = self.cost.affordable_tokens(self.params.auto_k_max)
         auto["loop_steps"] = self.loop_steps  # steps that went past it round a loop

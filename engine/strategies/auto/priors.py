@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-SOURCES = ("ngram", "ngram_alt", "suffix", "memory", "draft")
 NGRAM_MIN, NGRAM_MAX = 1, 4
 ALT_BRANCHES = 2  # the n-gram cache's 2nd and 3rd followers
 ALT_MIN_COUNT = 2  # a follower seen once is no evidence of a second way
@@ -66,29 +65,11 @@ PRIOR_MAX = 0.95
 # first tokens (SCALE_WEIGHT), or believing them only while the run's first tokens keep up with
 # them, did not remove that; carrying only the first position, or only the deeper ones, lost the
 # short answers' gain too (16 tokens: 1.0020, 1.0009).
-# Sources of different families that propose the same token after the same path read the context
-# in different ways (a sibling branch is the n-gram cache again, not a second opinion). Measured over
+# Agreement between families (sources.base.FAMILY): measured over
 # the shipped prompts' plain outputs, a first token that both the cache and the suffix match proposed
 # was right 90 % of the time, one that only one of them proposed 50 %: a token's bins are split by
 # whether another family agreed. (Raising the prior of an agreed token did not pay: the short
 # answers, where the prior decides, lost more than the long ones won.)
-FAMILY = {"ngram": "ngram", "ngram_alt": "ngram", "suffix": "suffix", "memory": "memory", "draft": "draft"}
-
-
-def signal_prior(source: str, signal: tuple) -> float:
-    if source == "suffix":
-        return SUFFIX_PRIOR[signal[0]]
-    if source == "draft":
-        return DRAFT_PRIOR[signal[0]]
-    if source == "memory":  # n-gram size (2-4), share bucket (0-2), follower count bucket (0-3)
-        size, share, count = signal
-        return min(0.8, 0.3 + 0.1 * (size - 2) + 0.08 * share + 0.04 * count)
-    # n-gram size, follower share bucket (0-3), follower count bucket (0-3), follower rank (0 = most frequent)
-    size, share, count, rank = signal
-    if rank:
-        return ALT_PRIOR[share]
-    return min(0.9, 0.2 + 0.1 * (size - 1) + 0.12 * share + 0.05 * count)
-
 
 # Without a profile, a decode of B tokens is assumed to cost 1 + COST_SLOPE·(B - 1) plain steps
 # until the run has timed decodes of that size (measured on this CPU: T(8)/T(1) ≈ 1.3).

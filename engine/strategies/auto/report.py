@@ -4,12 +4,9 @@ what was sent and accepted, and for a source never sent what ruled it out."""
 from __future__ import annotations
 
 from specdec_studio.engine.strategies.auto.calibration import Calibrator
-from specdec_studio.engine.strategies.auto.priors import SOURCES
 from specdec_studio.engine.strategies.auto.sources import Proposal
 from specdec_studio.engine.strategies.auto.tree import Node
-
-SOURCE_NAMES = {"ngram": "n-gram cache", "ngram_alt": "n-gram cache's other followers", "suffix": "suffix match",
-                "memory": "n-gram memory of past runs", "draft": "draft model"}
+from specdec_studio.engine.strategies.sources.base import LABEL, Kind
 
 
 class Considered:
@@ -75,18 +72,14 @@ class AutoReport:
         return ("never sent: its first tokens were likely enough, "
                 "but no chain of it promised enough tokens for its batch's cost")
 
-    def as_dict(self, calibrator: Calibrator, trust: float | None = None, draft: bool = False,
-                memory: bool = False) -> dict:
-        """``trust``: the guard's at the end of the run (None where there is no guard). ``draft``: a
-        decoding source (draft model or MTP head) was loaded, so it is one of the sources considered;
-        ``memory``: the n-gram memory of past runs was, likewise.
-        Every source considered is listed: proposed (planning steps it proposed on), offered (its
-        tokens sent to verification), accepted, and for one never sent, ``ruled_out``."""
+    def as_dict(self, calibrator: Calibrator, kinds: list[Kind], trust: float | None = None) -> dict:
+        """``kinds``: what the run's sources proposed under (``Sources.kinds``); ``trust``: the
+        guard's at the end of the run (None where there is no guard).
+        Every kind is listed: proposed (planning steps it proposed on), offered (its tokens sent to
+        verification), accepted, and for one never sent, ``ruled_out``."""
         extra = {} if trust is None else {"trust": round(trust, 3)}
         sources = {}
-        for s in SOURCES:
-            if (s == "draft" and not draft) or (s == "memory" and not memory):
-                continue
+        for s in (kind.name for kind in kinds):
             seen = self.considered.get(s)
             entry = {"proposed": seen.steps if seen else 0, "offered": self.offered.get(s, 0),
                      "accepted": self.accepted.get(s, 0)}
@@ -102,8 +95,8 @@ class AutoReport:
 def _name(source: str, auto: dict) -> str:
     """A source as the summaries name it (the decoding source as what it was: draft model or MTP head)."""
     if source == "draft" and "draft" in auto:
-        return auto["draft"].get("source", SOURCE_NAMES["draft"])
-    return SOURCE_NAMES.get(source, source)
+        return auto["draft"].get("source", LABEL["draft"])
+    return LABEL.get(source, source)
 
 
 def source_lines(auto: dict) -> list[str]:

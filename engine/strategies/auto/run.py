@@ -142,7 +142,7 @@ def _auto_loop(rt: Runtime, prompt: Sequence[int], planner: Planner) -> Iterator
             yield StepDone(step, tuple(emitted), len(nodes), len(accepted), t_decode, now - t_prev, auto=auto)
         t_prev = now
         step += 1
-    counters.extra["auto"] = planner.figures(memory=rt.ngram_memory is not None)
+    counters.extra["auto"] = planner.figures()
 
 
 def _verify(rt: Runtime, planner: Planner, nodes: list[Node], input_row: int,

@@ -57,7 +57,7 @@ class AutoSlotPlanner:
         self.observe(n_accepted, n_batch_tokens, t_decode)
 
     def figures(self) -> dict:
-        return {"auto": self.report.as_dict(self.calibrator)}
+        return {"auto": self.report.as_dict(self.calibrator, self.sources.kinds())}
 
     def release(self, seq: int) -> None:
         pass  # nothing native: the sources are Python's

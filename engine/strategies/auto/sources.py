@@ -5,10 +5,11 @@ n-gram cache and suffix matcher, kept from one run to the next) and the list of 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from specdec_studio.engine.strategies.auto.priors import MIN_SUFFIX_MATCH, NGRAM_MAX, NGRAM_MIN
 from specdec_studio.engine.strategies.lookup import NgramCacheDrafter
-from specdec_studio.engine.strategies.sources.base import Proposal, Source
+from specdec_studio.engine.strategies.sources.base import Kind, Proposal, Source
 from specdec_studio.engine.strategies.sources.draft import DraftSource
 from specdec_studio.engine.strategies.sources.memory import MemorySource
 from specdec_studio.engine.strategies.sources.ngram_cache import NgramCacheSource
@@ -16,6 +17,10 @@ from specdec_studio.engine.strategies.sources.suffix import SuffixSource
 from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
 
 __all__ = ["ContextIndex", "Proposal", "Sources"]
+
+# Every source a run may walk, in the order their chains are listed (the n-gram cache's first: its
+# siblings fork off it). Adding a source is its module under strategies/sources/ and one entry here.
+SOURCE_TYPES = (NgramCacheSource, SuffixSource, MemorySource, DraftSource)
 
 # the suffix source's cheap test reads a match's minimum from the n-gram cache's counts
 assert NGRAM_MIN <= MIN_SUFFIX_MATCH - 1 <= NGRAM_MAX
@@ -47,6 +52,15 @@ class ContextIndex:
         return kept
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """What a run gives its sources beyond the context's index."""
+
+    draft: object | None = None  # a drafter that decodes (a draft model's, an MTP head's)
+    memory: object | None = None  # an NgramMemory of past runs
+    alternatives: bool = True  # the n-gram cache's sibling branches (a one-sequence tree cannot use them)
+
+
 class Sources:
     """The candidate sources of one run, kept up to date with the context. ``alternatives``
     adds the n-gram cache's sibling branches (a step whose tree has one sequence cannot use them).
@@ -60,13 +74,13 @@ class Sources:
         self.index.read(prompt)
         self.ngrams = self.index.ngrams
         self.suffix = self.index.suffix
-        # in the order their chains are listed (the n-gram cache's first: its siblings fork off it)
-        self.sources: list[Source] = [NgramCacheSource(self.ngrams, alternatives),
-                                      SuffixSource(self.suffix, self.ngrams)]
-        if memory is not None:
-            self.sources.append(MemorySource(memory))
-        if draft is not None:
-            self.sources.append(DraftSource(draft))
+        options = RunOptions(draft, memory, alternatives)
+        self.sources: list[Source] = [source for kind in SOURCE_TYPES
+                                      if (source := kind.for_run(self.index, options)) is not None]
+
+    def kinds(self) -> list[Kind]:
+        """Every kind of proposal this run's sources make, in their order."""
+        return [kind for source in self.sources for kind in source.kinds]
 
     def named(self, name: str) -> Source:
         """The source called ``name`` (a test's or a bench's handle on one of them)."""

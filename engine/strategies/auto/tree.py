@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specdec_studio.engine.strategies.auto.calibration import Calibrator, StepCost
-from specdec_studio.engine.strategies.auto.priors import FAMILY, MIN_GAIN, MIN_REACH
+from specdec_studio.engine.strategies.auto.priors import MIN_GAIN, MIN_REACH
 from specdec_studio.engine.strategies.auto.sources import Proposal
+from specdec_studio.engine.strategies.sources.base import FAMILY
 
 EARLY_ANSWER_DEPTHS = frozenset((8, 16, 32))  # where could_pay looks at the bound it has so far
 

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specdec_studio.engine.strategies.auto.priors import bucket
-from specdec_studio.engine.strategies.sources.base import Proposal
+from specdec_studio.engine.strategies.auto.priors import DRAFT_PRIOR, bucket
+from specdec_studio.engine.strategies.sources.base import Proposal, declare
 
 
 class DraftSource:
     name = "draft"
     decodes = True
+    # its signal: the draft's probability bucket (<.3, <.6, <.8, <.95, more)
+    kinds = (declare("draft", "draft", "draft model", lambda signal: DRAFT_PRIOR[signal[0]]),)
+
+    @classmethod
+    def for_run(cls, index, options) -> DraftSource | None:
+        return cls(options.draft) if options.draft is not None else None
 
     def __init__(self, drafter) -> None:
         self.drafter = drafter  # a DraftModelDrafter or an MtpDrafter made with keep_probs

@@ -6,12 +6,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specdec_studio.engine.strategies.auto.priors import bucket
-from specdec_studio.engine.strategies.sources.base import Proposal
+from specdec_studio.engine.strategies.sources.base import Proposal, declare
+
+
+def memory_prior(signal: tuple) -> float:
+    """By the n-gram's size (2-4), its follower's share bucket (0-2) and count bucket (0-3)."""
+    size, share, count = signal
+    return min(0.8, 0.3 + 0.1 * (size - 2) + 0.08 * share + 0.04 * count)
 
 
 class MemorySource:
     name = "memory"
     decodes = False
+    kinds = (declare("memory", "memory", "n-gram memory of past runs", memory_prior),)
+
+    @classmethod
+    def for_run(cls, index, options) -> MemorySource | None:
+        return cls(options.memory) if options.memory is not None else None
 
     def __init__(self, memory) -> None:
         self.memory = memory  # an NgramMemory

@@ -15,14 +15,22 @@ from specdec_studio.engine.strategies.auto.priors import (
     NGRAM_MAX,
     NGRAM_MIN,
     bucket,
-    signal_prior,
 )
 from specdec_studio.engine.strategies.lookup import Followers, NgramCacheDrafter
-from specdec_studio.engine.strategies.sources.base import Proposal
+from specdec_studio.engine.strategies.sources.base import Proposal, declare
 
 # A sibling forks off the n-gram branch with a prior of the fork's reach times its follower's
 # ALT_PRIOR, and one under MIN_REACH is never kept: past this reach no fork can be
 FORK_REACH_MIN = MIN_REACH / max(ALT_PRIOR)
+
+
+def ngram_prior(signal: tuple) -> float:
+    """By the n-gram's size, its follower's share bucket (0-3) and count bucket (0-3), and the
+    follower's rank (0: the most frequent; a 2nd or 3rd follower by its share alone)."""
+    size, share, count, rank = signal
+    if rank:
+        return ALT_PRIOR[share]
+    return min(0.9, 0.2 + 0.1 * (size - 1) + 0.12 * share + 0.05 * count)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -34,7 +42,7 @@ def ngram_signal(size: int, best_count: int, total: int) -> tuple[tuple, float]:
     # nothing until the n-gram has been followed twice
     share = best_count / total if total > 1 else 0.0
     signal = (size, bucket(share, (0.5, 0.67, 0.9)), bucket(total, (2, 4, 8)), 0)
-    return signal, signal_prior("ngram", signal)
+    return signal, ngram_prior(signal)
 
 
 class NgramCacheSource:
@@ -43,6 +51,12 @@ class NgramCacheSource:
 
     name = "ngram"
     decodes = False
+    kinds = (declare("ngram", "ngram", "n-gram cache", ngram_prior),
+             declare("ngram_alt", "ngram", "n-gram cache's other followers", ngram_prior))
+
+    @classmethod
+    def for_run(cls, index, options) -> NgramCacheSource:
+        return cls(index.ngrams, options.alternatives)
 
     def __init__(self, ngrams: NgramCacheDrafter, alternatives: bool = True) -> None:
         self.ngrams = ngrams
@@ -105,9 +119,9 @@ class NgramCacheSource:
                 for rank, (count, token) in enumerate(others[:ALT_BRANCHES], start=1):
                     signal = (size, bucket(count / entry.total, (0.15, 0.3, 0.45)),
                               bucket(entry.total, (2, 4, 8)), rank)
-                    forks.append((reach * signal_prior("ngram_alt", signal), depth, token, signal))
+                    forks.append((reach * ngram_prior(signal), depth, token, signal))
             if depth < len(main.tokens):
-                reach *= signal_prior("ngram", main.signals[depth])
+                reach *= ngram_prior(main.signals[depth])
         out = []
         for prior, depth, token, signal in sorted(forks, reverse=True)[:ALT_BRANCHES]:
             if prior < MIN_REACH:

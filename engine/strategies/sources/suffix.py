@@ -6,15 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specdec_studio.engine.strategies.auto.priors import LONG_MATCH_BUCKET, LOOP_SURE_ROUNDS, MIN_SUFFIX_MATCH, bucket
+from specdec_studio.engine.strategies.auto.priors import (LONG_MATCH_BUCKET, LOOP_SURE_ROUNDS, MIN_SUFFIX_MATCH,
+                                                           SUFFIX_PRIOR, bucket)
 from specdec_studio.engine.strategies.lookup import NgramCacheDrafter
-from specdec_studio.engine.strategies.sources.base import Proposal
+from specdec_studio.engine.strategies.sources.base import Proposal, declare
 from specdec_studio.engine.strategies.suffix_automaton import SuffixMatcher
 
 
 class SuffixSource:
     name = "suffix"
     decodes = False
+    # its signal: the match's length bucket (2, 3-4, 5-8, 9-16, 17-32, 33+)
+    kinds = (declare("suffix", "suffix", "suffix match", lambda signal: SUFFIX_PRIOR[signal[0]]),)
+
+    @classmethod
+    def for_run(cls, index, options) -> SuffixSource:
+        return cls(index.suffix, index.ngrams)
 
     def __init__(self, suffix: SuffixMatcher, ngrams: NgramCacheDrafter) -> None:
         self.suffix = suffix  # follows the text as the run's Sources advance it
