@@ -25,7 +25,7 @@ from specdec_studio.engine.memory import DecodeAborted, NoKvSlot
 from specdec_studio.engine.sampling import Sampler, logits_row
 from specdec_studio.engine.stats import RunCounters
 from specdec_studio.engine.strategies import registry
-from specdec_studio.engine.strategies.auto.slot import AutoSlotPlanner
+from specdec_studio.engine.strategies.auto.slot import slot_planner
 from specdec_studio.engine.strategies.common import (
     FINISH_CANCELLED,
     FINISH_CONTEXT_FULL,
@@ -331,7 +331,7 @@ def _drafter(slot: _Slot, session, config: RunConfig) -> SlotDrafter | None:
     """The slot's drafter for the mode's ``batch_slot`` (engine.strategies.registry)."""
     source = config.mode_entry.batch_slot
     if source == "auto":
-        return AutoSlotPlanner(slot.job.tokens, session.cost_curve(), config.speculative.k_max)
+        return slot_planner(slot.job.tokens, session.cost_curve(), config.speculative.k_max)
     if source == "lookup":
         return _DraftThenVerify(make_drafter(config.speculative), slot.output, session.vocab.is_eog)
     if source == "draft":

@@ -81,3 +81,8 @@ class AutoSlotPlanner:
             accepted = i < n_accepted
             self.calibrator.observe(node.source, node.signal, node.depth - 1, node.p, accepted, node.agreed)
             self.report.offer(node, accepted)
+
+
+def slot_planner(prompt: Sequence[int], curve, k_max: int) -> AutoSlotPlanner:
+    """Auto for one slot of batch decoding, over ``prompt``, priced on ``curve`` (None: unpriced)."""
+    return AutoSlotPlanner(prompt, curve, k_max)
