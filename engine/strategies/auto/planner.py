@@ -36,21 +36,28 @@ PLAIN = Plan()  # a step that does not plan sends nothing (never mutated)
 
 
 class Planner:
-    """Auto's choice, step by step, for one run: a tree of the sources' proposals that is expected
-    to emit more tokens per unit of time than a plain step, or nothing.
+    """Auto's choice, step by step, for a run or a slot of batch decoding: a tree of the sources'
+    proposals that is expected to emit more tokens per unit of time than a plain step, or nothing.
 
     ``draft`` and ``price``: the one source that decodes (a draft model or an MTP head) and what its
     tokens cost; ``guarded(call)`` runs a call that decodes that draft, returning None where a
-    Stop or a full cache ended it (the run then ends)."""
+    Stop or a full cache ended it (the run then ends).
 
-    def __init__(self, prompt: Sequence[int], params: SpeculativeParams, cost_curve, index: ContextIndex,
+    ``paced`` (a run's): the guard decides which steps plan and how much a tree must beat a plain
+    step by, cheap tests settle most steps, hindsight judges what was not sent, and a tree may have
+    ``n_sequences`` branches. Unpaced (a batch slot's, ``auto.slot``): every step plans, and sends
+    the one chain that promises the most tokens per step cost where it beats a plain step; its
+    ``cost`` prices a decode inside the shared batch."""
+
+    def __init__(self, prompt: Sequence[int], params: SpeculativeParams, cost_curve, index: ContextIndex | None,
                  *, n_sequences: int, memory=None, draft=None, price: DraftPrice | None = None,
-                 draft_kind: str | None = None, guarded: Callable = lambda call: call()) -> None:
-        self.prompt, self.params, self.n_sequences = prompt, params, n_sequences
+                 draft_kind: str | None = None, guarded: Callable = lambda call: call(), paced: bool = True,
+                 alternatives: bool = True, cost: StepCost | None = None) -> None:
+        self.prompt, self.params, self.n_sequences, self.paced = prompt, params, n_sequences, paced
         self.draft, self.price, self.draft_kind, self.guarded = draft, price, draft_kind, guarded
         self.calibrator = Calibrator()
-        self.cost = StepCost(cost_curve)
-        self.sources = Sources(prompt, draft, memory=memory, index=index)
+        self.cost = cost if cost is not None else StepCost(cost_curve)
+        self.sources = Sources(prompt, draft, alternatives, memory=memory, index=index)
         self.report = AutoReport()
         self.guard = Guard()
         self.wary = Wary(self.cost, self.guard.trust)
@@ -136,6 +143,8 @@ class Planner:
         where the draft was stopped (the run ends). The sources are asked when the guard's turn
         comes, or at once where the answer starts to copy: a long repeat of earlier text (the
         suffix matcher follows the text only as far as that test needs: Sources.repeats)."""
+        if not self.paced:
+            return self._best_chain(context, room)
         if not (self.guard.plans(step) or self.sources.repeats(context, WAKE_MATCH)) or room <= 0:
             self.went_deep = False
             return PLAIN
@@ -177,6 +186,19 @@ class Planner:
         self.guard.planned(step, hopeful=passed >= min(2, n_tests))
         self.loop_steps += len(plan.nodes) > priced_cap
         return plan
+
+    def _best_chain(self, context: Sequence[int], room: int) -> Plan:
+        """Unpaced: the one source's chain whose tokens promise the most emitted tokens per step
+        cost, cut where that gain peaks; a plain step where none beats one."""
+        best = Plan()
+        if room > 0:
+            self.sources.advance(context)
+            for proposal in self.sources.propose(context, room):
+                nodes, gain = build_tree([proposal], self.calibrator, self.cost, room)
+                if gain > best.gain:
+                    best = Plan(nodes, gain)
+        self.report.decide(best.nodes)
+        return best
 
     def _chains_that_pay(self, context: Sequence[int], room: int, min_gain: float,
                          draft_k: int) -> tuple[list[Proposal] | None, int, int, list[int]]:
@@ -251,6 +273,8 @@ class Planner:
     # ---- the run's end ----------------------------------------------------------------------------
     def figures(self) -> dict:
         """Auto's account of the run, for its stats."""
+        if not self.paced:
+            return self.report.as_dict(self.calibrator, self.sources.kinds())
         self.hear_plain_steps()
         auto = self.report.as_dict(self.calibrator, self.sources.kinds(), self.guard.trust)
         # the longest step the machine's profile allowed by the run's end (at most --auto-k-max)
