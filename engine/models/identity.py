@@ -10,7 +10,7 @@ from pathlib import Path
 
 import llama_cpp as llama
 
-from specdec_studio.engine.jsonfile import write_json
+from specdec_studio.engine.jsonfile import update_json
 from specdec_studio.engine.paths import cache_root
 
 # The text the probe and the profile decode: prose, a number, code (every kind of token a run meets).
@@ -55,6 +55,6 @@ def model_sha256(path: str | Path) -> str:
     except (OSError, ValueError):
         index = {}
     if entry not in index:
-        index[entry] = file_sha256(path)
-        write_json(index_path, index, indent=1)
+        sha = file_sha256(path)  # hashed outside the lock: a large file takes seconds
+        index = update_json(index_path, lambda shared: shared.setdefault(entry, sha), indent=1)
     return index[entry]

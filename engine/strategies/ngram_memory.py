@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec_studio.engine.jsonfile import made_beside
+from specdec_studio.engine.jsonfile import locked, made_beside
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,13 @@ class NgramMemory:
         self.path, self.model_key, self.max_ngrams = path, model_key, max_ngrams
         self.followers: dict[tuple[int, ...], dict[int, int]] = {}
         self.problem: str | None = None  # why a file on disk was set aside, for the run's warning
+        # the runs learnt since the file was last read or written, counted again onto what another
+        # process saved meanwhile (one run's tokens: the memory is saved after every run)
+        self._unsaved: list[tuple[tuple[int, ...], int]] = []
+        self._seen: tuple | None = None  # the file's identity when this process last read or wrote it
         if path is not None and path.exists():
-            self._load(path)
+            self._load(path)  # a damaged or foreign file is set aside
+            self._seen = _identity(path) if path.exists() else None
 
     def __len__(self) -> int:
         return len(self.followers)
@@ -49,6 +54,11 @@ class NgramMemory:
     def learn(self, tokens: Sequence[int], start: int) -> None:
         """Count every n-gram of ``tokens`` whose follower is at ``start`` or later (the generated
         part; the n-gram itself may reach back into the prompt)."""
+        if self.path is not None:
+            self._unsaved.append((tuple(tokens), start))
+        self._count(tokens, start)
+
+    def _count(self, tokens: Sequence[int], start: int) -> None:
         followers = self.followers
         for i in range(max(start, NGRAM_MIN), len(tokens)):
             follower = tokens[i]
@@ -96,9 +106,23 @@ class NgramMemory:
 
     # ---------------------------------------------------------------------------- on disk
     def save(self) -> None:
-        """Write the memory atomically (a crash leaves the previous file whole)."""
+        """Write the memory atomically (a crash leaves the previous file whole), under a lock: where
+        another process saved since this one read the file, this one's new runs are counted onto
+        what it saved, so neither loses the other's."""
         if self.path is None:
             return
+        with locked(self.path):
+            if self.path.exists() and _identity(self.path) != self._seen:
+                other = NgramMemory(self.path, self.model_key, self.max_ngrams)
+                if other.problem is None:
+                    self.followers = other.followers
+                    for tokens, start in self._unsaved:
+                        self._count(tokens, start)
+            self._write()
+            self._unsaved.clear()
+            self._seen = _identity(self.path)
+
+    def _write(self) -> None:
         keys = np.full((len(self.followers), NGRAM_MAX), -1, dtype=np.int32)
         offsets = np.zeros(len(self.followers) + 1, dtype=np.int64)
         tokens: list[int] = []
@@ -143,3 +167,9 @@ class NgramMemory:
             log.warning(self.problem)
             return
         self.followers = followers
+
+
+def _identity(path: Path) -> tuple:
+    """What tells a file written since: its inode, size and modification time."""
+    found = path.stat()
+    return found.st_ino, found.st_size, found.st_mtime_ns

@@ -14,6 +14,7 @@ profile, so measured and predicted can be read side by side.
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import math
@@ -25,6 +26,7 @@ from pathlib import Path
 from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.errors import ConfigError, SpecDecError
 from specdec_studio.engine.events import RunFinished
+from specdec_studio.engine.jsonfile import write_text
 from specdec_studio.engine.sampling import SamplingParams
 from specdec_studio.engine.tuning import cost_model
 from specdec_studio.engine.tuning.cost_model import CostCurve
@@ -317,21 +319,22 @@ def write_results(result: dict, out_dir: str | Path) -> tuple[Path, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out / "results.json", out / "results.csv"
-    json_path.write_text(json.dumps(result, indent=1))
     axes = list(result["spec"]["axes"])
-    with csv_path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow([*axes, *CSV_FIELDS])
-        for cell in result["cells"]:
-            row = [cell["setting"][a] for a in axes]
-            for name in CSV_FIELDS:
-                value = cell[name]
-                if name == "divergences":
-                    value = ";".join(f"{d['prompt']}@{d['token']} margin {d['margin']:.4f}" for d in value)
-                elif isinstance(value, float):
-                    value = f"{value:.4f}" if math.isfinite(value) else ""
-                row.append("" if value is None else value)
-            writer.writerow(row)
+    table = io.StringIO(newline="")
+    writer = csv.writer(table)
+    writer.writerow([*axes, *CSV_FIELDS])
+    for cell in result["cells"]:
+        row = [cell["setting"][a] for a in axes]
+        for name in CSV_FIELDS:
+            value = cell[name]
+            if name == "divergences":
+                value = ";".join(f"{d['prompt']}@{d['token']} margin {d['margin']:.4f}" for d in value)
+            elif isinstance(value, float):
+                value = f"{value:.4f}" if math.isfinite(value) else ""
+            row.append("" if value is None else value)
+        writer.writerow(row)
+    write_text(json_path, json.dumps(result, indent=1), shared=True)
+    write_text(csv_path, table.getvalue(), shared=True)
     return json_path, csv_path
 
 

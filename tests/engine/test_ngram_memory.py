@@ -120,3 +120,22 @@ def test_a_memory_that_cannot_be_saved_is_one_warning_and_keeps_its_ngrams(smoll
     warnings = [e for e in events if isinstance(e, RunWarning)]
     assert len(warnings) == 1 and "could not be saved" in warnings[0].message
     assert events[-1].token_ids == plain and kept > 0  # the run and what it taught the memory are kept
+
+
+def test_two_processes_saving_one_memory_keep_each_others_runs(tmp_path):
+    """Issue 79, item 8: the second save wrote its own counts over the first's."""
+    path = tmp_path / "memory.npz"
+    first, second = NgramMemory(path, "model-a"), NgramMemory(path, "model-a")  # both read no file
+    first.learn(PROMPT + ANSWER, len(PROMPT))
+    first.learn(PROMPT + ANSWER, len(PROMPT))
+    first.save()
+    other = [1, 2, 3, 20, 21, 22, 23, 24]
+    second.learn(other, 3)
+    second.learn(other, 3)
+    second.save()
+    reread = NgramMemory(path, "model-a")
+    assert reread.propose([0, 10, 11, 12, 13], 4)[0] == [14, 15, 16, 17]  # the first process's runs
+    assert reread.propose([0, 20, 21, 22, 23], 1)[0] == [24]  # and the second's
+    second.learn(other, 3)
+    second.save()  # nobody else wrote since: its own file, counted once more
+    assert NgramMemory(path, "model-a").followers[(20, 21, 22, 23)] == {24: 3}
