@@ -152,14 +152,16 @@ def original_of(path: Path) -> Path | None:
     return None
 
 
-def make_copy(src: Path, quant: str, *, n_threads: int = 0, log=print, dest: Path | None = None) -> Path:
+def make_copy(src: Path, quant: str, *, n_threads: int = 0, log=print, dest: Path | None = None,
+              cancel=None) -> Path:
     """``src`` requantised to ``quant`` in the model cache, made once and checked.
 
     A copy already there is used only if it passes the GGUF pre-flight check (else it is made
     again). Making takes a lock beside the copy, so two makers at once (the app's comparison and
     ``specdec profile --formats``) make it once; llama.cpp writes to a temporary file of this
     maker's own, which is fsynced and renamed into place only when complete; a temporary file an
-    interrupted make left behind is removed."""
+    interrupted make left behind is removed; ``cancel`` (Stop) ends a make within a tenth of a
+    second (quantize.QuantizeStopped)."""
     src = Path(src)
     dest = dest or copy_path(src, quant)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +174,7 @@ def make_copy(src: Path, quant: str, *, n_threads: int = 0, log=print, dest: Pat
                 log(f"{dest.name} is damaged ({exc}); making it again")
                 dest.unlink()
         log(f"requantising {src.name} to {quant}…")
-        requantize(src, dest, quant, n_threads=n_threads)
+        requantize(src, dest, quant, n_threads=n_threads, cancel=cancel)
         write_json(_source_record(dest), {"source": str(src.resolve()), "sha256": model_sha256(src),
                                           "quant": quant})
     return dest

@@ -8,6 +8,7 @@ Q2_K 67.5%), so it gives real acceptances and real rejections.
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 from pathlib import Path
 
@@ -43,38 +44,62 @@ QUANT_TYPES = {
 PURE_SUFFIX = "_PURE"
 
 
-def requantize(src: Path, dst: Path, quant_type: str, *, n_threads: int = 0) -> Path:
+class QuantizeStopped(SpecDecError):
+    """Stop ended a requantisation: nothing was written."""
+
+
+def requantize(src: Path, dst: Path, quant_type: str, *, n_threads: int = 0,
+               cancel: threading.Event | None = None) -> Path:
     """Write ``src`` requantised to ``quant_type`` as ``dst``, atomically: llama.cpp writes a
     temporary file of this call's own (two makers never share one), which reaches the disk
-    (fsync) before it is renamed into place; a failed or interrupted make removes it."""
+    (fsync) before it is renamed into place; a failed or interrupted make removes it.
+
+    llama.cpp's quantize API has no abort callback, so it runs in a child process: ``cancel``
+    (Stop) or Ctrl+C ends the child within a tenth of a second (QuantizeStopped)."""
     if quant_type not in QUANT_TYPES:
         raise SpecDecError(f"unknown quantisation type {quant_type!r}; choose one of {', '.join(QUANT_TYPES)}")
     native.ensure_backend()
     check_gguf_file(src)
+    with made_beside(dst) as partial:
+        rc, problems = _in_child(src, partial, quant_type, n_threads, cancel)
+        if rc != 0:
+            why = "; ".join(problems[-2:]) or f"code {rc}"
+            raise ModelFileError(f"{src.name}: could not be requantised to {quant_type} ({why})")
+    return dst
+
+
+def _quantize(src: str, dst: str, quant_type: str, n_threads: int, results) -> None:
+    """The child's work: llama.cpp's quantiser, and its return code and logged problems sent back."""
+    native.ensure_backend()
     params = llama.llama_model_quantize_default_params()
     params.ftype = QUANT_TYPES[quant_type]
     params.allow_requantize = True
     params.nthread = n_threads
     params.pure = quant_type.endswith(PURE_SUFFIX)
-    with made_beside(dst) as partial:
-        native.take_recent_problems()
-        rc = _interruptibly(lambda: llama.llama_model_quantize(str(src).encode(), str(partial).encode(), params))
-        if rc != 0:
-            why = "; ".join(native.take_recent_problems()[-2:]) or f"code {rc}"
-            raise ModelFileError(f"{src.name}: could not be requantised to {quant_type} ({why})")
-    return dst
+    native.take_recent_problems()
+    rc = llama.llama_model_quantize(src.encode(), dst.encode(), params)
+    results.put((rc, native.take_recent_problems()))
 
 
-def _interruptibly(call):
-    """``call()`` on a helper thread while this one waits in short slices, so that Ctrl+C ends a
-    long quantisation at once (llama.cpp's quantize API has no abort callback; Python delivers a
-    signal only between bytecodes of the main thread). On Ctrl+C the helper is left to finish
-    writing into the temporary file, which the caller removes; it ends with the process."""
-    result: list = []
-    worker = threading.Thread(target=lambda: result.append(call()), name="requantize", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(0.1)
-    if not result:
-        raise ModelFileError("requantising failed inside llama.cpp (see its log above)")
-    return result[0]
+def _in_child(src: Path, partial: Path, quant_type: str, n_threads: int,
+              cancel: threading.Event | None) -> tuple[int, list[str]]:
+    """(return code, llama.cpp's logged problems) of the quantiser run in a spawned child (no fork
+    of a process with other threads), waited on in short slices so Stop and Ctrl+C end it."""
+    context = multiprocessing.get_context("spawn")
+    results = context.SimpleQueue()
+    child = context.Process(target=_quantize, args=(str(src), str(partial), quant_type, n_threads, results),
+                            name="requantize", daemon=True)
+    child.start()
+    try:
+        while child.is_alive():
+            child.join(0.1)
+            if cancel is not None and cancel.is_set():
+                raise QuantizeStopped(f"making the {quant_type} copy of {src.name} was stopped; nothing was kept")
+    finally:
+        if child.is_alive():
+            child.terminate()
+            child.join(5)
+    if results.empty():
+        raise ModelFileError(f"{src.name}: requantising to {quant_type} failed inside llama.cpp "
+                             f"(its process ended with code {child.exitcode})")
+    return results.get()

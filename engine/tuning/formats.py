@@ -73,9 +73,10 @@ def format_of(model) -> str:
     return f"type {value}"
 
 
-def make_copy(src: Path, quant: str, *, n_threads: int = 0, log: Callable[[str], None] = print) -> Path:
+def make_copy(src: Path, quant: str, *, n_threads: int = 0, log: Callable[[str], None] = print,
+              cancel: threading.Event | None = None) -> Path:
     """``src`` requantised to ``quant``, made once into the model cache (see catalog.make_copy)."""
-    return catalog.make_copy(src, quant, n_threads=n_threads, log=log)
+    return catalog.make_copy(src, quant, n_threads=n_threads, log=log, cancel=cancel)
 
 
 def measure_file(path: Path, fmt: str, *, n_threads: int, n_ctx: int, original_texts=None,
@@ -133,7 +134,7 @@ def compare(model_path: Path, formats: Sequence[str] = FORMATS, *, n_threads: in
     for fmt in formats:
         if fmt == shipped_type:
             continue
-        copy = make_copy(model_path, fmt, n_threads=n_threads, log=log)
+        copy = make_copy(model_path, fmt, n_threads=n_threads, log=log, cancel=cancel)
         log(f"{copy.name}: measuring…")
         out.append(measure_file(copy, fmt, n_threads=n_threads, n_ctx=n_ctx, original_texts=texts, cancel=cancel))
     # The curves were measured one file after another; one token's time, the figure every speed-up

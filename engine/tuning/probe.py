@@ -17,11 +17,15 @@ tokens decoded one at a time with the same tokens in batches.
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from specdec_studio.engine.errors import SpecDecError
+from specdec_studio.engine.jsonfile import write_json
 from specdec_studio.engine.models.identity import PROBE_TEXT, build_fingerprint, model_sha256
 from specdec_studio.engine.sampling import logits_row
 from specdec_studio.engine.session import Session
@@ -33,6 +37,15 @@ LONG_CONTEXT_CELLS = 600  # the long probe's prefix
 LONG_BATCH_SIZES = (2, 4, 8, 16, 32)
 
 
+class ProbeStopped(SpecDecError):
+    """Stop ended the exactness check before it measured everything (nothing is kept)."""
+
+
+def _check_stop(session: Session) -> None:
+    if session.cancel_flag.is_set():
+        raise ProbeStopped("the exactness check was stopped; nothing was kept")
+
+
 def _logits_in_chunks(session: Session, tokens: list[int], chunk: int) -> np.ndarray:
     """Logits of every position, decoding ``tokens`` in consecutive chunks of ``chunk`` tokens."""
     memory, batch = session.memory, session.batch
@@ -40,6 +53,7 @@ def _logits_in_chunks(session: Session, tokens: list[int], chunk: int) -> np.nda
     memory.clear()
     rows = []
     for start in range(0, len(tokens), chunk):
+        _check_stop(session)
         part = tokens[start : start + chunk]
         batch.clear()
         for i, t in enumerate(part):
@@ -56,6 +70,7 @@ def _logits_after_prefix(session: Session, prefix: list[int], tokens: list[int],
     memory.seq_rm(0, len(prefix), -1)
     rows = []
     for start in range(0, len(tokens), chunk):
+        _check_stop(session)
         part = tokens[start : start + chunk]
         batch.clear()
         for i, t in enumerate(part):
@@ -66,28 +81,38 @@ def _logits_after_prefix(session: Session, prefix: list[int], tokens: list[int],
 
 
 def probe_exactness(model_path: str | Path, *, n_threads: int | None = None, n_tokens: int = 160,
-                    long_context: int = LONG_CONTEXT_CELLS) -> dict:
+                    long_context: int = LONG_CONTEXT_CELLS, cancel: threading.Event | None = None) -> dict:
+    """``cancel``: Stop's flag; set, it ends the check within one decode (ProbeStopped)."""
     n_long = max(LONG_BATCH_SIZES)
-    with Session(model_path, n_ctx=max(n_tokens, long_context + n_long) + 16, n_threads=n_threads) as session:
-        base = session.vocab.tokenize(PROBE_TEXT, add_special=True, parse_special=False)
-        text = base * ((long_context + n_long) // len(base) + 1)
-        tokens = text[:n_tokens]
-        reference = _logits_in_chunks(session, tokens, 1)
-        by_batch = {}
-        for size in BATCH_SIZES:
-            batched = _logits_in_chunks(session, tokens, size)
-            by_batch[size] = float(np.max(np.abs(batched - reference)))
-        logit_scale = float(np.max(np.abs(reference)))
-        # past SPLIT_KV_CELLS: the same prefix, then the next tokens alone and in batches
-        prefix, after = text[:long_context], text[long_context : long_context + n_long]
-        session.memory.clear()
-        session.memory.decode_tokens(session.batch, prefix, 0)
-        long_reference = _logits_after_prefix(session, prefix, after, 1)
-        long_by_batch = {
-            size: float(np.max(np.abs(_logits_after_prefix(session, prefix, after, size) - long_reference)))
-            for size in LONG_BATCH_SIZES
-        }
-        session.memory.clear()
+    with Session(model_path, n_ctx=max(n_tokens, long_context + n_long) + 16, n_threads=n_threads,
+                 cancel=cancel) as session:
+        try:
+            return _measure(session, model_path, n_tokens, long_context, n_long)
+        except SpecDecError:
+            _check_stop(session)  # a decode Stop aborted says so as a stop
+            raise
+
+
+def _measure(session: Session, model_path, n_tokens: int, long_context: int, n_long: int) -> dict:
+    base = session.vocab.tokenize(PROBE_TEXT, add_special=True, parse_special=False)
+    text = base * ((long_context + n_long) // len(base) + 1)
+    tokens = text[:n_tokens]
+    reference = _logits_in_chunks(session, tokens, 1)
+    by_batch = {}
+    for size in BATCH_SIZES:
+        batched = _logits_in_chunks(session, tokens, size)
+        by_batch[size] = float(np.max(np.abs(batched - reference)))
+    logit_scale = float(np.max(np.abs(reference)))
+    # past SPLIT_KV_CELLS: the same prefix, then the next tokens alone and in batches
+    prefix, after = text[:long_context], text[long_context : long_context + n_long]
+    session.memory.clear()
+    session.memory.decode_tokens(session.batch, prefix, 0)
+    long_reference = _logits_after_prefix(session, prefix, after, 1)
+    long_by_batch = {
+        size: float(np.max(np.abs(_logits_after_prefix(session, prefix, after, size) - long_reference)))
+        for size in LONG_BATCH_SIZES
+    }
+    session.memory.clear()
     worst = max(by_batch.values())
     long_worst = max(long_by_batch.values())
     return {
@@ -199,8 +224,6 @@ def _sizes_as_ints(result: dict) -> dict:
 
 def cached_probe_for(model_path: str | Path, n_threads: int) -> dict | None:
     """The probe result kept for this model file, thread count and build, if any."""
-    import json
-
     try:
         return _sizes_as_ints(json.loads(_cache_path(model_path, n_threads).read_text()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -214,14 +237,11 @@ def cached_probe(session: Session) -> dict | None:
 
 def load_or_probe(session: Session) -> dict:
     """The exactness probe for ``session``'s model and thread count: cached, or measured now
-    (about 10 s for SmolLM2 on 2 cores; it opens its own context on the same thread)."""
-    import json
-
+    (about 10 s for SmolLM2 on 2 cores; it opens its own context on the same thread, and ends
+    within a decode of the session's Stop: ProbeStopped)."""
     found = cached_probe(session)
     if found is not None:
         return found
-    result = probe_exactness(session.model.info.path, n_threads=session.n_threads)
-    path = _cache_path(session.model.info.path, session.n_threads)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result))
+    result = probe_exactness(session.model.info.path, n_threads=session.n_threads, cancel=session.cancel_flag)
+    write_json(_cache_path(session.model.info.path, session.n_threads), result)
     return result

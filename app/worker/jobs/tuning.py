@@ -31,6 +31,7 @@ def compare_formats(state: WorkerState, wanted: tuple[str, ...]) -> None:
     """The loaded model against copies of it in ``wanted`` formats (made once into the model
     cache), measured alike; Stop ends it and says so. The loaded model stays loaded."""
     from specdec_studio.app.worker.messages import FormatsCompared, FormatsProgress
+    from specdec_studio.engine.models.quantize import QuantizeStopped
     from specdec_studio.engine.tuning import formats
     from specdec_studio.engine.tuning.profile import ProfileCancelled
     from specdec_studio.engine.tuning.prompts import shipped
@@ -42,7 +43,7 @@ def compare_formats(state: WorkerState, wanted: tuple[str, ...]) -> None:
         figures = formats.compare(original_file(session), wanted, n_threads=session.n_threads,
                                   n_ctx=session.n_ctx, prompts=prompts, cancel=state.cancel,
                                   log=lambda message: state.emit(FormatsProgress(message)))
-    except ProfileCancelled:
+    except (ProfileCancelled, QuantizeStopped):
         state.emit(FormatsCompared((), None, "The format comparison was stopped.", stopped=True))
         return
     pick = formats.recommendation(figures)
@@ -69,6 +70,7 @@ def format_speeds(state: WorkerState, wanted: tuple[str, ...]) -> None:
     """Plain, Auto and prompt lookup on the original file and on copies in ``wanted`` formats (made
     once where missing), against plain on the same file and on the original; Stop ends it."""
     from specdec_studio.app.worker.messages import FormatSpeedsMeasured, FormatsProgress
+    from specdec_studio.engine.models.quantize import QuantizeStopped
     from specdec_studio.engine.tuning import format_speed, formats
     from specdec_studio.engine.tuning.prompts import shipped
 
@@ -78,13 +80,14 @@ def format_speeds(state: WorkerState, wanted: tuple[str, ...]) -> None:
     def log(message: str) -> None:
         state.emit(FormatsProgress(message))
 
-    copies = [(fmt, formats.make_copy(original, fmt, n_threads=session.n_threads, log=log)) for fmt in wanted]
     try:
+        copies = [(fmt, formats.make_copy(original, fmt, n_threads=session.n_threads, log=log, cancel=state.cancel))
+                  for fmt in wanted]
         files = format_speed.measure(
             original, copies, shipped(per_category=1), max_tokens=SPEED_TOKENS, n_threads=session.n_threads,
             n_ctx=session.n_ctx, candidates=SPEED_CANDIDATES, cancel=state.cancel,
             progress=lambda done, total, label: log(f"{done}/{total} {label}"))
-    except format_speed.FormatSpeedCancelled:
+    except (format_speed.FormatSpeedCancelled, QuantizeStopped):
         state.emit(FormatSpeedsMeasured((), "The format speed comparison was stopped.", stopped=True))
         return
     state.emit(FormatSpeedsMeasured(tuple(f.to_dict() for f in files), format_speed.sentence(files)))
