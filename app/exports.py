@@ -1,11 +1,13 @@
 """The window's run exports: the documents come from :mod:`engine.records.report` (Qt-free); the pictures
-(the KV map, the plots) are pyqtgraph's exporters, which work offscreen too."""
+(the KV map, the plots) are pyqtgraph's exporters, which work offscreen too. Each export is one file,
+the one the user chose, written whole or not at all (engine.jsonfile)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specdec_studio.app.qt import QtCore
+from specdec_studio.app.qt import QtCore, QtGui
+from specdec_studio.engine.jsonfile import write_bytes, write_text
 
 
 def plot_png(plot_widget) -> bytes:
@@ -14,11 +16,29 @@ def plot_png(plot_widget) -> bytes:
 
     exporter = ImageExporter(plot_widget.getPlotItem())
     exporter.parameters()["width"] = max(400, int(plot_widget.width()) * 2)
-    image = exporter.export(toBytes=True)
+    return png_bytes(exporter.export(toBytes=True))
+
+
+def png_bytes(image: QtGui.QImage) -> bytes:
     buffer = QtCore.QBuffer()
     buffer.open(QtCore.QIODevice.WriteOnly)
     image.save(buffer, "PNG")
     return bytes(buffer.data())
+
+
+def stacked_png(pngs: list[bytes]) -> bytes:
+    """PNG pictures one under another, on the first picture's background, as one PNG."""
+    images = [QtGui.QImage.fromData(png, "PNG") for png in pngs]
+    width, height = max(i.width() for i in images), sum(i.height() for i in images)
+    sheet = QtGui.QImage(width, height, QtGui.QImage.Format_ARGB32)
+    sheet.fill(images[0].pixelColor(0, 0))
+    painter = QtGui.QPainter(sheet)
+    top = 0
+    for image in images:
+        painter.drawImage(0, top, image)
+        top += image.height()
+    painter.end()
+    return png_bytes(sheet)
 
 
 def pictures(window) -> dict[str, bytes]:
@@ -48,25 +68,16 @@ def write(window, kind: str, path: Path) -> list[Path]:
 
     trace = window.model.run.last_trace
     if kind == "report":
-        path.write_text(report.run_report(trace, pictures(window), speedup(window)), encoding="utf-8")
-        return [path]
-    if kind == "transcript":
-        path.write_text(report.transcript_html(trace), encoding="utf-8")
-        return [path]
-    if kind == "figures":
-        path.write_text(report.figures_json(trace, speedup(window)), encoding="utf-8")
-        return [path]
-    if kind == "kv_png":
-        path.write_bytes(plot_png(window.kv_map.plot))
-        return [path]
-    if kind == "plots_png":  # one file per plot: name-accepted.png, name-tokens.png, …
-        written = []
-        for caption, png in pictures(window).items():
-            if caption == "KV cache cells":
-                continue
-            target = path.with_name(f"{path.stem}-{caption.split()[0].lower()}{path.suffix or '.png'}")
-            target.write_bytes(png)
-            written.append(target)
-        return written
-    raise ValueError(f"unknown export {kind!r}")
-
+        write_text(path, report.run_report(trace, pictures(window), speedup(window)), shared=True)
+    elif kind == "transcript":
+        write_text(path, report.transcript_html(trace), shared=True)
+    elif kind == "figures":
+        write_text(path, report.figures_json(trace, speedup(window)), shared=True)
+    elif kind == "kv_png":
+        write_bytes(path, plot_png(window.kv_map.plot), shared=True)
+    elif kind == "plots_png":  # every plot shown, one under another, in the one file chosen
+        plots = [png for caption, png in pictures(window).items() if caption != "KV cache cells"]
+        write_bytes(path, stacked_png(plots), shared=True)
+    else:
+        raise ValueError(f"unknown export {kind!r}")
+    return [path]

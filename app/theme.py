@@ -5,9 +5,17 @@ from __future__ import annotations
 from specdec_studio.app.qt import QtGui, QtWidgets
 
 THEMES = ("system", "light", "dark")
+_applied = "system"  # the theme the application wears now (one palette for every window)
+
+
+def current_theme() -> str:
+    """The theme last applied to the application (presentation mode's dark one included)."""
+    return _applied
 
 
 def apply_theme(app: QtWidgets.QApplication, theme: str) -> None:
+    global _applied
+    _applied = theme
     app.setStyle("Fusion")
     if theme == "system":
         app.setPalette(app.style().standardPalette())

@@ -10,6 +10,7 @@ PyAV (FFmpeg's libraries, shipped in its wheels) encodes them; nothing here writ
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
+from specdec_studio.app.theme import current_theme
 from specdec_studio.engine.errors import SpecDecError
 from specdec_studio.engine.records.demo_traces import setting_words
 
@@ -186,10 +188,20 @@ class Encoder:
             import av
         except ImportError:  # pragma: no cover - a dependency of the app
             raise VideoError("video export needs PyAV (pip install av)") from None
-        self.av = av
+        self.av, self.path = av, spec.path
+        # encoded beside the chosen file and renamed over it only when finished: a Stop, a failure
+        # or a full disk leaves the file that was there (a video the user chose to replace) whole
         try:
-            self.container = av.open(str(spec.path), "w")
+            fd, name = tempfile.mkstemp(prefix=f".{spec.path.name}.", suffix=f".partial{spec.suffix}",
+                                        dir=spec.path.parent)
+        except OSError as exc:
+            raise VideoError(f"{spec.path} could not be written ({exc.strerror or exc})") from None
+        os.close(fd)
+        self.partial = Path(name)
+        try:
+            self.container = av.open(name, "w", format="mp4" if spec.suffix == ".mp4" else "gif")
         except OSError as exc:  # av's errors are OSErrors with FFmpeg's message
+            self.partial.unlink(missing_ok=True)
             raise VideoError(f"{spec.path} could not be written ({exc.strerror or exc})") from None
         codec = "libx264" if spec.suffix == ".mp4" else "gif"
         self.stream = self.container.add_stream(codec, rate=spec.frame_rate)
@@ -210,17 +222,22 @@ class Encoder:
             self.container.mux(packet)
 
     def close(self) -> None:
+        """Finish the file, and put it in the chosen file's place (on the disk first: fsync)."""
         for packet in self.stream.encode():
             self.container.mux(packet)
         self.container.close()
+        with open(self.partial, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(self.partial, 0o644)  # mkstemp made it private; a video is for others to see
+        os.replace(self.partial, self.path)
 
-    def discard(self, path: Path) -> None:
-        """Close without finishing and remove the file (a stopped or failed export leaves none)."""
+    def discard(self) -> None:
+        """Close without finishing and remove what was encoded (the chosen file is left as it was)."""
         try:
             self.container.close()
         except Exception:  # noqa: BLE001 - the file is removed anyway
             pass
-        path.unlink(missing_ok=True)
+        self.partial.unlink(missing_ok=True)
 
 
 class FilmWindow:
@@ -231,6 +248,7 @@ class FilmWindow:
         self._folder = tempfile.TemporaryDirectory(prefix="specdec-film-")
         settings = QtCore.QSettings(str(Path(self._folder.name) / "settings.ini"), QtCore.QSettings.IniFormat)
         settings.setValue("auto_profile", "false")
+        settings.setValue("theme", current_theme())  # its theme is the application's: it must not change it
         self.window = window_class(autoload=False, settings=settings)
         self.window.setAttribute(QtCore.Qt.WA_DontShowOnScreen)
         self.window.resize(*size)
@@ -276,7 +294,7 @@ def export_video(trace, spec: VideoSpec, window_class, progress: Callable[[int, 
         picture = None
         for frame in range(timeline.n_frames):
             if stopped is not None and stopped():
-                encoder.discard(spec.path)
+                encoder.discard()
                 return None
             recorded = timeline.recorded_s(frame)
             if recorded is None:
@@ -289,10 +307,10 @@ def export_video(trace, spec: VideoSpec, window_class, progress: Callable[[int, 
                 progress(frame + 1, timeline.n_frames)
         encoder.close()
     except OSError as exc:  # FFmpeg opens the file with the first packet: a folder that is not there shows here
-        encoder.discard(spec.path)
+        encoder.discard()
         raise VideoError(f"{spec.path} could not be written ({exc.strerror or exc})") from None
     except BaseException:
-        encoder.discard(spec.path)
+        encoder.discard()
         raise
     finally:
         film.close()

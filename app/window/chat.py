@@ -13,6 +13,7 @@ from specdec_studio.app.window.controller import Controller
 from specdec_studio.app.worker.messages import ConversationList
 from specdec_studio.engine.chat import transcript
 from specdec_studio.engine.chat.turns import ConversationChanged
+from specdec_studio.engine.jsonfile import write_text
 
 
 class ChatController(Controller):
@@ -109,7 +110,7 @@ class ChatController(Controller):
         conversation = self.model.chat.conversation
         text = transcript.to_markdown(conversation) if kind == "markdown" else transcript.to_html(conversation)
         try:
-            Path(path).write_text(text, encoding="utf-8")
+            write_text(Path(path), text, shared=True)
         except OSError as exc:
             self.window.error_label.setText(f"Could not write {path}: {exc.strerror or exc}")
             return

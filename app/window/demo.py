@@ -12,6 +12,7 @@ from specdec_studio.app.model.activity import Activity, Trigger
 from specdec_studio.app.model.turn import Turn
 from specdec_studio.app.qt import QtWidgets
 from specdec_studio.app.replay import TracePlayer
+from specdec_studio.app.video_export import FORMATS as VIDEO_FORMATS
 from specdec_studio.app.video_export import VideoError, VideoSpec, export_video
 from specdec_studio.app.widgets.video_dialog import VideoDialog
 from specdec_studio.app.window.controller import Controller
@@ -216,8 +217,18 @@ class DemoController(Controller):
         size, speed, suffix, fps = dialog.choice()
         path, _ = QtWidgets.QFileDialog.getSaveFileName(self.window, "Export video", f"run{suffix}",
                                                         f"Video (*{suffix})")
-        if path:
-            self.export_video(Path(path).with_suffix(suffix), size, speed, fps)
+        if not path:
+            return
+        chosen = Path(path)
+        if chosen.suffix.lower() not in VIDEO_FORMATS:
+            # the chosen format's suffix is added, never put in place of another: the file written
+            # is the one confirmed, or one asked about here
+            chosen = chosen.with_name(chosen.name + suffix)
+            if chosen.exists() and QtWidgets.QMessageBox.question(
+                    self.window, "Export video", f"{chosen.name} already exists. Replace it?") \
+                    != QtWidgets.QMessageBox.Yes:
+                return
+        self.export_video(chosen, size, speed, fps)
 
     def export_video(self, path: Path, size: tuple[int, int], speed: float, fps: int) -> Path | None:
         """Write the shown run's video with a progress dialog whose Stop leaves no file; returns

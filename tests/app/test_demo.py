@@ -12,7 +12,8 @@ import pytest
 
 from specdec_studio.app.window.demo import EXPORTS
 from specdec_studio.app.window.main_window import MainWindow
-from specdec_studio.app.qt import QtCore, Qt
+from specdec_studio.app import exports
+from specdec_studio.app.qt import QtCore, QtGui, Qt
 from specdec_studio.app.widgets import kv_map
 from specdec_studio.app.widgets.token_stream import PRESENTATION_COLOURS, TOKEN_SOURCES
 from specdec_studio.engine.records import demo_traces
@@ -199,7 +200,12 @@ def test_exports_carry_the_tokens_with_their_sources(window, qtbot, tmp_path):
     assert figures["stats"]["n_predict"] == 32 and figures["config"]["mode"] == "lookup"
     for path in written["kv_png"] + written["plots_png"]:
         assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert len(written["plots_png"]) >= 2
+    # the plots in the one file chosen, one under another (issue 79, item 8: it wrote siblings nobody chose)
+    assert written["plots_png"] == [str(tmp_path / "out-plots_png.png")]
+    assert sorted(p.name for p in tmp_path.glob("out-plots_png*")) == ["out-plots_png.png"]
+    sheet = QtGui.QImage(written["plots_png"][0])
+    one_plot = QtGui.QImage.fromData(exports.plot_png(window.stats.accept_plot), "PNG")
+    assert sheet.height() >= 2 * one_plot.height()
     _open_in_a_browser(tmp_path / "out-report.html", final.text, tmp_path)
 
 

@@ -68,12 +68,16 @@ def test_a_video_decodes_with_its_size_length_first_and_last_frames(recorded, qt
     assert np.abs(frames[timeline.n_title].astype(int) - last).mean() > BOUND[suffix]
 
 
-def test_a_stopped_export_leaves_no_file(recorded, qtbot, tmp_path):
-    path = tmp_path / "stopped.mp4"
+def test_a_stopped_export_leaves_the_file_that_was_there_and_nothing_else(recorded, qtbot, tmp_path):
+    """Issue 79, item 7: the export wrote into the chosen file and deleted it on Stop, so a video
+    the user had confirmed replacing was gone although nothing replaced it."""
+    path = tmp_path / "talk.mp4"
+    path.write_bytes(b"last week's talk")
     seen = []
     assert export_video(recorded, VideoSpec(path, SIZE), MainWindow, lambda frame, n: seen.append(frame),
                         stopped=lambda: len(seen) >= 10) is None
-    assert len(seen) == 10 and not path.exists()
+    assert len(seen) == 10 and path.read_bytes() == b"last week's talk"
+    assert [p.name for p in tmp_path.iterdir()] == ["talk.mp4"]  # no half-encoded file left beside it
 
 
 def test_the_cli_exports_headless_and_refuses_what_it_cannot_write(recorded, qtbot, tmp_path, capsys):
@@ -108,4 +112,48 @@ def test_the_window_exports_the_replay_it_shows(qtbot, tmp_path, monkeypatch):
         win.model.run.last_trace.duration_s, VideoSpec(written, SIZE, 4.0, 10)).n_frames
     assert win.demo.export_video(tmp_path / "nowhere" / "talk.mp4", SIZE, 1.0, 30) is None
     assert win.error_label.text().startswith("Could not export the video:")
+    win.close()
+
+
+def test_the_video_dialog_writes_the_file_confirmed_and_keeps_the_theme(qtbot, tmp_path, monkeypatch):
+    """Issue 79, items 7 and 9: a name typed with another format's suffix was written under the
+    chosen format's (a file nobody confirmed), and the offscreen film window set the application's
+    theme back to "system"."""
+    from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
+    from specdec_studio.app.theme import current_theme
+    from specdec_studio.app.widgets.video_dialog import VideoDialog
+
+    monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))
+    settings = QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.IniFormat)
+    win = MainWindow(autoload=False, settings=settings)
+    qtbot.addWidget(win)
+    win.preferences.set_theme("dark")
+    dark_base = QtWidgets.QApplication.palette().color(QtGui.QPalette.Base).name()
+    shipped = next(p for p in demo_traces.shipped() if p.stem == "draft_model_on_a_chat_answer")
+    assert win.demo.open_trace(str(shipped))
+    win.demo.player.finish_now()
+    asked = []
+    monkeypatch.setattr(VideoDialog, "exec", lambda self: QtWidgets.QDialog.Accepted)
+    monkeypatch.setattr(VideoDialog, "choice", lambda self: (SIZE, 8.0, ".mp4", 10))  # MP4 chosen
+    made = []
+    monkeypatch.setattr(win.demo, "export_video", lambda path, *rest: made.append(path))
+    typed = []
+    monkeypatch.setattr(QtWidgets.QFileDialog, "getSaveFileName", lambda *a, **k: (typed[-1], ""))
+    monkeypatch.setattr(QtWidgets.QMessageBox, "question",
+                        lambda *a, **k: asked.append(a[2]) or QtWidgets.QMessageBox.No)
+    typed.append(str(tmp_path / "talk.gif"))  # the name typed says GIF: a GIF, under that name
+    win.demo.export_video_dialog()
+    typed.append(str(tmp_path / "talk"))  # no suffix: the chosen format's is added
+    win.demo.export_video_dialog()
+    (tmp_path / "notes.mp4").write_bytes(b"mine")
+    typed.append(str(tmp_path / "notes"))  # added, it names a file there: asked first, and No keeps it
+    win.demo.export_video_dialog()
+    assert made == [tmp_path / "talk.gif", tmp_path / "talk.mp4"]
+    assert asked == ["notes.mp4 already exists. Replace it?"]
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECDEC_DATA", str(tmp_path / "data"))
+    assert win.demo.export_video(tmp_path / "talk.gif", SIZE, 8.0, 10) == tmp_path / "talk.gif"
+    assert current_theme() == "dark"
+    assert QtWidgets.QApplication.palette().color(QtGui.QPalette.Base).name() == dark_base
+    win.preferences.set_theme("system")
     win.close()
