@@ -52,6 +52,11 @@ class ConversationStore:
         self.root = data / "conversations"
         self._state = data / STATE_FILE
         self._seen: dict[str, tuple[int, int, int] | None] = {}  # id -> the file as this store left it
+        # what a listing needs of each file, kept while the file stays as it was (its stamp): a chat
+        # turn changes one file, so the sidebar's listing after it (and every search) reads only
+        # that one, not every saved conversation again. path -> (stamp, summary or None if damaged,
+        # the title and messages in lower case, for search)
+        self._listed: dict[Path, tuple[tuple | None, ConversationSummary | None, str]] = {}
 
     def _path(self, conv_id: str) -> Path:
         if not conv_id or not all(c.isalnum() or c in "-_" for c in conv_id):
@@ -112,21 +117,31 @@ class ConversationStore:
 
     def scan(self, query: str = "") -> tuple[list[ConversationSummary], list[str]]:
         """:meth:`list`, and the names of the files skipped because they are damaged (a damaged
-        file costs only itself)."""
+        file costs only itself). Only files changed since the last listing are read."""
         needle = query.strip().lower()
         found, damaged = [], []
-        for path in sorted(self.root.glob("*.json")):
-            try:
-                conv = self._read(path, remember=False)
-            except DamagedConversation:
+        paths = sorted(self.root.glob("*.json"))
+        for gone in self._listed.keys() - set(paths):
+            del self._listed[gone]
+        for path in paths:
+            stamp = _stamp(path)
+            entry = self._listed.get(path)
+            if entry is None or entry[0] != stamp:
+                entry = self._listed[path] = (stamp, *self._summary(path))
+            _, summary, text = entry
+            if summary is None:
                 damaged.append(path.name)
-                continue
-            if needle and needle not in conv.title.lower() and not any(
-                    needle in m.content.lower() for m in conv.messages):
-                continue
-            found.append(ConversationSummary(conv.id, conv.title or "New conversation", conv.updated,
-                                             len(conv.messages)))
+            elif not needle or needle in text:
+                found.append(summary)
         return sorted(found, key=lambda s: s.updated, reverse=True), damaged
+
+    def _summary(self, path: Path) -> tuple[ConversationSummary | None, str]:
+        try:
+            conv = self._read(path, remember=False)
+        except DamagedConversation:
+            return None, ""
+        text = "\0".join([conv.title, *(m.content for m in conv.messages)]).lower()
+        return ConversationSummary(conv.id, conv.title or "New conversation", conv.updated, len(conv.messages)), text
 
     def rename(self, conv_id: str, title: str) -> Conversation:
         conv = self.load(conv_id)

@@ -420,3 +420,29 @@ def test_a_conversation_file_that_loads_reads_in_every_display(tmp_path):
                           input="/list\n/quit\n", env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert "Odd times" in done.stderr
+
+
+def test_a_listing_reads_only_the_files_changed_since_the_last_one(tmp_path, monkeypatch):
+    """Issue 79, item 11: every chat turn and every search read and checked every saved
+    conversation again on the engine thread."""
+    store = ConversationStore(tmp_path)
+    saved = []
+    for i in range(6):
+        conv = Conversation()
+        conv.add(Message("user", f"question {i} about {'tides' if i == 3 else 'bread'}"))
+        store.save(conv)
+        saved.append(conv)
+    reads = []
+    real_read = ConversationStore._read
+    monkeypatch.setattr(ConversationStore, "_read", lambda self, path, **kw: reads.append(path.name)
+                        or real_read(self, path, **kw))
+    assert len(store.list()) == 6 and len(reads) == 6
+    assert [s.id for s in store.list("TIDES")] == [saved[3].id] and len(reads) == 6  # a search reads nothing
+    saved[0].add(Message("assistant", "about the tides, too"))
+    store.save(saved[0])  # a turn: one file changed
+    assert {s.id for s in store.list("tides")} == {saved[0].id, saved[3].id}
+    assert reads[6:] == [f"{saved[0].id}.json"]
+    (tmp_path / "conversations" / f"{saved[5].id}.json").unlink()
+    (tmp_path / "conversations" / "broken.json").write_text("{not json")
+    found, damaged = store.scan()
+    assert len(found) == 5 and damaged == ["broken.json"] and reads[7:] == ["broken.json"]
