@@ -40,7 +40,7 @@ import time
 
 from specdec_studio.app.worker import messages as m
 from specdec_studio.app.worker.engine_worker import SHUTDOWN_WAIT_S, EngineWorker
-from specdec_studio.engine.chat.turns import AnswerInProgress
+from specdec_studio.engine.chat.turns import AnswerInProgress, ConversationChanged
 from specdec_studio.engine.events import StepDone
 from specdec_studio.engine.models import rpc
 
@@ -108,6 +108,9 @@ class EngineProcess(EngineWorker):
         super().__init__(parent)
         self._mp = multiprocessing.get_context("spawn")  # no fork of a process with Qt's threads
         self._closing = False
+        # the saved conversation the window shows (its id, None while it has no message): a fresh
+        # child opens it again, so the next message goes on with its history
+        self._shown_conversation: str | None = None
         self._spawn()
 
     def _spawn(self) -> None:
@@ -246,6 +249,8 @@ class EngineProcess(EngineWorker):
         else:
             if isinstance(event, StepDone):
                 self._slowest_step_s = max(self._slowest_step_s, event.t_step_s)
+            elif isinstance(event, ConversationChanged):
+                self._shown_conversation = event.view.id if event.view.messages else None
             self._answer.follow(event)
 
     def _child_lost(self, ended_by_stop: str = "") -> list:
@@ -279,6 +284,8 @@ class EngineProcess(EngineWorker):
         if cut_short is not None:  # the fresh child writes what the stream showed after the last save
             conv_id, pieces = cut_short
             self._submit(m.ConversationRequest("interrupted", conv_id, pieces=tuple(tuple(p) for p in pieces)))
+        elif self._shown_conversation is not None:  # and opens the conversation on screen
+            self._submit(m.ConversationRequest("open", self._shown_conversation))
         return events
 
 

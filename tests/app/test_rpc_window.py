@@ -226,3 +226,41 @@ def test_the_rpc_field_says_the_protocol_has_no_authentication(qtbot):
     tip = bar.rpc.toolTip()
     assert "no authentication" in tip and "only trusted machines reach" in tip
     assert "-H 0.0.0.0`" not in tip  # no longer the instruction
+
+
+def test_a_fresh_engine_process_opens_the_conversation_on_screen(qtbot, tmp_path, monkeypatch):
+    """Issue 79, item 6: after the engine process was lost with no answer in flight, loading the
+    model again and sending a message started a new conversation without its history (the fresh
+    child was handed the conversation only to finish an answer cut short)."""
+    from specdec_studio.app.worker import messages as m
+    from specdec_studio.engine.chat.conversation import Conversation, Message
+    from specdec_studio.engine.chat.store import ConversationStore
+    from specdec_studio.engine.chat.turns import ConversationChanged
+
+    monkeypatch.setenv("SPECDEC_DATA", str(tmp_path))  # the child reads the same folder
+    conv = Conversation()
+    conv.add(Message("user", "Name one colour."))
+    conv.add(Message("assistant", "Blue."))
+    ConversationStore(tmp_path).save(conv)
+    engine = EngineProcess()
+    engine.start()
+    events = []
+
+    def heard(wanted) -> bool:
+        events.extend(engine.drain())
+        return any(wanted(e) for e in events)
+
+    def shown(conv_id: str):
+        return lambda e: isinstance(e, ConversationChanged) and e.view.id == conv_id and len(e.view.messages) == 2
+
+    try:
+        engine.conversation("open", conv.id)
+        qtbot.waitUntil(lambda: heard(shown(conv.id)), timeout=TIMEOUT_MS)
+        events.clear()
+        first = engine._child
+        os.kill(first.pid, signal.SIGKILL)  # lost while idle: no answer to finish
+        qtbot.waitUntil(lambda: heard(lambda e: isinstance(e, m.LoadFailed)), timeout=TIMEOUT_MS)
+        qtbot.waitUntil(lambda: heard(shown(conv.id)), timeout=TIMEOUT_MS)  # the fresh child has it again
+        assert engine._child is not first
+    finally:
+        assert engine.shutdown()
