@@ -185,12 +185,14 @@ class TuningController(Controller):
 
     def _on_exactness(self, event: ExactnessReady) -> None:
         label, result = self.window.exactness_label, event.result
+        long = result["long_context"]
+        onset = long.get("deviation_from_cells")
         label.setText("Exactness: " + event.note)
         label.setToolTip(
             "Largest logit difference, batched against one token at a time: "
             + ", ".join(f"B={b}: {v:.3f}" for b, v in result["max_abs_diff_by_batch"].items())
-            + f"; past {result['long_context']['n_cells']} cells: "
-            + ", ".join(f"B={b}: {v:.3f}" for b, v in result["long_context"]["max_abs_diff_by_batch"].items()))
+            + f"; after {long['n_cells']} cells" + (f" (they start to differ from {onset} cells)" if onset else "")
+            + ": " + ", ".join(f"B={b}: {v:.3f}" for b, v in long["max_abs_diff_by_batch"].items()))
         if self.model.checking_exactness:
             self.say("Exactness checked")
 

@@ -25,6 +25,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         long = result["long_context"]
         for size, dev in long["max_abs_diff_by_batch"].items():
             print(f"batch {size:>3} after {long['n_cells']} cells: max |logit difference| = {dev:.6f}")
+        if long.get("deviation_from_cells"):
+            print(f"batched logits start to differ from single-token ones at {long['deviation_from_cells']} cells")
         verdict = "batch-invariant" if result["batch_invariant"] else "NOT batch-invariant"
         print(f"{Path(result['model']).name}: {verdict} with {result['n_threads']} threads "
               f"(max deviation {result['max_abs_diff']:.6f}, past {long['n_cells']} cells {long['max_abs_diff']:.6f})")

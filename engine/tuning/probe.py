@@ -8,11 +8,12 @@ batches of 2 to 128, and reports the largest absolute logit difference per batch
 off by up to ~1.45 from 64 on (llama.cpp switches matrix kernels for large batches), so a strategy
 is held to exactness only for the batch sizes it really uses (:func:`deviation_for_batch`).
 
-Long contexts are probed separately: once a single-token decode attends 512 cells or more,
-llama.cpp's CPU flash attention splits the KV among threads and adds the partial sums in another
-order than a multi-token batch does, so with more than one thread even small batches differ
-there. The long part fills the cache past that point on plain's schedule and compares the next
-tokens decoded one at a time with the same tokens in batches.
+Long contexts are probed separately: once a single-token decode attends enough cells, llama.cpp's
+CPU attention adds the partial sums in another order than a multi-token batch does (its split-KV
+path from 512 cells; on SmolLM2 with 2 threads measured from 256), so with more than one thread
+even small batches differ there. The long part fills the cache past 512 cells on plain's schedule
+and compares the next tokens decoded one at a time with the same tokens in batches, and finds the
+shortest context where they start to differ (``deviation_from_cells``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ BATCH_SIZES = (2, 4, 8, 16, 32, 64, 128)
 SPLIT_KV_CELLS = 512
 LONG_CONTEXT_CELLS = 600  # the long probe's prefix
 LONG_BATCH_SIZES = (2, 4, 8, 16, 32)
+# Where the deviation starts: the next ONSET_TOKENS tokens alone and as one batch, after a prefix
+# of every ONSET_STEP cells up to the long probe's. The split-KV path is not the only cause: on
+# chat prompts with 2 threads, greedy outputs of batched strategies were seen to leave plain's at
+# 257-297 cells, well before SPLIT_KV_CELLS, so the probe measures where it starts.
+ONSET_STEP = 16
+ONSET_TOKENS = 4
 
 
 class ProbeStopped(SpecDecError):
@@ -112,6 +119,7 @@ def _measure(session: Session, model_path, n_tokens: int, long_context: int, n_l
         size: float(np.max(np.abs(_logits_after_prefix(session, prefix, after, size) - long_reference)))
         for size in LONG_BATCH_SIZES
     }
+    onset = _deviation_onset(session, text, long_context)
     session.memory.clear()
     worst = max(by_batch.values())
     long_worst = max(long_by_batch.values())
@@ -123,9 +131,23 @@ def _measure(session: Session, model_path, n_tokens: int, long_context: int, n_l
         "max_abs_diff": worst,
         "logit_scale": logit_scale,
         "long_context": {"n_cells": long_context, "max_abs_diff_by_batch": long_by_batch,
-                         "max_abs_diff": long_worst},
+                         "max_abs_diff": long_worst, "deviation_from_cells": onset},
         "batch_invariant": worst == 0.0 and long_worst == 0.0,
     }
+
+
+def _deviation_onset(session: Session, text: list[int], long_context: int) -> int | None:
+    """The shortest prefix (in cells, on a grid of ONSET_STEP) after which the next ONSET_TOKENS
+    tokens decoded as one batch differ from the same tokens decoded one at a time; None if none
+    does up to ``long_context``. The cache holds ``text[:long_context]`` on plain's schedule: each
+    prefix is that cache cut back (longest first), so no prefix is decoded twice."""
+    onset = None
+    for cells in range(long_context - long_context % ONSET_STEP, 0, -ONSET_STEP):
+        prefix, after = text[:cells], text[cells:cells + ONSET_TOKENS]
+        alone = _logits_after_prefix(session, prefix, after, 1)
+        if np.any(_logits_after_prefix(session, prefix, after, ONSET_TOKENS) != alone):
+            onset = cells
+    return onset
 
 
 def plain_top2_margin(session: Session, prompt: Sequence[int], prefix: Sequence[int]) -> float:
@@ -178,7 +200,7 @@ def deviation_for_batch(result: dict, batch_size: int, n_cells: int = 0) -> floa
         return max(v for s, v in by_batch.items() if s <= cover)
 
     deviation = covering(result["max_abs_diff_by_batch"])
-    if n_cells >= SPLIT_KV_CELLS:
+    if n_cells >= (result["long_context"].get("deviation_from_cells") or SPLIT_KV_CELLS):
         deviation = max(deviation, covering(result["long_context"]["max_abs_diff_by_batch"]))
     return deviation
 
@@ -199,7 +221,9 @@ def exactness_note(result: dict) -> str:
     else:
         parts.append(f"batched logits differ from plain's by up to {result['max_abs_diff']:.2f} even in short contexts")
     if long["max_abs_diff"] > 0:
-        parts.append(f"past {SPLIT_KV_CELLS} cells with {result.get('n_threads', 'several')} threads they differ by up "
+        onset = long.get("deviation_from_cells")  # measured since issue 79; older results did not
+        where = f"from {onset} cells of context" if onset else f"past {SPLIT_KV_CELLS} cells"
+        parts.append(f"{where} with {result.get('n_threads', 'several')} threads they differ by up "
                      f"to {long['max_abs_diff']:.3f} (llama.cpp's attention adds in another order), so a near-tie "
                      "can flip; one thread avoids it")
     return ("Lossless up to near-ties: " + "; ".join(parts) + ". Greedy output equals plain's except where "
@@ -211,7 +235,8 @@ def _cache_path(model_path: str | Path, n_threads: int) -> Path:
     from specdec_studio.engine.paths import cache_root
 
     sha = model_sha256(model_path)
-    return cache_root() / "exactness" / f"{sha[:16]}-t{n_threads}-{build_fingerprint()}.json"
+    # v2: with the cells the deviation starts from (deviation_from_cells)
+    return cache_root() / "exactness" / f"{sha[:16]}-t{n_threads}-{build_fingerprint()}-v2.json"
 
 
 def _sizes_as_ints(result: dict) -> dict:

@@ -79,6 +79,14 @@ def test_the_probe_covers_long_contexts_and_says_what_to_expect(long_chat):
     long = probe["long_context"]
     assert long["n_cells"] > SPLIT_KV_CELLS and set(long["max_abs_diff_by_batch"]) >= {2, 32}
     note = exactness_note(probe)
+    onset = long["deviation_from_cells"]  # issue 79, item 15: where the deviation starts, measured
     if long["max_abs_diff"] > 0:
-        assert f"past {SPLIT_KV_CELLS} cells" in note and "near-tie" in note
+        assert onset is not None and onset <= long["n_cells"]
+        assert f"from {onset} cells of context" in note and "near-tie" in note
+        # a context past the onset may meet the long deviation, one short of it only the short one
+        assert deviation_for_batch(probe, 4, n_cells=onset) == max(
+            deviation_for_batch(probe, 4), long["max_abs_diff_by_batch"][4])
+        assert deviation_for_batch(probe, 4, n_cells=onset - 1) == deviation_for_batch(probe, 4)
+    else:
+        assert onset is None
     assert deviation_for_batch(probe, 4, n_cells=100) <= deviation_for_batch(probe, 4, n_cells=700)
