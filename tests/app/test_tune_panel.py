@@ -13,6 +13,7 @@ from specdec_studio.app import exports
 from specdec_studio.app.qt import QtCore, Qt
 from specdec_studio.engine.models import catalog
 from specdec_studio.engine.paths import cache_root
+from specdec_studio.engine.tuning.probe import LONG_CONTEXT_CELLS
 from specdec_studio.engine.records import report
 from specdec_studio.engine.tuning import cost_model
 from tests.conftest import CODE_PROMPT, SMOLLM_N_CTX, seed_profile
@@ -225,4 +226,4 @@ def test_exactness_is_checked_and_explained(window, qtbot):
     window.drain_events()
     text = window.exactness_label.text()
     assert text.startswith("Exactness: ") and ("Exact:" in text or "near-tie" in text)
-    assert "past" in window.exactness_label.toolTip()
+    assert f"after {LONG_CONTEXT_CELLS} cells" in window.exactness_label.toolTip()
