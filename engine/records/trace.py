@@ -68,6 +68,7 @@ FORMAT = "specdec-trace"
 VERSION = 2  # 2: tokens may carry their explanation
 READS_VERSIONS = (1, 2)  # a version-1 trace loads whole; its tokens explain nothing beyond their source
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0)
+MAX_RECORDED_S = 7 * 24 * 3600  # an event's time in a trace: a week of decoding is more than any run takes
 
 
 class TraceError(SpecDecError):
@@ -294,6 +295,8 @@ def parse(lines: Iterable[str], name: str = "trace") -> Trace:
             if not isinstance(record, dict):
                 raise TypeError("a line is not an object")
             t = as_number(record["t"])
+            if not 0.0 <= t <= MAX_RECORDED_S:  # a replay waits for it: a crafted time must not hang one
+                raise ValueError(f"an event at {t:g} s, not within the {MAX_RECORDED_S // 3600} hours a trace may last")
             event = event_from_json(as_string(record["type"]), as_object(record["data"]), decoder)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, ConfigError, MemoryError) as exc:
             raise TraceError(f"the trace {name} is corrupted at line {number} ({type(exc).__name__}: {exc})") from None

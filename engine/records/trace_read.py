@@ -24,6 +24,7 @@ from specdec_studio.engine.events import (
     StepDone,
     TokenInfo,
 )
+from specdec_studio.engine.records.stats_gate import checked_stats
 from specdec_studio.engine.strategies.explain import TOP_N
 
 MAX_TOKEN_TEXT = 64  # characters of a listed token's text kept from a trace (a crafted file may hold more)
@@ -169,7 +170,7 @@ def event_from_json(kind: str, data: dict, kv: KvDecoder) -> Event:
     if kind == "RunFinished":
         end_token = data.get("end_token")
         return RunFinished(as_string(data["text"]), tuple(as_int(i) for i in as_list(data["token_ids"])),
-                           as_string(data["finish_reason"]), _int_keys(as_object(data["stats"])),
+                           as_string(data["finish_reason"]), checked_stats(_int_keys(as_object(data["stats"]))),
                            None if end_token is None else as_int(end_token))
     if kind == "RejectedDraft":
         return RejectedDraft(as_int(data["step"]), tuple(as_int(i) for i in as_list(data["ids"])),

@@ -237,7 +237,10 @@ def _small_trace() -> list[str]:
                                                                                    "accepted"))),
               RejectedDraft(1, (9,), ("z",)),
               StepDone(1, (TokenInfo(8, "y", "accepted_ngram"), TokenInfo(3, "w", "sampled")), 2, 1, 0.02, 0.02),
-              RunFinished("xyw", (7, 8, 3), "length", {"n_predict": 3, "steps": 2}, None)]
+              RunFinished("xyw", (7, 8, 3), "length", {
+                  "n_prompt": 5, "n_predict": 3, "n_drafted": 2, "n_accept": 1, "accept_rate": 0.5, "steps": 2,
+                  "t_encode_s": 0.01, "t_generate_s": 0.03, "encode_tokens_per_second": 500.0,
+                  "tokens_per_second": 100.0, "tokens_per_step_hist": {1: 1, 2: 1}}, None)]
     for i, event in enumerate(events):
         recorder.add(event, now=0.01 * i)
         if isinstance(event, StepDone):
