@@ -150,11 +150,10 @@ def _deviation_onset(session: Session, text: list[int], long_context: int) -> in
     return onset
 
 
-def plain_top2_margin(session: Session, prompt: Sequence[int], prefix: Sequence[int]) -> float:
-    """Top-2 logit margin of plain decoding after ``prompt + prefix``, on plain's own schedule
-    (the prompt in chunks of n_batch, then one token per decode), so the logits are plain's bit
-    for bit. Where a strategy's greedy output first differs from plain's, a margin below the
-    probe's deviation means batching alone can have flipped the token."""
+def plain_logits(session: Session, prompt: Sequence[int], prefix: Sequence[int]) -> np.ndarray:
+    """The logits plain decoding has after ``prompt + prefix``, on plain's own schedule (the prompt
+    in chunks of n_batch, then one token per decode), so they are plain's bit for bit. Empties the
+    target's cache."""
     memory, batch = session.memory, session.batch
     memory.clear()
     row = memory.decode_tokens(batch, list(prompt), 0)
@@ -162,9 +161,16 @@ def plain_top2_margin(session: Session, prompt: Sequence[int], prefix: Sequence[
         batch.clear()
         row = batch.add(token, len(prompt) + i, (0,), True)
         memory.decode(batch)
-    logits = logits_row(session.ctx, row, session.vocab.n_tokens)
-    top2 = np.partition(logits, -2)[-2:]
+    logits = logits_row(session.ctx, row, session.vocab.n_tokens).copy()
     memory.clear()
+    return logits
+
+
+def plain_top2_margin(session: Session, prompt: Sequence[int], prefix: Sequence[int]) -> float:
+    """Top-2 logit margin of plain decoding after ``prompt + prefix`` (:func:`plain_logits`). Where a
+    strategy's greedy output first differs from plain's, a margin below the probe's deviation means
+    batching alone can have flipped the token."""
+    top2 = np.partition(plain_logits(session, prompt, prefix), -2)[-2:]
     return float(top2[1] - top2[0])
 
 
