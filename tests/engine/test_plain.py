@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+
+import llama_cpp as llama
 import pytest
 from llama_cpp import Llama
 
@@ -54,7 +57,10 @@ def test_events_stream_one_token_per_step(smollm_session):
     steps = [e for e in events if isinstance(e, StepDone)]
     assert len(steps) == 16
     assert all(len(s.tokens) == 1 and s.tokens[0].source == "sampled" for s in steps)
+    # the streamed text is llama.cpp's own detokenisation of the ids (not only the final text,
+    # which comes from the same piece cache as the stream: a wrong cached piece would be in both)
     assert "".join(t.text for s in steps for t in s.tokens) == events[-1].text
+    assert events[-1].text == llama_cpp_text(smollm_session, events[-1].token_ids)
     stats = events[-1].stats
     assert stats["n_predict"] == 16 and stats["steps"] == 16
     assert stats["n_drafted"] == 0 and stats["n_accept"] == 0
@@ -131,3 +137,12 @@ def test_cancel_ends_within_one_step(smollm_session):
     assert len(final.token_ids) == 6
     # the session is usable again after a cancel
     assert smollm_session.complete(RunConfig(max_tokens=4), PROSE_PROMPT).finish_reason == "length"
+
+
+def llama_cpp_text(session, ids) -> str:
+    """``ids`` as llama.cpp's llama_detokenize writes them (no cache of ours in between)."""
+    tokens = (llama.llama_token * len(ids))(*ids)
+    buffer = ctypes.create_string_buffer(64 * len(ids) + 16)
+    n = llama.llama_detokenize(session.vocab.ptr, tokens, len(ids), buffer, len(buffer), False, False)
+    assert n >= 0
+    return buffer.raw[:n].decode("utf-8", errors="replace")
