@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from specdec_studio.app.qt import QtGui, QtWidgets
+from specdec_studio.app.qt import QtCore, QtGui, QtWidgets
 from specdec_studio.app.widgets.token_explain import tooltip_html
 from specdec_studio.engine.events import Explanation
 
@@ -54,11 +54,34 @@ class StreamMark:
     n_generated: int
 
 
+class _DataOnlyDocument(QtGui.QTextDocument):
+    """A document that loads no resource from disk or the network: an answer is data. (A QTextEdit's
+    own loadResource override is not enough: the document reaches the edit's through Qt's meta
+    object, which never sees a Python override; the document's own virtual is called directly.)"""
+
+    def loadResource(self, kind: int, name):  # noqa: N802 - Qt's name
+        return None
+
+
+class _NoImage(QtGui.QPyTextObject):
+    """An image in the stream takes no room and draws nothing. Qt's own image handler reads the file
+    an image names straight from disk when the document gives it nothing, so it is replaced."""
+
+    def intrinsicSize(self, doc, pos, fmt):  # noqa: N802 - Qt's name
+        return QtCore.QSizeF(0, 0)
+
+    def drawObject(self, painter, rect, doc, pos, fmt):  # noqa: N802 - Qt's name
+        pass
+
+
 class TokenStream(QtWidgets.QTextEdit):
     """Read-only rich text; tokens are appended with a char format per source."""
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
+        self.setDocument(_DataOnlyDocument(self))
+        self._no_image = _NoImage(self)
+        self.document().documentLayout().registerHandler(QtGui.QTextFormat.ImageObject, self._no_image)
         self.setReadOnly(True)
         self.setAcceptRichText(False)
         self.setMouseTracking(True)
@@ -201,10 +224,6 @@ class TokenStream(QtWidgets.QTextEdit):
             cursor.setPosition(end, QtGui.QTextCursor.KeepAnchor)
             ghost = cursor.selectedText()
         return tooltip_html(head, why, self.colours, ghost=ghost, proposer=proposer)
-
-    def loadResource(self, kind: int, name):  # noqa: N802 - Qt's name
-        """Nothing the stream shows is loaded from disk or the network (an answer is data)."""
-        return None
 
     def event(self, ev):  # tooltips per token
         if ev.type() == ev.Type.ToolTip:

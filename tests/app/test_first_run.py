@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from specdec_studio.app.qt import QtCore, QtGui, QtWidgets, Qt
-from specdec_studio.app.widgets.token_stream import SOURCE_COLOURS, SOURCE_PROPERTY, TokenStream
+from specdec_studio.app.widgets.token_stream import SOURCE_COLOURS, SOURCE_PROPERTY, TokenStream, _DataOnlyDocument
 from tests.app.conftest import TIMEOUT_MS
 
 
@@ -171,10 +171,6 @@ def test_an_answer_s_raw_html_is_text_and_its_images_are_never_loaded(qtbot, tmp
               (f"\n\n![x]({picture}) after", "sampled", 3, 3, 0.0, "")]
     stream = TokenStream()
     qtbot.addWidget(stream)
-    loaded = []
-    original = QtGui.QTextDocument.loadResource
-    monkeypatch.setattr(QtGui.QTextDocument, "loadResource",
-                        lambda doc, kind, name: loaded.append(name.toString()) or original(doc, kind, name))
     stream.append_markdown(answer)
     stream.resize(600, 300)
     stream.show()
@@ -182,7 +178,26 @@ def test_an_answer_s_raw_html_is_text_and_its_images_are_never_loaded(qtbot, tmp
     text = stream.toPlainText()
     assert "and a <int> b and <b>bold</b> c" in text
     assert f"![x]({picture}) after" in text and "\ufffc" not in text  # the reference, no image object
-    assert loaded == []
+    # and the guard behind it: an image the stream were handed anyway is never read. (A patch of
+    # QTextDocument.loadResource, as this test had, is never reached by Qt's C++ calls; Qt's image
+    # handler asks the document, then reads the file itself.) A spy on the stream's own document
+    # class sees every ask; a plain document that paints the same image is asked, the stream's is not.
+    asked = []
+    monkeypatch.setattr(_DataOnlyDocument, "loadResource", lambda doc, kind, name: asked.append(name.toString()))
+    url = QtCore.QUrl.fromLocalFile(str(picture)).toString()
+    control = QtWidgets.QTextEdit()
+    control.setDocument(_DataOnlyDocument(control))  # the spy's class, with Qt's own image handler
+    asks = {}
+    for name, edit in (("stream", TokenStream()), ("control", control)):
+        qtbot.addWidget(edit)
+        edit.textCursor().insertHtml(f'<img src="{url}">')
+        edit.resize(200, 100)
+        edit.show()
+        edit.grab()
+        asks[name], asked[:] = list(asked), []
+    stream.grab()
+    assert asks["control"] and all(picture.name in name for name in asks["control"])  # the spy sees an ask
+    assert asks["stream"] == [] and asked == []  # the stream never asks for, nor reads, a picture
     assert _char_format_at(stream, "bold").fontWeight() < QtGui.QFont.Bold  # <b> is not markup
     assert _char_format_at(stream, "<int>").property(SOURCE_PROPERTY) == "sampled"
     assert _char_format_at(stream, "bold").property(SOURCE_PROPERTY) == "accepted_draft"
