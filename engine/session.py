@@ -364,6 +364,11 @@ class Session:
             draft_token_cost=price.first_source_cost(self, curve, mtp) if auto else 1.0,
             ngram_memory=self.ngram_memory() if auto and config.speculative.ngram_memory else None,
             kept=self._kept,
+            # Shared with the explanation thread (where the session has one): vocab.piece (a buffer
+            # per thread, its cache a dict each thread only adds whole entries to), the sampler's
+            # distribution (reads its frozen params, writes only arrays of its own) and the logit
+            # rows, which Explainer.explain copies before the next decode overwrites llama.cpp's.
+            # The explainer's scratch buffer and texts are the thread's alone while it runs.
             explainer=Explainer(self.vocab.piece, sampler.greedy, sampler.distribution,
                                 self._explainer_thread()) if config.explain else None,
             observed=self.settings.observe,
