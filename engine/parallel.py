@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -40,6 +40,7 @@ from specdec_studio.engine.strategies.verify import AdaptiveK, through_end_of_ge
 
 BATCH_MODES = tuple(m.name for m in registry.TABLE if m.batch_slot is not None)
 FINISH_ERROR = "error"  # the prompt could not run (it does not fit in a slot): nothing decoded
+IDLE_WAIT_S = 0.1  # an open inbox's idle loop looks at Stop this often
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,39 @@ class BatchJob:
     id: str
     tokens: tuple[int, ...]
     max_tokens: int | None = None  # this prompt's own limit, or the config's
+    # a server's request: its own sampling and drafting (a mode the batch's slots can run, k at most
+    # the batch's), and whether its client went away (the job then ends at the next step)
+    config: RunConfig | None = None
+    cancelled: Callable[[], bool] | None = None
+
+
+class Inbox(Protocol):
+    """Where the loop's free slots take their next prompts from."""
+
+    def take(self) -> BatchJob | None:
+        """The next job waiting, or None."""
+
+    def wait(self, timeout_s: float) -> None:
+        """Idle until a job may be waiting (at most ``timeout_s``)."""
+
+    @property
+    def open(self) -> bool:
+        """More jobs may come: the loop idles when every slot is free, instead of ending."""
+
+
+class _Listed:
+    """A batch's prompts, all known at its start (``specdec batch``, the Batch tab)."""
+
+    open = False
+
+    def __init__(self, jobs: Sequence[BatchJob]) -> None:
+        self.jobs = deque(jobs)
+
+    def take(self) -> BatchJob | None:
+        return self.jobs.popleft() if self.jobs else None
+
+    def wait(self, timeout_s: float) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -92,6 +126,7 @@ class BatchFinished:
 class _Slot:
     seq: int
     job: BatchJob | None = None
+    config: RunConfig | None = None  # the job's, or the batch's
     output: Output | None = None
     sampler: Sampler | None = None
     counters: RunCounters | None = None
@@ -160,8 +195,10 @@ class _DraftThenVerify:
             self.drafter.cached.clear()
 
 
-def run_batch(session, config: RunConfig, jobs: Sequence[BatchJob], parallel: int) -> Iterator[object]:
-    """Validate now; return the generator of the batch's events (the last is BatchFinished)."""
+def run_batch(session, config: RunConfig, jobs: Sequence[BatchJob] | Inbox, parallel: int) -> Iterator[object]:
+    """Validate now; return the generator of the batch's events (the last is BatchFinished).
+    ``jobs``: the prompts, or an open Inbox (a JobQueue) the loop takes them from as they come; a
+    job's own config must run in the batch's slots (:func:`check_job_config`)."""
     mode = config.mode_entry
     if mode.batch_slot is None:
         raise ConfigError(f"batch decoding runs {', '.join(BATCH_MODES)}; {config.mode!r} is not one of them yet")
@@ -170,20 +207,40 @@ def run_batch(session, config: RunConfig, jobs: Sequence[BatchJob], parallel: in
     config.validate(session.n_batch)
     if mode.batch_slot == "draft" and session.draft is None:
         raise ConfigError(f"{mode.name} decoding needs a draft model; pass -md PATH")
-    if mode.batch_slot == "none":
-        k_max = 0
-    elif mode.plans:  # Auto's slot proposes at most k_max, whatever the fixed k
-        k_max = config.speculative.k_max
-    else:
-        k_max = max(config.speculative.k, config.speculative.k_max)
+    k_max = slot_k_max(config)
     if parallel * (k_max + 1) > session.n_batch:
         raise ConfigError(f"{parallel} prompts × (k + 1) = {parallel * (k_max + 1)} tokens a step exceed the "
                           f"batch of {session.n_batch}; lower --parallel or k")
     session.ensure_sequences(parallel, draft=mode.batch_slot == "draft")
-    return _batch_events(session, config, list(jobs), parallel, k_max)
+    inbox = jobs if hasattr(jobs, "take") else _Listed(list(jobs))
+    return _batch_events(session, config, inbox, parallel, k_max)
 
 
-def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: int, k_max: int) -> Iterator[object]:
+def slot_k_max(config: RunConfig) -> int:
+    """The most tokens a slot running ``config`` drafts in one step."""
+    mode = config.mode_entry
+    if mode.batch_slot == "none":
+        return 0
+    if mode.plans:  # Auto's slot proposes at most k_max, whatever the fixed k
+        return config.speculative.k_max
+    return max(config.speculative.k, config.speculative.k_max)
+
+
+def check_job_config(batch: RunConfig, job: RunConfig, session) -> None:
+    """A ConfigError (one sentence) unless a job's own ``job`` config can run in slots made for
+    ``batch`` on ``session``: a mode with a batch slot, whose drafts fit the slot's share of a step."""
+    mode = job.mode_entry
+    if mode.batch_slot is None:
+        raise ConfigError(f"{job.mode!r} cannot run beside other requests; choose one of {', '.join(BATCH_MODES)}")
+    if mode.batch_slot == "draft" and session.draft is None:
+        raise ConfigError(f"{job.mode!r} needs a draft model, and none is loaded")
+    if slot_k_max(job) > slot_k_max(batch):
+        raise ConfigError(f"this server's slots take k of at most {slot_k_max(batch)} (their share of a step), "
+                          f"got {slot_k_max(job)}")
+    job.validate(session.n_batch)
+
+
+def _batch_events(session, config: RunConfig, inbox: Inbox, parallel: int, k_max: int) -> Iterator[object]:
     target = session.target
     memory, batch, vocab, cancel = target.memory, target.batch, session.vocab, session.cancel_flag
     target.forget()
@@ -191,36 +248,42 @@ def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: in
         session.draft.forget()
     slot_cells = session.n_ctx // parallel  # a slot's share of the unified cache
     slots = [_Slot(seq) for seq in range(parallel)]
-    queue = deque(jobs)
-    yield BatchStarted(len(jobs), parallel, config.as_dict())
+    n_jobs = len(inbox.jobs) if isinstance(inbox, _Listed) else 0
+    yield BatchStarted(n_jobs, parallel, config.as_dict())
     t0 = time.perf_counter()
-    n_steps = n_rows = n_tokens = 0
+    n_steps = n_rows = n_tokens = n_taken = 0
     while True:
         if cancel.is_set():
             for slot in slots:
                 if slot.job is not None:
                     yield _finish(slot, memory, FINISH_CANCELLED)
-            while queue:
-                job = queue.popleft()
+            while (job := inbox.take()) is not None:
                 yield JobFinished(job.id, -1, "", (), FINISH_CANCELLED, {"n_predict": 0})
             break
+        for slot in slots:  # a job whose client went away ends here, its cells freed
+            if slot.job is not None and slot.job.cancelled is not None and slot.job.cancelled():
+                yield _finish(slot, memory, FINISH_CANCELLED)
         # ---- free slots take the next prompts ---------------------------------------------------
         for slot in slots:
-            while slot.job is None and queue:
-                job = queue.popleft()
-                need = len(job.tokens) + (job.max_tokens or config.max_tokens) + k_max + 1
+            while slot.job is None and (job := inbox.take()) is not None:
+                n_taken += 1
+                job_config = job.config or config
+                need = len(job.tokens) + (job.max_tokens or job_config.max_tokens) + k_max + 1
                 if need > slot_cells:
                     yield JobFinished(job.id, slot.seq, "", (), FINISH_ERROR, {
                         "n_predict": 0, "error": f"the prompt needs {need} cells but each of the {parallel} "
                                                  f"slots has {slot_cells}; raise the context or lower --parallel"})
                     continue
-                for event in _start(slot, job, session, config):
+                for event in _start(slot, job, session, job_config):
                     if isinstance(event, JobStep):  # the first token, sampled from the prompt
                         n_tokens += len(event.tokens)
                     yield event
         busy = [s for s in slots if s.job is not None]
         if not busy:
-            break
+            if not inbox.open:
+                break
+            inbox.wait(IDLE_WAIT_S)  # a server's loop waits for the next request, Stop still seen
+            continue
         # ---- one batch: every busy slot's input token and drafts, each in its own sequence ------
         batch.clear()
         proposals: dict[int, tuple[int, list[int], list | None]] = {}  # seq -> (first row, drafts, dists)
@@ -264,7 +327,7 @@ def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: in
             first, drafts, dists = proposals[slot.seq]
             emitted, n_accepted = verify_proposals(
                 slot.sampler, lambda row: logits_row(target.ctx, row, vocab.n_tokens), first, drafts, dists,
-                slot.output, slot.context, config.mode_entry.accepted_source)
+                slot.output, slot.context, slot.config.mode_entry.accepted_source)
             slot.n_past += 1 + n_accepted
             memory.seq_rm(slot.seq, slot.n_past, -1)
             slot.token = slot.context[-1]
@@ -283,7 +346,7 @@ def _batch_events(session, config: RunConfig, jobs: list[BatchJob], parallel: in
             slot.step += 1
         yield from _finish_done(busy, memory)
     elapsed = time.perf_counter() - t0
-    yield BatchFinished({"n_jobs": len(jobs), "parallel": parallel, "n_predict": n_tokens, "steps": n_steps,
+    yield BatchFinished({"n_jobs": n_taken, "parallel": parallel, "n_predict": n_tokens, "steps": n_steps,
                          "mean_batch_tokens": n_rows / n_steps if n_steps else 0.0, "t_total_s": elapsed,
                          "tokens_per_second": n_tokens / elapsed if elapsed > 0 else 0.0})
 
@@ -292,7 +355,7 @@ def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[o
     """Decode the job's prompt into the slot's sequence (alone, in a single run's chunks) and
     sample its first token."""
     target, vocab = session.target, session.vocab
-    slot.job = job
+    slot.job, slot.config = job, config
     slot.output = Output(vocab, job.max_tokens or config.max_tokens)
     slot.sampler = Sampler(config.sampling)
     slot.counters = RunCounters()
@@ -358,7 +421,7 @@ def _finish(slot: _Slot, memory, reason: str) -> JobFinished:
         counters.extra.update(slot.drafter.figures())
         slot.drafter.release(slot.seq)
     event = JobFinished(job.id, slot.seq, out.text(), tuple(out.ids), out.finish_reason, counters.as_dict())
-    slot.job = slot.output = slot.drafter = slot.k_control = None
+    slot.job = slot.output = slot.drafter = slot.k_control = slot.config = None
     slot.t_start = 0.0
     return event
 
