@@ -8,10 +8,10 @@ import os
 import signal
 import sys
 
-from specdec_studio.engine.cli import batch, chat, distill, models, replay, rpc_server, run, tuning
+from specdec_studio.engine.cli import batch, chat, distill, models, replay, rpc_server, run, serve, tuning
 from specdec_studio.engine.errors import SpecDecError, not_utf8
 
-SUBCOMMANDS = (run, models, tuning, batch, distill, replay, chat, rpc_server)
+SUBCOMMANDS = (run, models, tuning, batch, distill, replay, chat, rpc_server, serve)
 
 
 def build_parser() -> argparse.ArgumentParser:
