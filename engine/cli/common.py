@@ -175,6 +175,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     from specdec_studio.engine.config import (
         DEFAULT_K,
         DEFAULT_MAX_TOKENS_CLI,
+        DEFAULT_MODE,
         LOOKAHEAD_CLI_DEFAULTS,
         LOOKUP_SOURCES,
         MODES,
@@ -182,7 +183,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     from specdec_studio.engine.kv.rollback import ROLLBACKS
 
     p.add_argument("-m", "--model", default="default", help="default, gemma, or a path to a .gguf file")
-    p.add_argument("--mode", choices=MODES, default="plain")
+    p.add_argument("--mode", choices=MODES, default=DEFAULT_MODE, help=f"decoding (default {DEFAULT_MODE})")
     p.add_argument("-p", "--prompt", help="prompt text (or use -f)")
     p.add_argument("-f", "--file", help="read the prompt from this file")
     p.add_argument("-n", "--n-predict", type=int, default=DEFAULT_MAX_TOKENS_CLI, help="maximum tokens to generate")
