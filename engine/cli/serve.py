@@ -36,12 +36,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     decoder = Decoder(lambda: session_from_args(args, model_path, draft_path, stop, observe=False), config,
                       args.parallel, args.queue)
-    decoder.start()
+    router = decoder.start()
     name = args.served_name or Path(model_path).stem
-    app = make_app(decoder, model_name=name, base=config, api_key=args.api_key,
+    app = make_app(router, model_name=name, base=config, api_key=args.api_key,
                    max_tokens_cap=args.max_tokens_cap)
     print(f"specdec: serving {name} at http://{args.host}:{args.port}/v1 ({config.mode}, {args.parallel} at a "
-          f"time, {decoder.slot_cells} cells each)", file=sys.stderr)
+          f"time, {router.slot_cells} cells each)", file=sys.stderr)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:

@@ -22,7 +22,7 @@ from specdec_studio.engine import parallel
 from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.errors import ConfigError, SpecDecError
 from specdec_studio.engine.server import openai_api as api
-from specdec_studio.engine.server.decoder import Decoder
+from specdec_studio.engine.server.decoder import Router
 from specdec_studio.engine.server.stops import StopText
 
 DISCONNECT_POLL_S = 0.25  # how often a request that does not stream asks whether its client is still there
@@ -67,9 +67,9 @@ class Served:
         return text, tokens, reason, stats
 
 
-def make_app(decoder: Decoder, *, model_name: str, base: RunConfig, api_key: str | None = None,
+def make_app(decoder: Router, *, model_name: str, base: RunConfig, api_key: str | None = None,
              max_body_bytes: int = 1 << 20, max_tokens_cap: int = 4096) -> Starlette:
-    """The ASGI app for ``decoder``'s model, named ``model_name`` in the API."""
+    """The ASGI app for the model ``decoder`` (a Router) decodes, named ``model_name`` in the API."""
 
     def refuse(error: api.ApiError) -> JSONResponse:
         return JSONResponse(error.body(), status_code=error.status)
@@ -180,7 +180,7 @@ async def read_json(request: HttpRequest, limit: int) -> object:
         raise api.ApiError(400, "the request body is not valid JSON") from None
 
 
-def prompt_tokens(decoder: Decoder, request: api.Request) -> list[int]:
+def prompt_tokens(decoder: Router, request: api.Request) -> list[int]:
     """The request's prompt as tokens (a chat in the model's template), and a check that it and its
     answer fit in a slot and its decoding runs beside the others."""
     session = decoder.session

@@ -29,14 +29,14 @@ QUESTIONS = ["Name a colour.", "Count to five.", QUESTION, "What is a prime numb
 
 
 @contextlib.contextmanager
-def serving(path, *, parallel: int = 2, queue: int = 8, api_key: str | None = None):
+def serving(path, *, parallel: int = 2, queue: int = 8, api_key: str | None = None, mode: str = "auto"):
     """A server on a free port of 127.0.0.1 for the block: its base URL and its decoder."""
-    config = RunConfig(mode="auto", max_tokens=48)
+    config = RunConfig(mode=mode, max_tokens=48)
     decoder = Decoder(lambda: Session(path, n_ctx=2048, n_threads=N_THREADS, observe=False), config,
                       parallel, queue)
-    decoder.start()
+    router = decoder.start()
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(make_app(decoder, model_name=MODEL, base=config, api_key=api_key,
+    server = uvicorn.Server(uvicorn.Config(make_app(router, model_name=MODEL, base=config, api_key=api_key,
                                                     max_tokens_cap=512),
                                            host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -45,7 +45,7 @@ def serving(path, *, parallel: int = 2, queue: int = 8, api_key: str | None = No
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}/v1", decoder
+        yield f"http://127.0.0.1:{port}/v1", router
     finally:
         server.should_exit = True
         thread.join(30)
