@@ -40,6 +40,7 @@ class SlotLane(StreamLane):
 
 class BatchView(QtWidgets.QWidget):
     batch_requested = QtCore.Signal(str, int, int)  # prompt source ("shipped" or a path), count, parallel
+    serve_requested = QtCore.Signal(int, int)  # port, parallel
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -64,6 +65,18 @@ class BatchView(QtWidgets.QWidget):
             bar.addWidget(w)
         bar.addWidget(self.run_button)
         bar.addStretch(1)
+        self.port = QtWidgets.QSpinBox()
+        self.port.setRange(1024, 65535)
+        self.port.setValue(8080)
+        self.port.setToolTip("The port of 127.0.0.1 the OpenAI-compatible API listens on")
+        self.serve_button = QtWidgets.QPushButton("Serve")
+        self.serve_button.setToolTip("Answer OpenAI API requests from this machine's tools (http://127.0.0.1:PORT/v1) "
+                                     "with the loaded model, P at a time, each with the run controls' mode and its own "
+                                     "drafting, shown here as they decode; Stop ends the server")
+        self.serve_button.clicked.connect(lambda: self.serve_requested.emit(self.port.value(), self.parallel.value()))
+        bar.addWidget(QtWidgets.QLabel("port"))
+        bar.addWidget(self.port)
+        bar.addWidget(self.serve_button)
         self.summary = QtWidgets.QLabel("Many prompts share one context: one batch a step carries every slot's "
                                         "token and drafts.")
         self.summary.setWordWrap(True)
@@ -137,9 +150,19 @@ class BatchView(QtWidgets.QWidget):
     def on_job_finished(self, event) -> None:
         if 0 <= event.slot < len(self.lanes):
             self.lanes[event.slot].finish(event)
-        detail = event.stats.get("error", "")
-        self.finished.addItem(f"{event.job_id}: {len(event.token_ids)} tokens, {event.finish_reason}"
+        stats = event.stats
+        detail = stats.get("error", "")
+        speed = f", {stats['tokens_per_second']:.1f} tok/s" if stats.get("tokens_per_second") else ""
+        drafts = f", accepted {stats.get('n_accept', 0)}/{stats['n_drafted']}" if stats.get("n_drafted") else ""
+        self.finished.addItem(f"{event.job_id}: {len(event.token_ids)} tokens{speed}{drafts}, {event.finish_reason}"
                               + (f" — {detail}" if detail else ""))
+
+    def on_serving(self, event) -> None:
+        """The server listens: its requests take the slots below as they come."""
+        self._set_lanes(event.parallel)
+        self.finished.clear()
+        self.summary.setText(f"Serving {event.model} at {event.url}: requests take the {event.parallel} slots "
+                             f"below as they come ({event.slot_cells} cells each); Stop ends the server")
 
     def on_finished(self, event) -> None:
         s = event.stats

@@ -50,6 +50,7 @@ class ControlsState(Controller):
         window.load_copy_button.setEnabled(allowed["load_copy"])
         window.race.start_button.setEnabled(allowed["race"])
         window.batch_view.run_button.setEnabled(allowed["batch"])
+        window.batch_view.serve_button.setEnabled(allowed["batch"])
         window.demo_menu.setEnabled(allowed["replay"] and bool(window.demo_menu.actions()))
         window.open_trace_action.setEnabled(allowed["replay"])
         for action in window.mode_actions:

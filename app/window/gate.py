@@ -23,17 +23,24 @@ class ActivityGate(Controller):
         loaded = self.model.models.loaded
         if self.model.machine.allows(trigger, model_loaded=loaded):
             return True
-        self.say(refusal(self.model.activity, trigger, loaded))
+        self.say(self._refusal(trigger))
         return False
+
+    def _refusal(self, trigger: Trigger) -> str:
+        """Why ``trigger`` waits, in one sentence: a server holding the engine says so itself."""
+        machine = self.model.machine
+        if machine.kind == "serve" and machine.activity is Activity.RUNNING:
+            return ("The engine is serving requests (the Batch tab shows them): press Stop to end the server, "
+                    "then this runs here.")
+        return refusal(machine.activity, trigger, self.model.models.loaded)
 
     def start_job(self, trigger: Trigger, submit: Callable[[], int | None], *, kind: str = "") -> bool:
         """Start a job if the activity table allows ``trigger`` now: ``submit`` queues it on the
         engine worker and returns its id (None for a replay, which needs no engine). A request the
         table refuses changes nothing and says why in one sentence."""
         machine = self.model.machine
-        loaded = self.model.models.loaded
-        if not machine.allows(trigger, model_loaded=loaded):
-            self.say(refusal(machine.activity, trigger, loaded))
+        if not machine.allows(trigger, model_loaded=self.model.models.loaded):
+            self.say(self._refusal(trigger))
             return False
         skipped_profile = machine.activity is Activity.PROFILING
         if skipped_profile:  # the user's request comes first: the profile is stopped, not waited for

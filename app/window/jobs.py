@@ -10,7 +10,7 @@ from specdec_studio.app.model.activity import Trigger
 from specdec_studio.app.qt import QtWidgets
 from specdec_studio.app.widgets.distill_dialog import DistillDialog
 from specdec_studio.app.window.controller import Controller
-from specdec_studio.app.worker.messages import BatchKv, DistillDone, RaceProgress, RaceReady
+from specdec_studio.app.worker.messages import BatchKv, DistillDone, RaceProgress, RaceReady, ServeStarted
 from specdec_studio.engine import parallel
 from specdec_studio.engine.drafts.distill import STEPS_PER_WINDOW, DistillProgress
 from specdec_studio.engine.models import catalog
@@ -25,7 +25,7 @@ class JobsController(Controller):
             parallel.BatchStarted: view.on_started, parallel.JobStarted: view.on_job_started,
             parallel.JobStep: view.on_step, parallel.JobFinished: view.on_job_finished,
             BatchKv: lambda event: view.kv_map.set_snapshot(event.snapshot),
-            parallel.BatchFinished: self._on_batch_finished,
+            parallel.BatchFinished: self._on_batch_finished, ServeStarted: self._on_serving,
             DistillProgress: self._on_distill_progress, DistillDone: self._on_distill_done,
         }
 
@@ -67,6 +67,29 @@ class JobsController(Controller):
                 kind="batch"):
             window.error_label.setText("")
             self.say(f"Batch: {count} prompts, {n_parallel} at a time…")
+
+    def start_serving(self, port: int, n_parallel: int) -> None:
+        """Serve the loaded model on 127.0.0.1:``port`` with the run controls' settings (Auto unless
+        they say otherwise), ``n_parallel`` requests at once, until Stop; the window's own runs wait."""
+        window = self.window
+        if not window.gate.ready_for(Trigger.RUN):
+            return
+        config = window.runs.valid_config()
+        if config is None:
+            return
+        if config.mode_entry.batch_slot is None:
+            window.error_label.setText("The server decodes its requests in batch slots: choose plain, speculative, "
+                                       "prompt lookup or Auto.")
+            return
+        if window.gate.start_job(Trigger.RUN, lambda: window.worker.serve(config, port, n_parallel, 4 * n_parallel),
+                                 kind="serve"):
+            window.error_label.setText("")
+            window.centre_tabs.setCurrentIndex(2)  # Batch: where the requests show
+            self.say(f"Starting the server on 127.0.0.1:{port}…")
+
+    def _on_serving(self, event: ServeStarted) -> None:
+        self.window.batch_view.on_serving(event)
+        self.say(f"Serving {event.model} at {event.url} (OpenAI API) — Stop ends the server")
 
     def _on_race_ready(self, event: RaceReady) -> None:
         self.window.race.start(event.plain, event.strategy)

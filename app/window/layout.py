@@ -135,6 +135,7 @@ def _centre(window: MainWindow) -> None:
     window.centre_tabs.addTab(_scrolled(window.race), "Race")
     window.batch_view = BatchView()
     window.batch_view.batch_requested.connect(window.jobs.start_batch)
+    window.batch_view.serve_requested.connect(window.jobs.start_serving)
     window.centre_tabs.addTab(_scrolled(window.batch_view), "Batch")
 
 

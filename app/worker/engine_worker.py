@@ -119,6 +119,10 @@ class EngineWorker:
         """Decode ``count`` prompts from ``source``, ``parallel`` at a time in one context."""
         return self._submit(m.BatchRequest(config, source, count, parallel, chat))
 
+    def serve(self, config, port: int, parallel: int, queue: int) -> int:
+        """Serve the loaded model over the OpenAI API on 127.0.0.1:``port`` until Stop."""
+        return self._submit(m.ServeRequest(config, port, parallel, queue))
+
     def train_draft(self, spec: dict) -> int:
         """Distil a draft for the loaded target (engine/drafts/distill.py), then load it as the draft."""
         return self._submit(m.DistillRequest(spec))

@@ -248,6 +248,25 @@ class BatchRequest:
 
 
 @dataclass(frozen=True)
+class ServeRequest:
+    """Serve the loaded model over the OpenAI API on 127.0.0.1:``port`` (engine.server) until Stop:
+    ``parallel`` requests decode at once in the batch slots, ``queue`` wait or decode at most."""
+
+    config: object
+    port: int
+    parallel: int
+    queue: int
+
+
+@dataclass(frozen=True)
+class ServeStarted:
+    url: str  # the API's base, http://127.0.0.1:PORT/v1
+    model: str  # the model's name in it
+    parallel: int
+    slot_cells: int
+
+
+@dataclass(frozen=True)
 class BatchKv:
     """The KV map of a batch: the P sequences sharing the cache."""
 

@@ -4,7 +4,7 @@ says which function answers which request."""
 from __future__ import annotations
 
 from specdec_studio.app.worker import messages as m
-from specdec_studio.app.worker.jobs import batch, conversations, distill, models, runs, tuning
+from specdec_studio.app.worker.jobs import batch, conversations, distill, models, runs, serve, tuning
 from specdec_studio.app.worker.jobs.state import WorkerState
 
 
@@ -41,6 +41,7 @@ JOBS = {
     m.RaceRequest: runs.race,
     m.BaselineRequest: runs.baseline,
     m.BatchRequest: batch.decode_batch,
+    m.ServeRequest: serve.serve,
     m.DistillRequest: lambda state, command: distill.train_draft(state, command.spec),
     m.ProfileRequest: lambda state, command: models.known_profiles(state, measure=True, remeasure=command.remeasure),
     m.SweepRequest: lambda state, command: tuning.sweep_settings(state, command.spec),
