@@ -286,6 +286,14 @@ class Session:
         return self.vocab.tokenize(text, add_special=False, parse_special=True)
 
     # ----------------------------------------------------------------------------- runs
+    def check_prompt(self, prompt_tokens: Sequence[int]) -> None:
+        """Refuse, in one sentence, a prompt that cannot run in this context."""
+        if not prompt_tokens:
+            raise PromptError("the prompt is empty; type something for the model to continue")
+        if len(prompt_tokens) >= self.n_ctx:
+            raise PromptError(f"the prompt has {len(prompt_tokens)} tokens but the context holds only "
+                              f"{self.n_ctx}; shorten the prompt or raise the context size")
+
     def run(self, config: RunConfig, prompt_tokens: Sequence[int], *, prompt_text: str = "",
             fresh_cancel: bool = True, reuse_prefix: bool = False) -> Iterator[Event]:
         """Validate now, then return the generator of the run's events.
@@ -301,19 +309,12 @@ class Session:
         if fresh_cancel:
             self._cancel.clear()
         config.validate(self.n_batch)
-        if not prompt_tokens:
-            raise PromptError("the prompt is empty; type something for the model to continue")
-        if len(prompt_tokens) >= self.n_ctx:
-            raise PromptError(
-                f"the prompt has {len(prompt_tokens)} tokens but the context holds only {self.n_ctx}; "
-                "shorten the prompt or raise the context size"
-            )
+        self.check_prompt(prompt_tokens)
         mode = registry.mode(config.mode)
         strategy = mode.run_function()
         info = self.model.info
-        refused = mode_refusal(
-            config.mode, info.arch, info.memory_kind, info.diffusion, info.n_mtp_layers
-        )  # before anything is decoded
+        # before anything is decoded
+        refused = mode_refusal(config.mode, info.arch, info.memory_kind, info.diffusion, info.n_mtp_layers)
         if refused:
             raise ConfigError(refused)
         if mode.needs == "draft" and self.draft is None:

@@ -71,7 +71,8 @@ def main() -> None:
     wait(lambda: window.model.models.loaded and not window.model.machine.busy)
     window.left_tabs.setCurrentIndex(1)  # the Chats tab: the saved chat listed
     window.chat.act("open", chat.id)
-    wait(lambda: window.model.chat.conversation is not None and window.model.chat.conversation.id == chat.id and not window.model.machine.busy)
+    shown = window.model.chat
+    wait(lambda: shown.conversation is not None and shown.conversation.id == chat.id and not window.model.machine.busy)
     shoot("issue47-raw-html-and-image")
     window.left_tabs.setCurrentIndex(0)
 

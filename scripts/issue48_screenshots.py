@@ -50,7 +50,8 @@ def main() -> None:
 
     def run_on(window, model: str, draft: str | None, mode: str, prompt: str) -> None:
         window.models.load_model(str(archs / f"{model}.gguf"))
-        wait(lambda: window.model.models.loaded and window.model.models.path.endswith(f"{model}.gguf") and not window.model.machine.busy)
+        models = window.model.models
+        wait(lambda: models.loaded and models.path.endswith(f"{model}.gguf") and not window.model.machine.busy)
         if draft is not None:
             window.models.choose_draft(str(archs / f"{draft}.gguf"))
             wait(lambda: window.model.models.draft_path is not None and not window.model.machine.busy)

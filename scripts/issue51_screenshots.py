@@ -36,8 +36,10 @@ def main() -> None:
 
     wait = shots.wait
 
-    window = open_window(str(catalog.resolve("default")), scratch, chat=False, auto_profile=True)  # the curve needs this machine's profiles
-    wait(lambda: window.model.models.loaded and not window.model.machine.busy and window.model.tuning.profiles["target"] is not None, 300)
+    # the curve needs this machine's profiles
+    window = open_window(str(catalog.resolve("default")), scratch, chat=False, auto_profile=True)
+    model = window.model
+    wait(lambda: model.models.loaded and not model.machine.busy and model.tuning.profiles["target"] is not None, 300)
     window.models.choose_draft(str(catalog.resolve("default-q2_k")))
     wait(lambda: window.model.models.draft_path is not None and not window.model.machine.busy
          and window.model.tuning.profiles["draft"] is not None, 300)

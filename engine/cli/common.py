@@ -302,6 +302,8 @@ def ensure_profile(session) -> None:
             profile.load_or_measure(session)
         except profile.ProfileCancelled:
             pass
+        except profile.ProfileUnavailable as exc:
+            print(f"specdec: note: {exc}; Auto prices its steps with this run's own timings", file=sys.stderr)
 
 
 def print_stats(config, stats: dict, finish_reason: str) -> None:

@@ -40,6 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"specdec: {why.removesuffix('; the model opens in completion mode')}; running the prompt "
                       "as plain completion", file=sys.stderr)
             tokens = session.tokenize_prompt(prompt)
+        session.check_prompt(tokens)  # before a profile is measured for a prompt that cannot run
         if config.mode == "auto" and not args.no_predict:
             ensure_profile(session)  # Auto prices its steps with it
         final: RunFinished | None = None
@@ -108,7 +109,7 @@ def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Na
     from specdec_studio.engine.config import RunConfig
     from specdec_studio.engine.session import last_event
     from specdec_studio.engine.tuning import cost_model, profile
-    from specdec_studio.engine.tuning.profile import ProfileCancelled
+    from specdec_studio.engine.tuning.profile import ProfileCancelled, ProfileUnavailable
 
     out: dict = {}
     if config.mode == "plain" and not args.no_predict:
@@ -122,6 +123,8 @@ def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Na
             draft_curve = profile.load_or_measure(session, draft=True).curve if config.mode == "speculative" else None
         except ProfileCancelled:
             print("specdec: profile stopped; no predicted speed-up", file=sys.stderr)
+        except ProfileUnavailable as exc:
+            print(f"specdec: note: {exc}; no predicted speed-up", file=sys.stderr)
         else:
             out["predicted_speedup"] = cost_model.predict_from_stats(stats, curve, mode=config.mode,
                                                                      draft_curve=draft_curve)

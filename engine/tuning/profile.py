@@ -61,6 +61,11 @@ class ProfileCancelled(SpecDecError):
     """Stop was pressed while the profile was being measured; nothing was stored."""
 
 
+class ProfileUnavailable(SpecDecError):
+    """The context is too small to hold the measurement; Auto then prices its steps with the
+    run's own timings, and only an explicit ``specdec profile`` treats this as an error."""
+
+
 @dataclass(frozen=True)
 class ProfileKey:
     """What a batch-cost curve depends on; profiles are cached under this key."""
@@ -273,7 +278,7 @@ def load_or_measure(session, *, draft: bool = False, remeasure: bool = False, si
         if found is not None:
             return found
     if key.kv_fill < 1:
-        raise SpecDecError(f"a context of {session.n_ctx} tokens is too small to profile batches of "
+        raise ProfileUnavailable(f"a context of {session.n_ctx} tokens is too small to profile batches of "
                            f"up to {max(key.sizes)} tokens; raise the context size")
     if draft:
         memory, batch, model = session.draft.memory, session.draft.batch, session.draft_model

@@ -87,3 +87,12 @@ def test_cli_not_a_gguf(tmp_path):
     bogus.write_bytes(b"\0" * 100)
     done = _cli("run", "-m", str(bogus), "-p", "hi")
     assert done.returncode == 2 and "not a GGUF" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_auto_runs_in_a_context_too_small_to_profile():
+    """The default mode must not refuse a prompt that fits: without a profile Auto prices its
+    steps with the run's own timings, and says so once."""
+    done = _cli("run", "-m", "default", "-p", "Once upon a time", "-c", "64", "-n", "8")
+    assert done.returncode == 0, done.stderr
+    assert "too small to profile" in done.stderr and "this run's own timings" in done.stderr
+    assert "decoded    8 tokens" in done.stderr and "Traceback" not in done.stderr

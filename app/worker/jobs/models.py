@@ -92,11 +92,12 @@ def known_profiles(state: WorkerState, *, measure: bool, remeasure: bool) -> Non
 
 def profile_after_load(state: WorkerState) -> None:
     """The profile a new model or draft needs; Stop skips it without failing the load."""
-    from specdec_studio.engine.tuning.profile import ProfileCancelled
+    from specdec_studio.engine.tuning.profile import ProfileCancelled, ProfileUnavailable
 
     try:
         known_profiles(state, measure=state.auto_profile, remeasure=False)
-    except ProfileCancelled as exc:
+    except (ProfileCancelled, ProfileUnavailable) as exc:
+        # the model is loaded either way: Auto prices its steps with its runs' own timings
         state.auto_profile = False  # skipped for this model: a draft loaded next does not measure it
         state.emit(ProfileReady(state.profiles["target"], state.profiles["draft"], str(exc)))
 
