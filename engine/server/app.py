@@ -122,8 +122,11 @@ def make_app(decoder: Router, *, model_name: str, base: RunConfig, api_key: str 
                     served.finished = event
                     break
             text, tokens, reason, stats = served.ending()
+            usage = api.usage(served.n_prompt, stats)
             yield _sse(api.chunk(served.request, served.id, served.created, text, tokens, reason,
-                                 {"figures": api.figures(stats), "usage": api.usage(served.n_prompt, stats)}))
+                                 {"figures": api.figures(stats), "usage": usage}))
+            if served.request.include_usage:
+                yield _sse(api.usage_chunk(served.request, served.id, served.created, usage))
             yield "data: [DONE]\n\n"
         finally:
             served.stopped.set()  # nothing more is wanted (a no-op for a request that finished)

@@ -47,6 +47,7 @@ class Request:
     stream: bool
     stop: tuple[str, ...]
     model: str
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage alone
 
 
 def parse_request(body: object, *, chat: bool, base: RunConfig, model: str, max_tokens_cap: int) -> Request:
@@ -79,7 +80,8 @@ def parse_request(body: object, *, chat: bool, base: RunConfig, model: str, max_
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError(400, "stream must be true or false")
-    return Request(chat, messages, prompt, config, stream, _stop(body.get("stop")), model)
+    return Request(chat, messages, prompt, config, stream, _stop(body.get("stop")), model,
+                   _include_usage(body.get("stream_options"), stream))
 
 
 def _messages(value: object) -> tuple[tuple[str, str], ...]:
@@ -147,6 +149,19 @@ def _specdec(value: object, config: RunConfig) -> RunConfig:
     return config
 
 
+def _include_usage(value: object, stream: bool) -> bool:
+    if value is None:
+        return False
+    if not stream:
+        raise ApiError(400, "stream_options is only for a request with stream: true")
+    if not isinstance(value, dict) or set(value) - {"include_usage"}:
+        raise ApiError(400, "stream_options must be an object such as {\"include_usage\": true}")
+    include = value.get("include_usage", False)
+    if not isinstance(include, bool):
+        raise ApiError(400, "stream_options.include_usage must be true or false")
+    return include
+
+
 def _stop(value: object) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -193,6 +208,13 @@ def chunk(request: Request, answer_id: str, created: int, text: str, tokens: lis
         kind = "text_completion"
     return {"id": answer_id, "object": kind, "created": created, "model": request.model, "choices": [choice],
             "specdec": extension}
+
+
+def usage_chunk(request: Request, answer_id: str, created: int, usage: dict) -> dict:
+    """The last chunk a stream sends when ``stream_options.include_usage`` asked: no choices, the usage."""
+    kind = "chat.completion.chunk" if request.chat else "text_completion"
+    return {"id": answer_id, "object": kind, "created": created, "model": request.model, "choices": [],
+            "usage": usage}
 
 
 def answer(request: Request, answer_id: str, text: str, tokens: list[dict], finish_reason: str, usage: dict,

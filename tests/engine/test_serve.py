@@ -99,7 +99,11 @@ def test_chat_and_streamed_chat_equal_a_single_run_and_name_each_tokens_source(c
     assert answer.usage.completion_tokens == 48 and answer.usage.prompt_tokens > 10
     assert answer.choices[0].finish_reason == "length"
     chunks = list(client.chat.completions.create(model=MODEL, messages=messages, max_tokens=48, temperature=0,
-                                                 stream=True))
+                                                 stream=True, stream_options={"include_usage": True}))
+    # as OpenAI's API: with include_usage the stream ends with a chunk of no choices and the usage
+    usage_chunk = chunks.pop()
+    assert usage_chunk.choices == [] and usage_chunk.usage.completion_tokens == 48
+    assert usage_chunk.usage.prompt_tokens == answer.usage.prompt_tokens
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == answer.choices[0].message.content
     assert [t["id"] for c in chunks for t in c.model_extra["specdec"]["tokens"]] == plain
@@ -127,6 +131,10 @@ def test_a_completion_stops_at_its_stop_string(client):
     ({"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}, 404, "not served here"),
     ({"messages": [{"role": "user", "content": "hi"}], "specdec": {"mode": "lookahead"}}, 400, "cannot run beside"),
     ({"messages": [{"role": "user", "content": "hi"}], "specdec": {"mode": "lookup", "k": 99}}, 400, "k of at most"),
+    ({"messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}}, 400,
+     "only for a request with stream"),
+    ({"messages": [{"role": "user", "content": "hi"}], "stream": True, "stream_options": {"include_usage": 1}}, 400,
+     "include_usage must be"),
 ])
 def test_a_malformed_request_is_one_sentence_and_the_server_goes_on(served, client, body, status, words):
     url = served[0] + "/chat/completions"
