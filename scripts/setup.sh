@@ -5,16 +5,22 @@
 #   scripts/setup.sh --all      set up, fetch every model the tests use
 #
 # llama-cpp-python is compiled from source once per (version, CMake flags) and the wheel is kept in
-# ~/.cache/specdec-studio/wheels/ so the next set-up (and CI) reuses it. Override the flags with
-# SPECDEC_CMAKE_ARGS, e.g. SPECDEC_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_RPC=ON -DGGML_CUDA=ON".
+# ~/.cache/specdec-studio/wheels/ so the next set-up (and CI) reuses it. The flags follow the
+# machine's tools (scripts/build_flags.sh: Metal on macOS, CUDA where nvcc is, Vulkan where glslc and
+# its headers are, else the CPU; a GPU build that fails falls back to the CPU's), and the set-up says
+# which it chose and why. SPECDEC_CMAKE_ARGS overrides them, e.g.
+# SPECDEC_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_RPC=ON -DGGML_CUDA=ON".
 # Never use -DGGML_NATIVE=ON on CPUs that advertise AMX: llama.cpp's AMX kernels die with SIGILL.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 readonly LLAMA_CPP_PYTHON_VERSION=0.3.36
-# GGML_RPC: llama.cpp's RPC backend, for models whose layers live on other machines (--rpc)
-readonly CMAKE_FLAGS="${SPECDEC_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_RPC=ON}"
 readonly CACHE_ROOT="${SPECDEC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specdec-studio}"
+# shellcheck source=scripts/build_flags.sh
+source scripts/build_flags.sh
+# GGML_RPC (in every choice): llama.cpp's RPC backend, for models whose layers live on other machines (--rpc)
+choose_build_flags
+echo "llama.cpp build: $BUILD_REASON ($BUILD_FLAGS)"
 PYTHON="${PYTHON:-python3}"
 
 fetch_all=0
@@ -50,22 +56,35 @@ if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
     fi
 fi
 
-flags_key=$(printf '%s' "$CMAKE_FLAGS" | sha256sum | cut -c1-12)
-wheel_dir="$CACHE_ROOT/wheels/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION-$flags_key"
+# wheel_dir FLAGS: where the wheel built with FLAGS is kept
+wheel_dir() {
+    printf '%s/wheels/llama-cpp-python-%s-%s' "$CACHE_ROOT" "$LLAMA_CPP_PYTHON_VERSION" "$(flags_key "$1")"
+}
+
+has_wheel() {
+    ls "$(wheel_dir "$BUILD_FLAGS")"/llama_cpp_python-*.whl >/dev/null 2>&1
+}
+
+# build_wheel FLAGS: llama-cpp-python compiled with FLAGS into its wheel folder
+build_wheel() {
+    local flags="$1" dir
+    dir=$(wheel_dir "$flags")
+    echo "building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION with CMAKE_ARGS='$flags' (about 5-10 minutes, once)"
+    mkdir -p "$dir"
+    printf '%s\n' "$flags" > "$dir/CMAKE_ARGS"
+    # --no-cache-dir: pip's own wheel cache is keyed by the sdist alone and would hand back a
+    # wheel built with other flags
+    CMAKE_ARGS="$flags" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+        .venv/bin/python -m pip wheel -q --no-cache-dir --no-deps --no-binary llama-cpp-python \
+        "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$dir"
+}
 
 make_environment() {
     [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip
-    if ! ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-        echo "building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION with CMAKE_ARGS='$CMAKE_FLAGS' (about 5-10 minutes, once)"
-        mkdir -p "$wheel_dir"
-        printf '%s\n' "$CMAKE_FLAGS" > "$wheel_dir/CMAKE_ARGS"
-        # --no-cache-dir: pip's own wheel cache is keyed by the sdist alone and would hand back a
-        # wheel built with other flags
-        CMAKE_ARGS="$CMAKE_FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-            .venv/bin/python -m pip wheel -q --no-cache-dir --no-deps --no-binary llama-cpp-python \
-            "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -w "$wheel_dir"
-    fi
+    has_wheel || build_with_fallback build_wheel
+    local wheel_dir
+    wheel_dir=$(wheel_dir "$BUILD_FLAGS")
     .venv/bin/python -m pip install -q "$wheel_dir"/llama_cpp_python-*.whl
     # again, forced: pip keeps an installed wheel of the same version, even one built with other flags
     .venv/bin/python -m pip install -q --force-reinstall --no-deps "$wheel_dir"/llama_cpp_python-*.whl
@@ -77,14 +96,16 @@ make_environment() {
 # A stamp of what the environment was made from (this script, the dependencies, the build flags,
 # the Python): while it holds, `make run` and `make test` skip the pip steps (about half a minute)
 # and only check the models. A change to any of them, or a missing .venv, sets up again.
-stamp_key=$(cat "$0" pyproject.toml <(printf '%s\n' "$CMAKE_FLAGS" "$("$PYTHON" --version 2>&1)") | sha256sum | cut -c1-16)
-if [[ -x .venv/bin/specdec && -f .venv/setup-stamp && "$(cat .venv/setup-stamp)" == "$stamp_key" ]] \
-        && ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+stamp_key() {
+    cat "$0" scripts/build_flags.sh pyproject.toml <(printf '%s\n' "$BUILD_FLAGS" "$("$PYTHON" --version 2>&1)") \
+        | sha256sum | cut -c1-16
+}
+if [[ -x .venv/bin/specdec && -f .venv/setup-stamp && "$(cat .venv/setup-stamp)" == "$(stamp_key)" ]] && has_wheel; then
     echo "set-up is current (.venv/setup-stamp); checking the models"
 else
     rm -f .venv/setup-stamp
     make_environment
-    printf '%s\n' "$stamp_key" > .venv/setup-stamp
+    stamp_key > .venv/setup-stamp  # the flags that built (a failed GPU build's fallback's)
 fi
 
 if (( fetch_all )); then
