@@ -18,13 +18,26 @@ class SlotLane(StreamLane):
     def __init__(self, slot: int, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(f"slot {slot}: idle", margin=2, parent=parent)
         self.slot = slot
+        self.job_id: str | None = None
         self.n_tokens = self.n_accepted = self.n_drafted = 0
+        # a served request's own Stop: its client gets what was decoded, the server goes on
+        self.stop_button = QtWidgets.QPushButton("Stop this request")
+        self.stop_button.setToolTip("End this request now: its client gets the answer so far; the server goes on")
+        self.stop_button.hide()
+        row = QtWidgets.QHBoxLayout()
+        self.layout().removeWidget(self.counters)
+        row.addWidget(self.counters, 1)
+        row.addWidget(self.stop_button)
+        self.layout().addLayout(row)
 
-    def start(self, job_id: str, n_prompt: int) -> None:
+    def start(self, job_id: str, n_prompt: int, *, stoppable: bool = False) -> None:
         self.stream.clear_stream()
+        self.job_id = job_id
         self.title.setText(f"slot {self.slot}: {job_id} ({n_prompt} prompt tokens)")
         self.n_tokens = self.n_accepted = self.n_drafted = 0
         self.counters.setText("")
+        self.stop_button.setEnabled(True)
+        self.stop_button.setVisible(stoppable)
 
     def add(self, event) -> None:
         self.append_step(event)
@@ -36,11 +49,13 @@ class SlotLane(StreamLane):
 
     def finish(self, event) -> None:
         self.title.setText(self.title.text() + f" — {event.finish_reason}")
+        self.stop_button.hide()
 
 
 class BatchView(QtWidgets.QWidget):
     batch_requested = QtCore.Signal(str, int, int)  # prompt source ("shipped" or a path), count, parallel
     serve_requested = QtCore.Signal(int, int)  # port, parallel
+    stop_requested = QtCore.Signal(str)  # a served request's id: end it, the server goes on
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -115,6 +130,7 @@ class BatchView(QtWidgets.QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(split, 1)
         self.path: str | None = None
+        self.serving = False  # the slots' requests come from the server (each may be stopped alone)
         self.n_tokens = self.n_drafted = 0  # over the whole batch
         self._set_lanes(self.parallel.value())
 
@@ -139,9 +155,16 @@ class BatchView(QtWidgets.QWidget):
         columns = 2 if parallel > 2 else parallel
         for i, lane in enumerate(self.lanes):
             self.lanes_layout.addWidget(lane, i // columns, i % columns)
+            lane.stop_button.clicked.connect(lambda _=False, lane=lane: self._stop_lane(lane))
+
+    def _stop_lane(self, lane: SlotLane) -> None:
+        if lane.job_id is not None:
+            lane.stop_button.setEnabled(False)  # once: the request ends at the engine's next step
+            self.stop_requested.emit(lane.job_id)
 
     # ------------------------------------------------------------------ events
     def on_started(self, event) -> None:
+        self.serving = False
         self._set_lanes(event.parallel)
         self.finished.clear()
         self.n_tokens = self.n_drafted = 0
@@ -151,7 +174,7 @@ class BatchView(QtWidgets.QWidget):
 
     def on_job_started(self, event) -> None:
         if 0 <= event.slot < len(self.lanes):
-            self.lanes[event.slot].start(event.job_id, event.n_prompt)
+            self.lanes[event.slot].start(event.job_id, event.n_prompt, stoppable=self.serving)
 
     def on_step(self, event) -> None:
         self.n_tokens += len(event.tokens)
@@ -166,17 +189,22 @@ class BatchView(QtWidgets.QWidget):
         detail = stats.get("error", "")
         speed = f", {stats['tokens_per_second']:.1f} tok/s" if stats.get("tokens_per_second") else ""
         drafts = f", accepted {stats.get('n_accept', 0)}/{stats['n_drafted']}" if stats.get("n_drafted") else ""
-        self.finished.addItem(f"{event.job_id}: {len(event.token_ids)} tokens{speed}{drafts}, {event.finish_reason}"
-                              + (f" — {detail}" if detail else ""))
+        # a slot's step costs about one plain step of the batch: tokens per step is its speed-up in steps
+        per_step = f", {stats['tokens_per_step']:.2f} tokens/step (plain 1)" if stats.get("tokens_per_step") else ""
+        self.finished.insertItem(0, f"{event.job_id}: {len(event.token_ids)} tokens{speed}{per_step}{drafts}, "
+                                    f"{event.finish_reason}" + (f" — {detail}" if detail else ""))
 
     def on_serving(self, event) -> None:
         """The server listens: its requests take the slots below as they come."""
+        self.serving = True
         self._set_lanes(event.parallel)
         self.finished.clear()
         self.summary.setText(f"Serving {event.model} at {event.url}: requests take the {event.parallel} slots "
                              f"below as they come ({event.slot_cells} cells each); Stop ends the server")
 
     def on_finished(self, event) -> None:
+        for lane in self.lanes:
+            lane.stop_button.hide()
         s = event.stats
         self.summary.setText(f"{s['n_jobs']} prompts, {s['parallel']} at a time: {s['n_predict']} tokens in "
                              f"{s['t_total_s']:.2f} s = {s['tokens_per_second']:.1f} tokens/s together · "

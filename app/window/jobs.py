@@ -87,6 +87,11 @@ class JobsController(Controller):
             window.centre_tabs.setCurrentIndex(2)  # Batch: where the requests show
             self.say(f"Starting the server on 127.0.0.1:{port}…")
 
+    def stop_request(self, job_id: str) -> None:
+        """End one served request (its client gets the answer so far); the server goes on."""
+        self.window.worker.stop_request(job_id)
+        self.say(f"Stopping {job_id}; the server goes on (Stop ends it)")
+
     def _on_serving(self, event: ServeStarted) -> None:
         self.window.batch_view.on_serving(event)
         self.say(f"Serving {event.model} at {event.url} (OpenAI API) — Stop ends the server")

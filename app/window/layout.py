@@ -136,6 +136,7 @@ def _centre(window: MainWindow) -> None:
     window.batch_view = BatchView()
     window.batch_view.batch_requested.connect(window.jobs.start_batch)
     window.batch_view.serve_requested.connect(window.jobs.start_serving)
+    window.batch_view.stop_requested.connect(window.jobs.stop_request)
     window.centre_tabs.addTab(_scrolled(window.batch_view), "Batch")
 
 

@@ -54,7 +54,7 @@ STOP_GRACE_S = 5.0
 STOP_GRACE_STEPS = 3
 QUIET_NOTICE_S = 10.0  # silence in a running job worth a word to the window (or QUIET_NOTICE_STEPS steps)
 QUIET_NOTICE_STEPS = 5
-_CALLS = ("stop", "pause", "resume", "step_once")
+_CALLS = ("stop", "pause", "resume", "step_once", "stop_request")
 
 
 def _child_main(inbox, outbox, last_words) -> None:
@@ -95,7 +95,7 @@ def _child_main(inbox, outbox, last_words) -> None:
         if kind == "job":
             worker._commands.put((payload, worker._state.tokens.issue(), job_id))
         elif kind == "call" and payload in _CALLS:
-            getattr(worker, payload)()
+            getattr(worker, payload)(*([job_id] if payload == "stop_request" else []))
     worker.shutdown()
     done.set()
     forwarder.join(SHUTDOWN_WAIT_S)
@@ -158,6 +158,9 @@ class EngineProcess(EngineWorker):
     def quiet_notice_s(self) -> float:
         """How long a running job's silence goes before the window is told of it."""
         return max(QUIET_NOTICE_S, QUIET_NOTICE_STEPS * self._slowest_step_s)
+
+    def stop_request(self, job_id: str) -> None:
+        self._send(("call", "stop_request", job_id))
 
     def pause(self) -> None:
         self._send(("call", "pause", 0))

@@ -104,6 +104,13 @@ class EngineWorker:
         self._state.tokens.stop_all()
         self._state.gate.wake()
 
+    def stop_request(self, job_id: str) -> None:
+        """While the window serves: end one request (its client gets what was decoded), the server
+        goes on. Thread-safe, as :meth:`stop` is."""
+        router = self._state.router
+        if router is not None:
+            router.stop_request(job_id)
+
     def pause(self) -> None:
         """Hold the running (or next) run after its current step."""
         self._state.gate.pause()

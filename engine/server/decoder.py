@@ -5,6 +5,7 @@ serve``'s own (:class:`Decoder`), or the window's engine thread (app/worker/jobs
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 
@@ -24,6 +25,7 @@ class Router:
         self.session, self.config, self.parallel = session, config, parallel_slots
         self.queue = JobQueue(queue_bound)
         self._sinks: dict[str, Sink] = {}
+        self._stopped: set[str] = set()  # requests the operator stopped (the window's Stop of one)
         self._lock = threading.Lock()
 
     @property
@@ -33,6 +35,8 @@ class Router:
 
     def submit(self, job: parallel.BatchJob, sink: Sink) -> bool:
         """Queue ``job``; its events go to ``sink``. False where the queue is full (nothing queued)."""
+        job_id, client_gone = job.id, job.cancelled
+        job = dataclasses.replace(job, cancelled=lambda: job_id in self._stopped or bool(client_gone and client_gone()))
         with self._lock:
             self._sinks[job.id] = sink
         if self.queue.submit(job):
@@ -40,6 +44,15 @@ class Router:
         with self._lock:
             del self._sinks[job.id]
         return False
+
+    def stop_request(self, job_id: str) -> bool:
+        """End the request ``job_id`` at the loop's next step, as a client that went away ends it (its
+        client gets what was decoded and a finish); from any thread. False if it is not in flight."""
+        with self._lock:
+            if job_id not in self._sinks:
+                return False
+            self._stopped.add(job_id)
+            return True
 
     def decode(self) -> Iterator[object]:
         """The batch loop over the queue (its settings checked now: a ConfigError), to be run on the
@@ -66,6 +79,8 @@ class Router:
         finished = isinstance(event, parallel.JobFinished)
         with self._lock:
             sink = self._sinks.pop(job_id, None) if finished else self._sinks.get(job_id)
+            if finished:
+                self._stopped.discard(job_id)
         if sink is not None:
             sink(event)
         if finished:

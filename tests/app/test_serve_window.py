@@ -50,3 +50,44 @@ def test_the_window_serves_a_real_client_and_stop_ends_it(open_window, qtbot):
     window.runs.start_run()
     qtbot.waitUntil(lambda: not window.model.running and window.model.run.last_finished is not None,
                     timeout=TIMEOUT_MS)
+
+
+def test_stop_of_one_request_ends_it_and_the_server_answers_the_other(open_window, qtbot):
+    """The slot's own Stop: that client gets its answer so far at once (finish "stop", fewer tokens
+    than it asked), the other request runs to its length, and the server still answers."""
+    window = open_window()
+    window.controls.set_values({"mode": "auto", "max_tokens": 24})
+    port = free_port()
+    window.jobs.start_serving(port, 2)
+    qtbot.waitUntil(lambda: "Serving" in window.batch_view.summary.text(), timeout=TIMEOUT_MS)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
+    answers: dict[str, object] = {}
+
+    def ask(question: str, max_tokens: int) -> None:
+        answers[question] = client.chat.completions.create(
+            model="", messages=[{"role": "user", "content": question}], max_tokens=max_tokens, temperature=0)
+
+    long_one, short_one = "Write a long story about a lighthouse keeper.", "Name three colours."
+    askers = [threading.Thread(target=ask, args=(long_one, 400)), threading.Thread(target=ask, args=(short_one, 40))]
+    for asker in askers:
+        asker.start()
+    view = window.batch_view
+    # the long request's lane: the one still decoding when the short one is done
+    qtbot.waitUntil(lambda: view.finished.count() >= 1, timeout=TIMEOUT_MS)
+    running = [lane for lane in view.lanes if not lane.stop_button.isHidden()]
+    assert len(running) == 1
+    running[0].stop_button.click()
+    for asker in askers:
+        asker.join(120)
+    stopped, finished = answers[long_one], answers[short_one]
+    assert stopped.choices[0].finish_reason == "stop" and 0 < stopped.usage.completion_tokens < 400
+    assert stopped.choices[0].message.content  # what was decoded reached the client
+    assert finished.usage.completion_tokens == 40 or finished.choices[0].finish_reason == "stop"
+    qtbot.waitUntil(lambda: view.finished.count() == 2, timeout=TIMEOUT_MS)
+    assert "cancelled" in view.finished.item(0).text()  # the newest first
+    assert "tokens/step (plain 1)" in view.finished.item(1).text()
+    assert window.model.running  # the server goes on
+    ask(short_one, 8)
+    assert answers[short_one].usage.completion_tokens == 8
+    window.gate.stop()
+    qtbot.waitUntil(lambda: not window.model.running, timeout=TIMEOUT_MS)

@@ -26,6 +26,7 @@ def serve(state: WorkerState, command: ServeRequest) -> None:
     session = state.require_session()
     session.ensure_sequences(command.parallel)
     router = Router(session, command.config, command.parallel, command.queue)
+    state.router = router
     events = router.decode()  # the slots' settings checked before anything listens
     name = Path(session.model.info.path).stem
     server = uvicorn.Server(uvicorn.Config(make_app(router, model_name=name, base=command.config),
@@ -49,6 +50,7 @@ def serve(state: WorkerState, command: ServeRequest) -> None:
                 state.emit(BatchKv(parallel.kv_snapshot(session, command.parallel)))
                 shown_at = time.perf_counter()
     finally:
+        state.router = None
         router.close()
         server.should_exit = True
         listening.join(10)

@@ -24,6 +24,7 @@ class WorkerState:
     profiles: dict[str, dict | None] = field(default_factory=lambda: {"target": None, "draft": None})
     auto_profile: bool = True  # measure a missing profile after a load (a Stop turns it off for that model)
     last_prompt_tokens: list[int] = field(default_factory=list)  # the baseline repeats them
+    router: object | None = None  # engine.server.decoder.Router while the window serves (Stop of one request)
 
     def __post_init__(self) -> None:
         self.gate = StepGate(self.cancel)
