@@ -68,8 +68,15 @@ def one_request(url: str, messages: list[dict]) -> dict:
             "tokens_per_second": n_tokens / max(elapsed - (first or 0.0), 1e-9)}
 
 
-def load(url: str, prompts: list[list[dict]], clients: int, seconds: float) -> list[dict]:
-    """``clients`` threads each sending requests one after another until ``seconds`` have passed."""
+def unique(messages: list[dict], n: int) -> list[dict]:
+    """``messages`` made a request no server has seen: its first message opens with the request's number."""
+    first = {**messages[0], "content": f"(request {n}) {messages[0]['content']}"}
+    return [first, *messages[1:]]
+
+
+def load(url: str, prompts: list[list[dict]], clients: int, seconds: float, fresh: bool = False) -> list[dict]:
+    """``clients`` threads each sending requests one after another until ``seconds`` have passed
+    (``fresh``: every prompt made unseen, so that no prompt cache can answer it)."""
     results: list[dict] = []
     deadline = time.monotonic() + seconds
     lock = threading.Lock()
@@ -78,7 +85,8 @@ def load(url: str, prompts: list[list[dict]], clients: int, seconds: float) -> l
         n = index
         while time.monotonic() < deadline:
             try:
-                found = one_request(url, prompts[n % len(prompts)])
+                messages = prompts[n % len(prompts)]
+                found = one_request(url, unique(messages, n) if fresh else messages)
             except httpx.HTTPError as exc:
                 found = {"status": "error", "error": repr(exc)}
             with lock:
@@ -122,13 +130,17 @@ def quantiles(values: list[float]) -> str:
     return f"p50 {statistics.median(values):.3g}, p95 {p95:.3g}"
 
 
-def report(label: str, results: list[dict]) -> None:
+def report(label: str, results: list[dict], elapsed_s: float) -> None:
+    """One line: the requests' fates, time to first token and tokens/s per request (p50, p95), and
+    every served token over the phase's wall time (the server's throughput, all slots together)."""
     served = [r for r in results if r["status"] == 200]
     refused = sum(r["status"] == 429 for r in results)
     errors = [r for r in results if r["status"] not in (200, 429)]
+    together = sum(r["tokens"] for r in served) / elapsed_s
     print(f"{label}: {len(results)} sent, {len(served)} served, {refused} refused (429), {len(errors)} errors; "
           f"time to first token {quantiles([r['ttft_s'] for r in served])} s; "
-          f"tokens/s per request {quantiles([r['tokens_per_second'] for r in served])}", flush=True)
+          f"tokens/s per request {quantiles([r['tokens_per_second'] for r in served])}; "
+          f"{together:.1f} tokens/s together", flush=True)
     for error in errors[:3]:
         print(f"  error: {error}")
 
@@ -179,6 +191,9 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--queue", type=int, default=8)
     parser.add_argument("-c", "--ctx", type=int, default=4096, help="the context all slots share")
+    parser.add_argument("--fresh", action="store_true",
+                        help="every request's prompt unseen (opened with its number): no prompt cache answers it")
+    parser.add_argument("--only", action="append", help="only the servers whose label contains this (repeatable)")
     args = parser.parse_args()
     prompts = [[{"role": role, "content": content} for role, content in p.as_messages()]
                for p in shipped(per_category=1)]
@@ -198,14 +213,19 @@ def main() -> None:
                     ("llama-server, no drafting", base)]
     print(f"{Path(path).name}, {THREADS} threads, context {args.ctx}, {args.parallel} slots, queue {args.queue}, "
           f"{MAX_TOKENS} tokens a request, greedy")
+    if args.only:
+        servers = [(label, command) for label, command in servers if any(o in label for o in args.only)]
     for label, command in servers:
         port = free_port()
         with server_process([*command, "--port", str(port)], port, Path(f"/tmp/serve_load_{port}.log")) as url:
             if url is None:
                 continue
-            report(f"{label}, {args.clients} clients × {args.seconds:g} s",
-                   load(url, prompts, args.clients, args.seconds))
-            report(f"{label}, a burst of {2 * args.queue}", burst(url, prompts[0], 2 * args.queue))
+            t0 = time.perf_counter()
+            results = load(url, prompts, args.clients, args.seconds, args.fresh)
+            report(f"{label}, {args.clients} clients × {args.seconds:g} s", results, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            results = burst(url, prompts[0], 2 * args.queue)
+            report(f"{label}, a burst of {2 * args.queue}", results, time.perf_counter() - t0)
 
 
 if __name__ == "__main__":
