@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import llama_cpp as llama
-import numpy as np
 
 from specdec_studio.engine import native
 from specdec_studio.engine.batch import Batch
 from specdec_studio.engine.errors import ContextAllocationError
 from specdec_studio.engine.kv.cells import KvMirror
 from specdec_studio.engine.kv.debug import DEBUG_ENV, DEBUG_LEVEL, KvVerifier
+from specdec_studio.engine.kv.prefix import keep_sequence_prefix
 from specdec_studio.engine.memory import Memory
 from specdec_studio.engine.models.loading import LoadedModel, ModelInfo, memory_words
 
@@ -190,26 +190,14 @@ class ModelContext:
 
     # ----------------------------------------------------------------------------- prefix reuse
     def keep_prefix(self, tokens: Sequence[int], limit: int | None = None) -> int:
-        """Keep the longest prefix of ``tokens`` (at most ``limit`` tokens) the cache already
-        holds, drop everything else (every other sequence included), and return its length.
-
-        At least the last token is left out so that decoding it gives the logits the run starts
-        from. A cache whose sequence 0 is not exactly ``cached`` from position 0 (a sliding-window
-        cache that dropped its start, a decode that failed part-way) is cleared instead."""
-        memory = self.memory
-        most = len(tokens) - 1 if limit is None else min(limit, len(tokens) - 1)
-        n_keep = common_prefix(self.cached, tokens, most)
-        intact = memory.pos_min(0) in (0, -1) and memory.pos_max(0) + 1 == len(self.cached)
-        # a KV map switched off after a disagreement follows again only from an empty cache
-        mirror_lost = memory.mirror is not None and not memory.mirror_ok
-        if n_keep == 0 or not intact or mirror_lost:
-            self.forget()
-            return 0
+        """Keep the longest prefix of ``tokens`` (at most ``limit`` tokens) that sequence 0 already
+        holds (:func:`engine.kv.prefix.keep_sequence_prefix`), drop everything else (every other
+        sequence included), and return its length; a cache that keeps nothing is cleared."""
         for seq in range(1, self.n_seq_max):
-            memory.seq_rm(seq, -1, -1)
-        if not memory.seq_rm(0, n_keep, -1, refusal_ok=True):  # a recurrent state cannot go back
+            self.memory.seq_rm(seq, -1, -1)
+        n_keep = keep_sequence_prefix(self.memory, 0, self.cached, tokens, limit)
+        if n_keep == 0:
             self.forget()
-            return 0
         del self.cached[n_keep:]
         return n_keep
 
@@ -228,15 +216,6 @@ class ModelContext:
 
     def close(self) -> None:
         self._stack.close()  # verifier, batch, then the context: LIFO
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int], limit: int | None = None) -> int:
-    """How many leading tokens ``a`` and ``b`` share (at most ``limit``)."""
-    n = min(len(a), len(b)) if limit is None else max(0, min(len(a), len(b), limit))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(diff[0]) if diff.size else n
 
 
 @contextlib.contextmanager

@@ -2,7 +2,9 @@
 each slot a sequence of its own, and every step one ``llama_batch`` carries each busy slot's input
 token and its drafts. Each slot has its own drafter (prompt lookup's n-gram cache, or a draft
 model on its own sequence of the draft's context), its own adaptive k, sampler and figures. A
-prompt that finishes frees its sequence's cells and the next prompt in the queue takes the slot.
+prompt that finishes leaves its cells in its sequence: the next prompt goes to the free slot whose
+cells hold the longest start of it (a chat's next turn, a client that resends the conversation) and
+decodes only the rest, as a single run reuses its cached prefix (``usage``'s cached tokens).
 
 Every prompt's tokens are those of its single run: a slot's prompt is decoded alone, in the
 chunks a single run uses (so its KV values are bit-identical), and verification is
@@ -21,6 +23,7 @@ from typing import Protocol
 from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.errors import ConfigError
 from specdec_studio.engine.events import KvSnapshot, TokenInfo
+from specdec_studio.engine.kv.prefix import common_prefix, keep_sequence_prefix
 from specdec_studio.engine.memory import DecodeAborted, NoKvSlot
 from specdec_studio.engine.sampling import Sampler, logits_row
 from specdec_studio.engine.stats import RunCounters
@@ -133,6 +136,7 @@ class _Slot:
     drafter: SlotDrafter | None = None
     k_control: AdaptiveK | None = None
     context: list[int] = field(default_factory=list)
+    cached: list[int] = field(default_factory=list)  # what its sequence's cells hold while it is free
     n_past: int = 0
     token: int = -1
     step: int = 0
@@ -263,21 +267,21 @@ def _batch_events(session, config: RunConfig, inbox: Inbox, parallel: int, k_max
         for slot in slots:  # a job whose client went away ends here, its cells freed
             if slot.job is not None and slot.job.cancelled is not None and slot.job.cancelled():
                 yield _finish(slot, memory, FINISH_CANCELLED)
-        # ---- free slots take the next prompts ---------------------------------------------------
-        for slot in slots:
-            while slot.job is None and (job := inbox.take()) is not None:
-                n_taken += 1
-                job_config = job.config or config
-                need = len(job.tokens) + (job.max_tokens or job_config.max_tokens) + k_max + 1
-                if need > slot_cells:
-                    yield JobFinished(job.id, slot.seq, "", (), FINISH_ERROR, {
-                        "n_predict": 0, "error": f"the prompt needs {need} cells but each of the {parallel} "
-                                                 f"slots has {slot_cells}; raise the context or lower --parallel"})
-                    continue
-                for event in _start(slot, job, session, job_config):
-                    if isinstance(event, JobStep):  # the first token, sampled from the prompt
-                        n_tokens += len(event.tokens)
-                    yield event
+        # ---- free slots take the next prompts: each the slot holding the longest start of it -----
+        while (free := [s for s in slots if s.job is None]) and (job := inbox.take()) is not None:
+            slot = _slot_for(free, job.tokens)
+            n_taken += 1
+            job_config = job.config or config
+            need = len(job.tokens) + (job.max_tokens or job_config.max_tokens) + k_max + 1
+            if need > slot_cells:
+                yield JobFinished(job.id, slot.seq, "", (), FINISH_ERROR, {
+                    "n_predict": 0, "error": f"the prompt needs {need} cells but each of the {parallel} "
+                                             f"slots has {slot_cells}; raise the context or lower --parallel"})
+                continue
+            for event in _start(slot, job, session, job_config):
+                if isinstance(event, JobStep):  # the first token, sampled from the prompt
+                    n_tokens += len(event.tokens)
+                yield event
         busy = [s for s in slots if s.job is not None]
         if not busy:
             if not inbox.open:
@@ -351,6 +355,11 @@ def _batch_events(session, config: RunConfig, inbox: Inbox, parallel: int, k_max
                          "tokens_per_second": n_tokens / elapsed if elapsed > 0 else 0.0})
 
 
+def _slot_for(free: list[_Slot], prompt: Sequence[int]) -> _Slot:
+    """The free slot whose cells hold the longest start of ``prompt`` (the first, where none does)."""
+    return max(free, key=lambda slot: common_prefix(slot.cached, prompt))
+
+
 def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[object]:
     """Decode the job's prompt into the slot's sequence (alone, in a single run's chunks) and
     sample its first token."""
@@ -366,9 +375,10 @@ def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[o
     slot.k_control = AdaptiveK(config.speculative) if mode.draft_then_verify else None
     yield JobStarted(job.id, slot.seq, len(job.tokens))
     t0 = time.perf_counter()
-    target.memory.seq_rm(slot.seq, -1, -1)
+    n_kept = keep_sequence_prefix(target.memory, slot.seq, slot.cached, job.tokens)
+    slot.cached = []  # while the job runs its context says what the cells hold
     try:
-        row = target.memory.decode_tokens(target.batch, list(job.tokens), 0, slot.seq)
+        row = target.memory.decode_tokens(target.batch, list(job.tokens[n_kept:]), n_kept, slot.seq)
         if slot.drafter is not None:
             slot.drafter.begin(job.tokens)
     except NoKvSlot:
@@ -378,6 +388,7 @@ def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[o
         yield _finish(slot, target.memory, FINISH_CANCELLED)
         return
     slot.counters.n_prompt = len(job.tokens)
+    slot.counters.extra["n_prompt_cached"] = n_kept  # cells kept from the slot's last prompt
     slot.counters.t_encode_s = time.perf_counter() - t0
     token, info = first_token(slot.sampler, slot.output, slot.counters, logits_row(target.ctx, row, vocab.n_tokens))
     slot.t_start = time.perf_counter()
@@ -411,12 +422,18 @@ def _finish_done(slots: list[_Slot], memory) -> Iterator[JobFinished]:
 
 
 def _finish(slot: _Slot, memory, reason: str) -> JobFinished:
-    """The job is done: its sequence's cells are freed for the next prompt."""
+    """The job is done: its sequence keeps the cells of its verified tokens for a next prompt that
+    starts the same way (every cell, where the cache is full or the job never decoded)."""
     out, job, counters = slot.output, slot.job, slot.counters
     out.finish(reason or FINISH_LENGTH)
     if slot.t_start:
         counters.t_generate_s = time.perf_counter() - slot.t_start
-    memory.seq_rm(slot.seq, -1, -1)
+    if slot.t_start and reason != FINISH_CONTEXT_FULL:
+        memory.seq_rm(slot.seq, slot.n_past, -1)
+        slot.cached = slot.context[:slot.n_past]
+    else:
+        memory.seq_rm(slot.seq, -1, -1)
+        slot.cached = []
     if slot.drafter is not None:
         counters.extra.update(slot.drafter.figures())
         slot.drafter.release(slot.seq)

@@ -234,6 +234,8 @@ def usage(n_prompt: int, stats: dict) -> dict:
     """The API's token counts, and (extension) what drafting proposed and verification accepted."""
     completion = int(stats.get("n_predict", 0))
     return {"prompt_tokens": n_prompt, "completion_tokens": completion, "total_tokens": n_prompt + completion,
+            # the prompt's start its slot still held from the request before (not decoded again)
+            "prompt_tokens_details": {"cached_tokens": int(stats.get("n_prompt_cached", 0))},
             "specdec": {"drafted": int(stats.get("n_drafted", 0)), "accepted": int(stats.get("n_accept", 0))}}
 
 

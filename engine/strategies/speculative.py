@@ -12,7 +12,8 @@ import numpy as np
 
 from specdec_studio.engine.events import Event
 from specdec_studio.engine.sampling import Sampler, logits_row
-from specdec_studio.engine.context import ModelContext, common_prefix
+from specdec_studio.engine.context import ModelContext
+from specdec_studio.engine.kv.prefix import common_prefix
 from specdec_studio.engine.strategies.common import Runtime
 from specdec_studio.engine.strategies.verify import Draft, run_draft_verify
 

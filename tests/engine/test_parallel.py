@@ -1,5 +1,6 @@
 """Batch decoding of many prompts: every prompt's output equals its single run, a finished prompt
-frees its sequence (the KV mirror still equal to llama.cpp's dump), Stop ends every prompt."""
+keeps only its verified cells and the next prompt that starts the same way reuses them (the KV
+mirror still equal to llama.cpp's dump), Stop ends every prompt."""
 
 from __future__ import annotations
 
@@ -112,24 +113,44 @@ def test_every_prompt_equals_its_single_run(session, single_outputs, shared_cach
         assert any(s.n_accepted for s in events if isinstance(s, JobStep))
 
 
-def test_a_finished_prompt_frees_its_sequence(session):
+def test_a_finished_prompt_keeps_only_its_verified_cells(session):
     jobs = _jobs(session)[:3]
     jobs[0] = BatchJob(jobs[0].id, jobs[0].tokens, max_tokens=3)  # ends long before the others
     run = run_batch(session, CONFIGS["lookup"], jobs, 3)
     mirror = session.memory.mirror
-    freed_while_others_ran = False
+    kept_while_others_ran = False
     for event in run:
         if isinstance(event, JobFinished) and event.job_id == jobs[0].id:
             assert event.token_ids and len(event.token_ids) == 3
-            assert mirror.base.seq_pos_max(event.slot) == -1  # its cells are free
+            # its prompt and its first two tokens (the third was sampled, never decoded): no draft's cell
+            assert mirror.base.seq_pos_max(event.slot) == len(jobs[0].tokens) + 1
             others = [s for s in range(3) if s != event.slot]
-            freed_while_others_ran = all(mirror.base.seq_pos_max(s) >= 0 for s in others)
-    assert freed_while_others_ran
+            kept_while_others_ran = all(mirror.base.seq_pos_max(s) >= 0 for s in others)
+    assert kept_while_others_ran
     # a queue longer than the slots: the freed slot takes the next prompt
     events = _batch(session, CONFIGS["plain"], [BatchJob(f"q{i}", j.tokens, max_tokens=4 + 6 * i)
                                                 for i, j in enumerate(_jobs(session))], 2)
     starts = [e for e in events if isinstance(e, JobStarted)]
     assert len(starts) == 6 and {e.slot for e in starts} == {0, 1}
+
+
+def test_a_prompt_goes_to_the_slot_holding_its_start_and_decodes_only_the_rest(session, shared_cache_deviation):
+    """A chat's next turn resends the conversation: of two free slots, it takes the one whose cells
+    hold its start (not the first free one), decodes only the rest, and answers as its single run."""
+    first, second = _jobs(session)[:2]
+    follow_up = BatchJob("next", second.tokens + tuple(session.tokenize_prompt(" And then")))
+    jobs = [BatchJob(first.id, first.tokens, max_tokens=3), BatchJob(second.id, second.tokens, max_tokens=3),
+            follow_up]
+    events = _batch(session, CONFIGS["plain"], jobs, 2)
+    started = {e.job_id: e.slot for e in events if isinstance(e, JobStarted)}
+    assert started[first.id] == 0 and started[second.id] == 1 and started["next"] == 1
+    finished = {e.job_id: e for e in events if isinstance(e, JobFinished)}
+    assert finished["next"].stats["n_prompt_cached"] == len(second.tokens)
+    assert finished[first.id].stats["n_prompt_cached"] == 0
+    alone = _single(session, CONFIGS["plain"], follow_up.tokens)
+    # the other slot's cells share the cache, as in every batch of two
+    assert_lossless(session, follow_up.tokens, alone, finished["next"].token_ids, shared_cache_deviation,
+                    "reused prefix")
 
 
 def test_stop_ends_every_prompt(session):
