@@ -194,3 +194,20 @@ def test_a_full_queue_is_refused_at_once_and_the_key_is_checked(smollm_path):
                                  json={"messages": [{"role": "user", "content": "hi"}]})
             assert decoder.queue.in_flight == 1
         assert refused.status_code == 429 and "busy" in refused.json()["error"]["message"]
+
+
+def test_a_chats_next_turn_decodes_only_what_is_new(client):
+    """A chat client resends the whole conversation each turn: the slot that answered the turn
+    before still holds it, so the next request's prompt starts from those cells (usage says how
+    many), while a new conversation has nothing cached beyond what it shares."""
+    turn = [{"role": "user", "content": "Name a colour."}]
+    first = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=12, temperature=0)
+    turn += [{"role": "assistant", "content": first.choices[0].message.content},
+             {"role": "user", "content": "Why that one?"}]
+    second = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=12, temperature=0)
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    # the first turn's prompt at least; its answer too, where the template renders it as it was decoded
+    assert first.usage.prompt_tokens <= cached < second.usage.prompt_tokens
+    other = client.chat.completions.create(model=MODEL, max_tokens=4, temperature=0,
+                                           messages=[{"role": "user", "content": "Count to three."}])
+    assert other.usage.prompt_tokens_details.cached_tokens < first.usage.prompt_tokens
