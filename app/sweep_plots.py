@@ -48,9 +48,12 @@ def _export(exporter_type, plot, path: Path) -> Path:
     plot.setBackground("w")
     plot.show()  # lay the plot out (title, axes) before it is rendered
     QtWidgets.QApplication.processEvents()
+    from specdec_studio.app.exports import png_bytes
+    from specdec_studio.engine.jsonfile import write_bytes
+
     exporter = exporter_type(plot.plotItem)
     exporter.parameters()["width"] = PNG_SIZE[0]
-    exporter.export(str(path))
+    write_bytes(path, png_bytes(exporter.export(toBytes=True)), shared=True)  # whole or not at all
     plot.deleteLater()
     return path
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,10 @@ class DamagedConversation(SpecDecError):
 
 # everything reading a file of the wrong shape can raise: a damaged file is one sentence, never a traceback
 _DAMAGE = (OSError, ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError)
+
+
+class ListingStopped(SpecDecError):
+    """Stop ended a listing part-way; the files it read stay known, so the next one reads the rest."""
 
 
 @dataclass(frozen=True)
@@ -115,9 +120,11 @@ class ConversationStore:
         whose title or any message contains it (case-insensitive)."""
         return self.scan(query)[0]
 
-    def scan(self, query: str = "") -> tuple[list[ConversationSummary], list[str]]:
+    def scan(self, query: str = "", stopped: Callable[[], bool] = lambda: False,
+             ) -> tuple[list[ConversationSummary], list[str]]:
         """:meth:`list`, and the names of the files skipped because they are damaged (a damaged
-        file costs only itself). Only files changed since the last listing are read."""
+        file costs only itself). Only files changed since the last listing are read; ``stopped()``
+        is asked before each file read (ListingStopped: a Stop ends a long first listing at once)."""
         needle = query.strip().lower()
         found, damaged = [], []
         paths = sorted(self.root.glob("*.json"))
@@ -127,6 +134,8 @@ class ConversationStore:
             stamp = _stamp(path)
             entry = self._listed.get(path)
             if entry is None or entry[0] != stamp:
+                if stopped():
+                    raise ListingStopped("listing the saved conversations stopped; the next listing reads the rest")
                 entry = self._listed[path] = (stamp, *self._summary(path))
             _, summary, text = entry
             if summary is None:

@@ -446,3 +446,33 @@ def test_a_listing_reads_only_the_files_changed_since_the_last_one(tmp_path, mon
     (tmp_path / "conversations" / "broken.json").write_text("{not json")
     found, damaged = store.scan()
     assert len(found) == 5 and damaged == ["broken.json"] and reads[7:] == ["broken.json"]
+
+
+def test_stop_ends_a_long_listing_at_the_next_file_and_the_next_listing_reads_the_rest(tmp_path, monkeypatch):
+    """Issue 79, Stop everywhere: a first listing of many saved chats (the window lists them on the
+    engine thread) ends at once on Stop, and keeps what it read for the listing after."""
+    from specdec_studio.app.worker.jobs.conversations import emit_list
+    from specdec_studio.app.worker.jobs.state import WorkerState
+    from specdec_studio.engine.chat.store import ListingStopped
+
+    store = ConversationStore(tmp_path)
+    for i in range(8):
+        conv = Conversation()
+        conv.add(Message("user", f"question {i}"))
+        store.save(conv)
+    fresh = ConversationStore(tmp_path)  # a new session's first listing reads every file
+    reads = []
+    real_read = ConversationStore._read
+    monkeypatch.setattr(ConversationStore, "_read", lambda self, path, **kw: reads.append(path.name)
+                        or real_read(self, path, **kw))
+    with pytest.raises(ListingStopped):
+        fresh.scan(stopped=lambda: len(reads) >= 3)
+    assert len(reads) == 3  # Stop was seen before the fourth file
+    assert len(fresh.list()) == 8 and len(reads) == 8  # the rest, not the three again
+    emitted = []
+    state = WorkerState(emit=emitted.append)
+    state.conversation_store = ConversationStore(tmp_path)
+    state.cancel.set()  # the worker's listing job watches the job's Stop: it ends, the sidebar keeps its list
+    reads.clear()
+    emit_list(state)
+    assert reads == [] and emitted == []

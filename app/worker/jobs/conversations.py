@@ -49,8 +49,15 @@ def show(state: WorkerState, note: str = "") -> None:
 
 
 def emit_list(state: WorkerState, query: str = "") -> None:
+    """The saved conversations for the sidebar. A Stop ends a long listing at the next file and the
+    sidebar keeps what it showed (the next listing reads only the files this one did not)."""
+    from specdec_studio.engine.chat.store import ListingStopped
+
     current = state.conversation.id if state.conversation is not None else ""
-    found, damaged = store_of(state).scan(query)
+    try:
+        found, damaged = store_of(state).scan(query, stopped=state.cancel.is_set)
+    except ListingStopped:
+        return
     state.emit(ConversationList(tuple(found), current, query, tuple(damaged)))
 
 
