@@ -37,8 +37,10 @@ def main() -> None:
     shots.wait(lambda: window.model.machine.busy)
     shots.wait(lambda: not window.model.machine.busy, 300)
     video = scratch / "run.mp4"
-    written = window.demo.export_video(video, (640, 360), 4.0, 10)
-    assert written == video and video.stat().st_size > 0, "the video was not written"
+    written = window.demo.export_video(video, (1280, 720), 4.0, 10)
+    assert written == video and video.stat().st_size > 0, (written, window.error_label.text(),
+                                                           window.statusBar().currentMessage())
+    assert not window.input.stop.isEnabled() and window.input.run.isEnabled(), "the export left the window busy"
     shots.shoot("after-video-export-still-dark", 1.0)
     report = scratch / "run-report.html"
     report.write_text("an older report\n")
