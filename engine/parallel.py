@@ -356,8 +356,9 @@ def _batch_events(session, config: RunConfig, inbox: Inbox, parallel: int, k_max
 
 
 def _slot_for(free: list[_Slot], prompt: Sequence[int]) -> _Slot:
-    """The free slot whose cells hold the longest start of ``prompt`` (the first, where none does)."""
-    return max(free, key=lambda slot: common_prefix(slot.cached, prompt))
+    """The free slot whose cells hold the longest start of ``prompt``; among equals the one that
+    holds the least (another conversation's cells are kept for its next turn where a slot can)."""
+    return max(free, key=lambda slot: (common_prefix(slot.cached, prompt), -len(slot.cached)))
 
 
 def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[object]:
@@ -428,12 +429,9 @@ def _finish(slot: _Slot, memory, reason: str) -> JobFinished:
     out.finish(reason or FINISH_LENGTH)
     if slot.t_start:
         counters.t_generate_s = time.perf_counter() - slot.t_start
-    if slot.t_start and reason != FINISH_CONTEXT_FULL:
-        memory.seq_rm(slot.seq, slot.n_past, -1)
-        slot.cached = slot.context[:slot.n_past]
-    else:
-        memory.seq_rm(slot.seq, -1, -1)
-        slot.cached = []
+    keep = slot.n_past if slot.t_start and reason != FINISH_CONTEXT_FULL else 0
+    memory.seq_rm(slot.seq, keep or -1, -1)  # -1: every cell of the sequence
+    slot.cached = slot.context[:keep]
     if slot.drafter is not None:
         counters.extra.update(slot.drafter.figures())
         slot.drafter.release(slot.seq)
