@@ -4,6 +4,7 @@ alone. Each failure here is a real one, provoked in llama.cpp on the default mod
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 
@@ -72,13 +73,17 @@ def test_a_row_without_logits_is_named_not_a_null_pointer(smollm_session):
 @pytest.mark.archs
 @pytest.mark.parametrize("name", ["lfm2-dense", "qwen35-dense", "nemotron_h-dense"])
 def test_a_hybrid_model_with_snapshots_rolls_back_a_rejected_draft_exactly(tiny_archs, name):
-    """llama.cpp keeps per-token snapshots of these models' recurrent state (context.RS_SNAPSHOTS):
-    a verification's rejected tokens are dropped, and the next decode equals a fresh one."""
-    from specdec_studio.engine.context import RS_SNAPSHOTS
+    """llama.cpp keeps per-token snapshots of these models' recurrent state where a run asks for them
+    (``n_rs_seq``: a run's longest draft, engine.kv.rollback.snapshots_to_keep): a verification's
+    rejected tokens are dropped, and the next decode equals a fresh one."""
+    from specdec_studio.engine.context import ModelContext
     from specdec_studio.engine.session import Session
 
-    with Session(tiny_archs / f"{name}.gguf", n_ctx=256, n_threads=2) as session:
-        target, n_vocab = session.target, session.vocab.n_tokens
+    RS_SNAPSHOTS = 16
+    with Session(tiny_archs / f"{name}.gguf", n_ctx=256, n_threads=2) as session, \
+            contextlib.closing(ModelContext.create(session.model, session.settings, 1, session.budget,
+                                                   rs_snapshots=RS_SNAPSHOTS)) as target:
+        n_vocab = session.vocab.n_tokens
         tokens = list(range(10, 60))
         row = target.memory.decode_tokens(target.batch, tokens[:22], 0)
         fresh = logits_row(target.ctx, row, n_vocab).copy()
