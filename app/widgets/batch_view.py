@@ -108,7 +108,8 @@ class BatchView(QtWidgets.QWidget):
         self.finished = QtWidgets.QListWidget()
         self.finished.setMinimumWidth(120)
         self.finished.setWordWrap(True)  # a request's id and figures read whole in a narrow panel
-        self.finished.setToolTip("Each finished prompt or request: its tokens, tokens per second and acceptance")
+        self.finished.setToolTip("Each finished prompt or request, the newest first: its tokens, tokens per second, "
+                                 "tokens per step (plain decoding makes 1) and acceptance")
         finished_box = QtWidgets.QWidget()
         finished_layout = QtWidgets.QVBoxLayout(finished_box)
         finished_layout.setContentsMargins(0, 0, 0, 0)
