@@ -292,18 +292,26 @@ def run_setup(args: argparse.Namespace):
     return config, model_path, draft_path
 
 
+def load_or_measure_said(session, *, draft: bool = False):
+    """``profile.load_or_measure``, saying on stderr when it is about to measure (a wait of its own)."""
+    from specdec_studio.engine.tuning import profile
+
+    key = profile.profile_key(session, draft=draft)
+    if profile.cached(key) is None and key.kv_fill >= 1:  # a context too small is refused at once
+        print("measuring the batch-cost profile for this model, context and thread count "
+              "(once; about 20 s for SmolLM2 on 2 cores)…", file=sys.stderr)
+    return profile.load_or_measure(session, draft=draft)
+
+
 def ensure_profile(session) -> None:
     from specdec_studio.engine.tuning import profile
 
-    if profile.cached(profile.profile_key(session)) is None:
-        print("measuring the batch-cost profile for this model, context and thread count "
-              "(once; about 20 s for SmolLM2 on 2 cores)…", file=sys.stderr)
-        try:
-            profile.load_or_measure(session)
-        except profile.ProfileCancelled:
-            pass
-        except profile.ProfileUnavailable as exc:
-            print(f"specdec: note: {exc}; Auto prices its steps with this run's own timings", file=sys.stderr)
+    try:
+        load_or_measure_said(session)
+    except profile.ProfileCancelled:
+        pass
+    except profile.ProfileUnavailable as exc:
+        print(f"specdec: note: {exc}; Auto prices its steps with this run's own timings", file=sys.stderr)
 
 
 def print_stats(config, stats: dict, finish_reason: str) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from specdec_studio.engine.errors import SpecDecError
 from specdec_studio.engine.cli.common import (add_run_args, ctrl_c_stops, ensure_profile, flush_tokens,
-                                               print_after_tokens, print_stats, read_text_file, run_setup,
-                                               session_from_args, write_tokens)
+                                               load_or_measure_said, print_after_tokens, print_stats, read_text_file,
+                                               run_setup, session_from_args, write_tokens)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -108,23 +108,21 @@ def _speedups(session, config, tokens: list[int], stats: dict, args: argparse.Na
     with ``--baseline``, the speed-up measured against a plain run of the same prompt."""
     from specdec_studio.engine.config import RunConfig
     from specdec_studio.engine.session import last_event
-    from specdec_studio.engine.tuning import cost_model, profile
+    from specdec_studio.engine.tuning import cost_model
     from specdec_studio.engine.tuning.profile import ProfileCancelled, ProfileUnavailable
 
     out: dict = {}
     if config.mode == "plain" and not args.no_predict:
         out["predicted_speedup"] = 1.0  # by definition: no profile to measure for it
     elif not args.no_predict and not session.cancel_flag.is_set():
-        if profile.cached(profile.profile_key(session)) is None:
-            print("measuring the batch-cost profile for this model, context and thread count "
-                  "(once; about 20 s for SmolLM2 on 2 cores)…", file=sys.stderr)
         try:
-            curve = profile.load_or_measure(session).curve
-            draft_curve = profile.load_or_measure(session, draft=True).curve if config.mode == "speculative" else None
+            curve = load_or_measure_said(session).curve
+            draft_curve = load_or_measure_said(session, draft=True).curve if config.mode == "speculative" else None
         except ProfileCancelled:
             print("specdec: profile stopped; no predicted speed-up", file=sys.stderr)
         except ProfileUnavailable as exc:
-            print(f"specdec: note: {exc}; no predicted speed-up", file=sys.stderr)
+            if config.mode != "auto":  # Auto's run said so before it started (ensure_profile)
+                print(f"specdec: note: {exc}; no predicted speed-up", file=sys.stderr)
         else:
             out["predicted_speedup"] = cost_model.predict_from_stats(stats, curve, mode=config.mode,
                                                                      draft_curve=draft_curve)

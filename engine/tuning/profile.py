@@ -279,7 +279,7 @@ def load_or_measure(session, *, draft: bool = False, remeasure: bool = False, si
             return found
     if key.kv_fill < 1:
         raise ProfileUnavailable(f"a context of {session.n_ctx} tokens is too small to profile batches of "
-                           f"up to {max(key.sizes)} tokens; raise the context size")
+                                 f"up to {max(key.sizes)} tokens; raise the context size")
     if draft:
         memory, batch, model = session.draft.memory, session.draft.batch, session.draft_model
     else:
