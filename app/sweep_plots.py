@@ -43,14 +43,13 @@ def export_plots(result: dict, out_dir: str | Path) -> list[Path]:
 
 
 def _export(exporter_type, plot, path: Path) -> Path:
+    from specdec_studio.app.exports import png_bytes
     from specdec_studio.app.qt import QtWidgets
+    from specdec_studio.engine.jsonfile import write_bytes
 
     plot.setBackground("w")
     plot.show()  # lay the plot out (title, axes) before it is rendered
     QtWidgets.QApplication.processEvents()
-    from specdec_studio.app.exports import png_bytes
-    from specdec_studio.engine.jsonfile import write_bytes
-
     exporter = exporter_type(plot.plotItem)
     exporter.parameters()["width"] = PNG_SIZE[0]
     write_bytes(path, png_bytes(exporter.export(toBytes=True)), shared=True)  # whole or not at all

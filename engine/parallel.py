@@ -264,7 +264,7 @@ def _batch_events(session, config: RunConfig, inbox: Inbox, parallel: int, k_max
             while (job := inbox.take()) is not None:
                 yield JobFinished(job.id, -1, "", (), FINISH_CANCELLED, {"n_predict": 0})
             break
-        for slot in slots:  # a job whose client went away ends here, its cells freed
+        for slot in slots:  # a job whose client went away (or the operator stopped) ends here
             if slot.job is not None and slot.job.cancelled is not None and slot.job.cancelled():
                 yield _finish(slot, memory, FINISH_CANCELLED)
         # ---- free slots take the next prompts: each the slot holding the longest start of it -----
