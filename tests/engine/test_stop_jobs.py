@@ -14,13 +14,17 @@ from specdec_studio.engine.tuning.probe import ProbeStopped, probe_exactness
 from tests.conftest import N_THREADS
 
 
-def _stopped_after(call, delay_s: float, error: type) -> float:
-    """Seconds from Stop to ``call`` raising ``error``, Stop set ``delay_s`` after it started."""
+def _stopped_after(call, delay_s: float, error: type, *, once=lambda: True) -> float:
+    """Seconds from Stop to ``call`` raising ``error``, Stop set ``delay_s`` after it started and
+    once ``once()`` says the work is under way (polled every 10 ms for at most a minute)."""
     cancel = threading.Event()
     stopped_at: list[float] = []
 
     def stop() -> None:
         time.sleep(delay_s)
+        deadline = time.monotonic() + 60
+        while not once() and time.monotonic() < deadline:
+            time.sleep(0.01)
         stopped_at.append(time.perf_counter())
         cancel.set()
 
@@ -38,7 +42,8 @@ def test_stop_ends_the_exactness_check(smollm_path):
 
 def test_stop_ends_making_a_copy_and_keeps_nothing(smollm_path, tmp_path):
     dest = tmp_path / "copy-q8_0.gguf"
+    # Stop while llama.cpp writes the copy: a fixed delay once outlasted a fast machine's whole copy
     late = _stopped_after(lambda cancel: requantize(smollm_path, dest, "Q8_0", n_threads=N_THREADS, cancel=cancel),
-                          1.0, QuantizeStopped)
+                          0.0, QuantizeStopped, once=lambda: any(tmp_path.iterdir()))
     assert late < 1.0
     assert list(tmp_path.iterdir()) == []  # neither the copy nor its temporary file
