@@ -24,6 +24,7 @@ from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.errors import ConfigError
 from specdec_studio.engine.events import KvSnapshot, TokenInfo
 from specdec_studio.engine.kv.prefix import common_prefix, keep_sequence_prefix
+from specdec_studio.engine.kv.prompt_cache import reuse_cells
 from specdec_studio.engine.memory import DecodeAborted, NoKvSlot
 from specdec_studio.engine.sampling import Sampler, logits_row
 from specdec_studio.engine.stats import RunCounters
@@ -215,7 +216,7 @@ def run_batch(session, config: RunConfig, jobs: Sequence[BatchJob] | Inbox, para
     if parallel * (k_max + 1) > session.n_batch:
         raise ConfigError(f"{parallel} prompts × (k + 1) = {parallel * (k_max + 1)} tokens a step exceed the "
                           f"batch of {session.n_batch}; lower --parallel or k")
-    session.ensure_sequences(parallel, draft=mode.batch_slot == "draft")
+    session.ensure_sequences(parallel, draft=mode.batch_slot == "draft", streams=True)
     inbox = jobs if hasattr(jobs, "take") else _Listed(list(jobs))
     return _batch_events(session, config, inbox, parallel, k_max)
 
@@ -250,7 +251,7 @@ def _batch_events(session, config: RunConfig, inbox: Inbox, parallel: int, k_max
     target.forget()
     if session.draft is not None and config.mode_entry.batch_slot == "draft":
         session.draft.forget()
-    slot_cells = session.n_ctx // parallel  # a slot's share of the unified cache
+    slot_cells = session.slot_cells(parallel)
     slots = [_Slot(seq) for seq in range(parallel)]
     n_jobs = len(inbox.jobs) if isinstance(inbox, _Listed) else 0
     yield BatchStarted(n_jobs, parallel, config.as_dict())
@@ -376,7 +377,8 @@ def _start(slot: _Slot, job: BatchJob, session, config: RunConfig) -> Iterator[o
     slot.k_control = AdaptiveK(config.speculative) if mode.draft_then_verify else None
     yield JobStarted(job.id, slot.seq, len(job.tokens))
     t0 = time.perf_counter()
-    n_kept = keep_sequence_prefix(target.memory, slot.seq, slot.cached, job.tokens)
+    cells = reuse_cells(target.prompt_cache, target.memory, slot.seq, slot.cached, job.tokens)
+    n_kept = keep_sequence_prefix(target.memory, slot.seq, cells, job.tokens)
     slot.cached = []  # while the job runs its context says what the cells hold
     try:
         row = target.memory.decode_tokens(target.batch, list(job.tokens[n_kept:]), n_kept, slot.seq)
@@ -406,7 +408,7 @@ def _drafter(slot: _Slot, session, config: RunConfig) -> SlotDrafter | None:
     """The slot's drafter for the mode's ``batch_slot`` (engine.strategies.registry)."""
     source = config.mode_entry.batch_slot
     if source == "auto":
-        return slot_planner(slot.job.tokens, session.cost_curve(), config.speculative.k_max)
+        return slot_planner(slot.job.tokens, session.cost_curve(), config.speculative.k_max, session.target.streams)
     if source == "lookup":
         return _DraftThenVerify(make_drafter(config.speculative), slot.output, session.vocab.is_eog)
     if source == "draft":

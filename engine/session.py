@@ -15,10 +15,10 @@ from pathlib import Path
 
 import llama_cpp as llama
 
-from specdec_studio.engine.chat.template import ChatTemplate, TemplateRefused
+from specdec_studio.engine.chat.template import ChatTemplate, model_template
 from specdec_studio.engine.config import DEFAULT_N_BATCH, DEFAULT_N_CTX, RunConfig, default_threads
 from specdec_studio.engine.drafts import price
-from specdec_studio.engine.context import ContextSettings, MemoryBudget, ModelContext, usable_n_ctx
+from specdec_studio.engine.context import ContextSettings, MemoryBudget, ModelContext, may_stream, usable_n_ctx
 from specdec_studio.engine.errors import ConfigError, ContextAllocationError, PromptError, SpecDecError
 from specdec_studio.engine.events import Event, KvSnapshot, RunFinished, RunStarted
 from specdec_studio.engine.kv.rollback import longest_draft, snapshots_to_keep
@@ -53,7 +53,9 @@ class Session:
     observe:
         A window or a trace watches the runs: keep the KV map's mirror of the cells and send every
         step's batch (:class:`engine.events.StepBatch`). A headless run that nobody watches passes
-        False and pays for neither.
+        False and pays for neither (and batch slots may then each get a KV stream of their own).
+    prompt_cache_mib:
+        RAM for the prompts batch slots give up (engine.kv.prompt_cache), where nothing is observed.
     """
 
     def __init__(
@@ -62,21 +64,19 @@ class Session:
         *,
         n_ctx: int = DEFAULT_N_CTX,
         n_batch: int = DEFAULT_N_BATCH,
-        n_threads: int | None = None,
-        n_threads_batch: int | None = None,
-        n_gpu_layers: int = 0,
-        draft_path: str | Path | None = None,
-        draft_gpu_layers: int = 0,
-        verify_kv: bool = False,
+        n_threads: int | None = None, n_threads_batch: int | None = None,
+        n_gpu_layers: int = 0, rpc_servers: tuple[str, ...] = (),
+        draft_path: str | Path | None = None, draft_gpu_layers: int = 0,
+        verify_kv: bool = False, observe: bool = True,
         cancel: threading.Event | None = None,
-        observe: bool = True,
-        rpc_servers: tuple[str, ...] = (),
+        prompt_cache_mib: int = 0,
     ) -> None:
         if n_ctx < 16:
             raise ContextAllocationError(f"context size must be at least 16 tokens, got {n_ctx}")
         self.settings = ContextSettings(n_ctx, n_batch, n_threads or default_threads(), verify_kv, n_threads_batch,
                                         observe)
         self.budget = MemoryBudget()
+        self.prompt_cache_mib = prompt_cache_mib  # batch slots' prompts kept in RAM (engine.kv.prompt_cache)
         self._stack = contextlib.ExitStack()
         self._runs: weakref.WeakSet = weakref.WeakSet()  # run generators not yet collected
         self._runtime: Runtime | None = None  # the latest run's, for off_the_clock
@@ -107,7 +107,7 @@ class Session:
         self.run_ahead: Callable[[], bool] | None = None
         self._explain_thread: ExplainerThread | None = None
         try:
-            self._load_template()
+            self.template, self.template_problem = model_template(self.model)
             self._make_context(1)  # checks the memory budget first
             if draft_path is not None:
                 self.load_draft(draft_path, n_gpu_layers=draft_gpu_layers)
@@ -137,30 +137,42 @@ class Session:
         """Bytes a context of ``n_ctx`` cells will take on ``info``'s model, by part."""
         return self.budget.parts(n_ctx, self.n_batch, info)
 
-    def _make_context(self, n_seq_max: int, rs_snapshots: int | None = None) -> None:
+    def _make_context(self, n_seq_max: int, rs_snapshots: int | None = None, streams: bool = False) -> None:
         """(Re)create the target context with room for ``n_seq_max`` sequences (and, on a recurrent
-        or hybrid model, ``rs_snapshots`` state snapshots per sequence; None: as the old one).
+        or hybrid model, ``rs_snapshots`` state snapshots per sequence; None: as the old one), in
+        one KV stream each with ``streams`` (:meth:`ModelContext.create`).
 
         The new context is made before the old one is freed: if it cannot be made, the session
         keeps the context it had and stays usable."""
         if rs_snapshots is None:
             rs_snapshots = self.target.rs_snapshots_asked if self.target is not None else 0
-        target = ModelContext.create(self.model, self.settings, n_seq_max, self.budget, self._abort_cb, rs_snapshots)
+        target = ModelContext.create(self.model, self.settings, n_seq_max, self.budget, self._abort_cb, rs_snapshots,
+                                     streams=streams, prompt_cache_bytes=self.prompt_cache_mib << 20)
         self._close_mtp()  # it reads the old context's hidden rows
         if self.target is not None:
             self.target.close()
         self.target = target
 
-    def ensure_sequences(self, n_seq: int, *, draft: bool = False) -> None:
+    def ensure_sequences(self, n_seq: int, *, draft: bool = False, streams: bool = False) -> None:
         """Room for ``n_seq`` sequences in the target context (and the draft's, with ``draft``):
-        batch decoding gives each prompt its own. A context is made again only when it is too
-        small, which empties its cache."""
-        if n_seq > self.n_seq_max:
-            self._make_context(n_seq)
+        batch decoding gives each prompt its own, in a KV stream each with ``streams`` where
+        engine.context.may_stream. A context is made again only when it is too small or of the
+        other kind, which empties its cache."""
+        streams = streams and may_stream(self.settings, self.model.info, self.n_ctx, n_seq)
+        if streams:
+            if not self.target.streams or self.n_seq_max != n_seq:
+                self._make_context(n_seq, streams=True)
+        elif self.target.streams or n_seq > self.n_seq_max:
+            self._make_context(max(n_seq, 1))
         if draft and self.draft is not None and n_seq > self.draft.n_seq_max:
             grown = ModelContext.create(self.draft_model, self.settings, n_seq, self.budget, self._abort_cb)
             self.draft.close()
             self.draft = grown
+
+    def slot_cells(self, n_slots: int) -> int:
+        """The cells each of ``n_slots`` batch slots may hold: its stream's, or (unified) an equal
+        share of the cache."""
+        return self.target.n_ctx_seq if self.target.streams else self.n_ctx // n_slots
 
     # ----------------------------------------------------------------------------- MTP head
     def mtp_head(self):
@@ -251,17 +263,6 @@ class Session:
         """True if the model has a chat template and it passed the sandbox's checks."""
         return self.template is not None
 
-    def _load_template(self) -> None:
-        info = self.model.info
-        if not info.chat_template:
-            return
-        try:
-            self.template = ChatTemplate(info.chat_template, name=Path(info.path).name,
-                                         bos_token=self.model.token_text(info.bos).decode("utf-8", "replace"),
-                                         eos_token=self.model.token_text(info.eos).decode("utf-8", "replace"))
-        except TemplateRefused as exc:
-            self.template_problem = f"{exc}; the model opens in completion mode"
-
     def require_template(self) -> ChatTemplate:
         """The model's chat template, or a PromptError saying why chat is not available."""
         if self.template is None:
@@ -332,8 +333,8 @@ class Session:
         mtp = self.mtp_head() if with_mtp else None
         # a recurrent or hybrid model runs Auto on one sequence (no sibling branches): each more
         # would hold a whole recurrent state and its snapshots
-        if info.memory_kind == "attention" and config.n_sequences > self.n_seq_max:
-            self._make_context(config.n_sequences)
+        if self.target.streams or (info.memory_kind == "attention" and config.n_sequences > self.n_seq_max):
+            self._make_context(max(config.n_sequences, 1))  # a single run's sequences share one cache
         prompt = list(prompt_tokens)
         self.last_prompt_tokens = prompt
         target = self.target
@@ -395,12 +396,9 @@ class Session:
         """The n-gram memory of this model's past runs (engine.strategies.ngram_memory), read from
         the data folder the first time a run asks for it, keyed by the model file's hash."""
         if self._ngram_memory is None:
-            from specdec_studio.engine.models.identity import model_sha256
-            from specdec_studio.engine.paths import data_root
-            from specdec_studio.engine.strategies.ngram_memory import NgramMemory
+            from specdec_studio.engine.strategies import ngram_memory
 
-            sha = model_sha256(self.model.path)
-            self._ngram_memory = NgramMemory(data_root() / "ngram-memory" / f"{sha[:16]}.npz", sha)
+            self._ngram_memory = ngram_memory.for_model(self.model.path)
         return self._ngram_memory
 
     @contextlib.contextmanager

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
@@ -112,6 +113,19 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
                 if _is_int(count) and isinstance(seq, (str, list, tuple)) and count * len(seq) > MAX_OUTPUT_CHARS:
                     raise SecurityError(f"a repetition longer than {MAX_OUTPUT_CHARS} is refused")
         return super().call_binop(context, operator, left, right)
+
+
+def model_template(model) -> tuple[ChatTemplate | None, str | None]:
+    """A loaded model's own chat template, or None and why it was refused (None, None: it has none)."""
+    info = model.info
+    if not info.chat_template:
+        return None, None
+    try:
+        return ChatTemplate(info.chat_template, name=Path(info.path).name,
+                            bos_token=model.token_text(info.bos).decode("utf-8", "replace"),
+                            eos_token=model.token_text(info.eos).decode("utf-8", "replace")), None
+    except TemplateRefused as exc:
+        return None, f"{exc}; the model opens in completion mode"
 
 
 def _is_int(value) -> bool:

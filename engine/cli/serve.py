@@ -26,6 +26,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SpecDecError("serve answers requests; -p and -f are for `specdec run`")
     if args.parallel < 1 or args.queue < args.parallel:
         raise SpecDecError(f"--queue ({args.queue}) must be at least --parallel ({args.parallel}), and that at least 1")
+    if args.cache_ram < 0:
+        raise SpecDecError(f"--cache-ram is MiB of RAM for prompts (0: none), got {args.cache_ram}")
     if not _is_loopback(args.host):
         if not args.api_key:
             raise SpecDecError(f"serving on {args.host} opens the model to other machines: pass --api-key KEY "
@@ -34,7 +36,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
     config, model_path, draft_path = run_setup(args)
     stop = threading.Event()
-    decoder = Decoder(lambda: session_from_args(args, model_path, draft_path, stop, observe=False), config,
+    decoder = Decoder(lambda: session_from_args(args, model_path, draft_path, stop, observe=False,
+                                                prompt_cache_mib=args.cache_ram), config,
                       args.parallel, args.queue)
     router = decoder.start()
     name = args.served_name or Path(model_path).stem
@@ -69,5 +72,8 @@ def add_parser(sub) -> None:
                    help="requests waiting or decoding at most; one more is refused with 429 at once")
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY (needed off 127.0.0.1)")
     p.add_argument("--max-tokens-cap", type=int, default=4096, help="the largest max_tokens a request may ask")
+    p.add_argument("--cache-ram", type=int, default=2048, metavar="MIB",
+                   help="keep the prompts that slots give up in this much RAM, for the clients that come back to "
+                        "them (as llama-server's; default 2048, 0: off)")
     p.add_argument("--served-name", default=None, help="the model's name in the API (default: the file's)")
     p.set_defaults(handler=cmd_serve)

@@ -31,7 +31,7 @@ class Router:
     @property
     def slot_cells(self) -> int:
         """The cells each slot has: a request's prompt and answer must fit in them."""
-        return self.session.n_ctx // self.parallel
+        return self.session.slot_cells(self.parallel)
 
     def submit(self, job: parallel.BatchJob, sink: Sink) -> bool:
         """Queue ``job``; its events go to ``sink``. False where the queue is full (nothing queued)."""

@@ -169,6 +169,15 @@ class NgramMemory:
         self.followers = followers
 
 
+def for_model(model_path: str | Path) -> NgramMemory:
+    """The n-gram memory of a model's past runs, in the data folder, keyed by the model file's hash."""
+    from specdec_studio.engine.models.identity import model_sha256
+    from specdec_studio.engine.paths import data_root
+
+    sha = model_sha256(model_path)
+    return NgramMemory(data_root() / "ngram-memory" / f"{sha[:16]}.npz", sha)
+
+
 def _identity(path: Path) -> tuple:
     """What tells a file written since: its inode, size and modification time."""
     found = path.stat()

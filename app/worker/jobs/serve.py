@@ -24,7 +24,7 @@ def serve(state: WorkerState, command: ServeRequest) -> None:
     from specdec_studio.engine.server.decoder import Router
 
     session = state.require_session()
-    session.ensure_sequences(command.parallel)
+    session.ensure_sequences(command.parallel, streams=True)
     router = Router(session, command.config, command.parallel, command.queue)
     state.router = router
     events = router.decode()  # the slots' settings checked before anything listens

@@ -7,23 +7,46 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specdec_studio.engine.config import SpeculativeParams
-from specdec_studio.engine.strategies.auto.calibration import StepCost
+from specdec_studio.engine.strategies.auto.calibration import MAX_STEP_COST, StepCost
 from specdec_studio.engine.strategies.auto.planner import Planner
 
 
 class BatchStepCost(StepCost):
-    """Auto's step cost inside a shared batch: ``base`` rows are decoded this step anyway (one
-    per busy slot), so a slot's k drafts cost T(base + k) / T(base) of what the step costs
-    without them, not T(1 + k) / T(1)."""
+    """Auto's step cost inside a shared batch, as the batch's throughput sees it: ``base`` rows are
+    decoded this step anyway (one per busy slot), and a slot's k drafts slow every one of them.
 
-    def __init__(self, curve) -> None:
+    The step with the drafts costs T(base + k) in one unified cache, or T(base) + T(k) where each
+    slot has a KV stream of its own (llama.cpp then splits a step into ubatches of equal rows per
+    sequence, so the drafts are a second ubatch). Its extra time would have decoded ``base`` tokens
+    at the step's rate, so the drafts pay only where they are accepted for more than that:
+    relative cost 1 + base × (T(step with drafts) / T(base) - 1). (Priced T(base + k) / T(base)
+    alone, a slot's drafts looked ``base`` times cheaper than they are: measured here, Auto's 4
+    slots decoded 0.94× plain's tokens before this, in one cache.)"""
+
+    def __init__(self, curve, streams: bool = False) -> None:
         super().__init__(curve)
         self.base = 1
+        self.streams = streams
 
     def relative(self, n_tokens: int) -> float:
         if self.curve is None or self.base <= 1:
             return super().relative(n_tokens)
-        return self.curve.relative(self.base - 1 + n_tokens) / self.curve.relative(self.base)
+        if n_tokens <= 1:
+            return 1.0
+        base_cost = self.curve.relative(self.base)
+        if self.streams:
+            with_drafts = base_cost + self.curve.relative(n_tokens - 1)
+        else:
+            with_drafts = self.curve.relative(self.base - 1 + n_tokens)
+        return 1.0 + self.base * (with_drafts / base_cost - 1.0)
+
+    def affordable_tokens(self, ceiling: int) -> int:
+        if self.curve is None:
+            return super().affordable_tokens(ceiling)
+        tokens = 1  # worked out each step: the price moves with the busy slots (never the shared table's)
+        while tokens < ceiling and self.relative(tokens + 2) <= MAX_STEP_COST:
+            tokens += 1
+        return tokens
 
     def return_penalty(self) -> float:
         return 0.0  # the batch's shape changes every step anyway
@@ -34,8 +57,8 @@ class AutoSlot:
     one sequence (a slot has one: its candidates form a chain), no sibling branches, a step cost
     priced inside the shared batch, and at most ``k_max`` tokens a step."""
 
-    def __init__(self, prompt: Sequence[int], curve, k_max: int) -> None:
-        self.cost = BatchStepCost(curve)
+    def __init__(self, prompt: Sequence[int], curve, k_max: int, streams: bool = False) -> None:
+        self.cost = BatchStepCost(curve, streams)
         self.planner = Planner(prompt, SpeculativeParams(), curve, None, n_sequences=1, paced=False,
                                alternatives=False, cost=self.cost)
         self.k_max = k_max
@@ -65,6 +88,7 @@ class AutoSlot:
         pass  # nothing native: the sources are Python's
 
 
-def slot_planner(prompt: Sequence[int], curve, k_max: int) -> AutoSlot:
-    """Auto for one slot of batch decoding, over ``prompt``, priced on ``curve`` (None: unpriced)."""
-    return AutoSlot(prompt, curve, k_max)
+def slot_planner(prompt: Sequence[int], curve, k_max: int, streams: bool = False) -> AutoSlot:
+    """Auto for one slot of batch decoding, over ``prompt``, priced on ``curve`` (None: unpriced),
+    each slot in a KV stream of its own with ``streams``."""
+    return AutoSlot(prompt, curve, k_max, streams)
