@@ -1,16 +1,16 @@
 """Many prompts decoded together, as llama.cpp's ``examples/parallel``: P slots share one context,
-each slot a sequence of its own, and every step one ``llama_batch`` carries each busy slot's input
-token and its drafts. Each slot has its own drafter (prompt lookup's n-gram cache, or a draft
-model on its own sequence of the draft's context), its own adaptive k, sampler and figures. A
-prompt that finishes leaves its cells in its sequence: the next prompt goes to the free slot whose
-cells hold the longest start of it (a chat's next turn, a client that resends the conversation) and
-decodes only the rest, as a single run reuses its cached prefix (``usage``'s cached tokens).
+each slot a sequence of its own (a KV stream of its own where nothing follows the cells, as
+llama-server's slots), and every step one ``llama_batch`` carries each busy slot's input token and
+its drafts. Each slot has its own drafter (prompt lookup's n-gram cache, or a draft model on its
+own sequence of the draft's context), its own adaptive k, sampler and figures. A prompt that
+finishes leaves its cells in its sequence: the next prompt goes to the free slot whose cells hold
+the longest start of it (a chat's next turn, a client that resends the conversation) and decodes
+only the rest (``usage``'s cached tokens); cells a slot gives up may be kept in RAM for a later
+prompt (engine.kv.prompt_cache).
 
-Every prompt's tokens are those of its single run: a slot's prompt is decoded alone, in the
-chunks a single run uses (so its KV values are bit-identical), and verification is
-draft-then-verify's own (:func:`engine.strategies.verify.verify_proposals`). Only a model whose
-kernels are not batch-invariant can flip a near-tie (see the exactness probe).
-"""
+Every prompt's tokens are those of its single run: its prompt is decoded alone, in a single run's
+chunks (bit-identical KV values), and verified as draft-then-verify does (engine.strategies.verify);
+only kernels that are not batch-invariant can flip a near-tie (see the exactness probe)."""
 
 from __future__ import annotations
 

@@ -29,11 +29,12 @@ QUESTIONS = ["Name a colour.", "Count to five.", QUESTION, "What is a prime numb
 
 
 @contextlib.contextmanager
-def serving(path, *, parallel: int = 2, queue: int = 8, api_key: str | None = None, mode: str = "auto"):
+def serving(path, *, parallel: int = 2, queue: int = 8, api_key: str | None = None, mode: str = "auto",
+            cache_mib: int = 0):
     """A server on a free port of 127.0.0.1 for the block: its base URL and its decoder."""
     config = RunConfig(mode=mode, max_tokens=48)
-    decoder = Decoder(lambda: Session(path, n_ctx=2048, n_threads=N_THREADS, observe=False), config,
-                      parallel, queue)
+    decoder = Decoder(lambda: Session(path, n_ctx=2048, n_threads=N_THREADS, observe=False,
+                                      prompt_cache_mib=cache_mib), config, parallel, queue)
     router = decoder.start()
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(make_app(router, model_name=MODEL, base=config, api_key=api_key,
@@ -211,3 +212,23 @@ def test_a_chats_next_turn_decodes_only_what_is_new(client):
     other = client.chat.completions.create(model=MODEL, max_tokens=4, temperature=0,
                                            messages=[{"role": "user", "content": "Count to three."}])
     assert other.usage.prompt_tokens_details.cached_tokens < first.usage.prompt_tokens
+
+
+def test_a_conversation_another_took_the_slot_from_comes_back_from_ram(smollm_path, smollm_session):
+    """One slot: a second conversation takes it between two turns of the first, whose cells were
+    copied to RAM first; the first's next turn gets them back (usage counts them as cached) and
+    answers as its single run does."""
+    with serving(smollm_path, parallel=1, cache_mib=64) as (url, router):
+        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+        turn = [{"role": "user", "content": "Name a colour."}]
+        first = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=12, temperature=0)
+        client.chat.completions.create(model=MODEL, max_tokens=4, temperature=0,
+                                       messages=[{"role": "user", "content": "Count to three."}])
+        turn += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "Why that one?"}]
+        second = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=12, temperature=0)
+        assert router.session.target.prompt_cache.n_restored == 1
+        assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
+    # one slot: the single run's very cells and kernels
+    alone = single_run(smollm_session, "plain", [(m["role"], m["content"]) for m in turn], 12)
+    assert [t["id"] for t in second.model_extra["specdec"]["tokens"]] == list(alone)
