@@ -23,6 +23,7 @@ from specdec_studio.engine.config import RunConfig
 from specdec_studio.engine.errors import ConfigError, SpecDecError
 from specdec_studio.engine.server import openai_api as api
 from specdec_studio.engine.server.decoder import Router
+from specdec_studio.engine.server.mailbox import Mailbox
 from specdec_studio.engine.server.stops import StopText
 
 DISCONNECT_POLL_S = 0.25  # how often a request that does not stream asks whether its client is still there
@@ -40,8 +41,8 @@ class Served:
         self.text = StopText(request.stop)
         self.finished: parallel.JobFinished | None = None
 
-    def sink(self, loop: asyncio.AbstractEventLoop):
-        return lambda event: loop.call_soon_threadsafe(self.events.put_nowait, event)
+    def sink(self, mailbox: Mailbox):
+        return lambda event: mailbox.post(self.events, event)
 
     async def next_event(self):
         event = await self.events.get()
@@ -70,6 +71,14 @@ class Served:
 def make_app(decoder: Router, *, model_name: str, base: RunConfig, api_key: str | None = None,
              max_body_bytes: int = 1 << 20, max_tokens_cap: int = 4096) -> Starlette:
     """The ASGI app for the model ``decoder`` (a Router) decodes, named ``model_name`` in the API."""
+    mailboxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}  # one per loop the app is served on
+
+    def mailbox() -> Mailbox:
+        loop = asyncio.get_running_loop()
+        found = mailboxes.get(loop)
+        if found is None:
+            found = mailboxes[loop] = Mailbox(loop)
+        return found
 
     def refuse(error: api.ApiError) -> JSONResponse:
         return JSONResponse(error.body(), status_code=error.status)
@@ -98,7 +107,7 @@ def make_app(decoder: Router, *, model_name: str, base: RunConfig, api_key: str 
             served = Served(asked, len(tokens))
             job = parallel.BatchJob(served.id, tuple(tokens), asked.config.max_tokens, asked.config,
                                     served.stopped.is_set)
-            if not decoder.submit(job, served.sink(asyncio.get_running_loop())):
+            if not decoder.submit(job, served.sink(mailbox())):
                 raise api.ApiError(429, f"the server is busy: {decoder.queue.bound} requests are waiting or "
                                         "being answered; try again in a moment", "rate_limit_exceeded")
         except api.ApiError as error:

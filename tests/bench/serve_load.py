@@ -8,7 +8,7 @@ server is a process of its own, started and stopped here, one after another, wit
 threads, context and slots (nothing else may run meanwhile: on 2 cores a second process skews every
 figure).
 
-    .venv/bin/python tests/bench/serve_load.py [-m default] [--clients 4] [--seconds 60] [--parallel 4]
+    .venv/bin/python tests/bench/serve_load.py [-m default] [--clients 4] [--seconds 60] [--parallel 4] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def quantiles(values: list[float]) -> str:
     return f"p50 {statistics.median(values):.3g}, p95 {p95:.3g}"
 
 
-def report(label: str, results: list[dict], elapsed_s: float) -> None:
+def report(label: str, results: list[dict], elapsed_s: float) -> float:
     """One line: the requests' fates, time to first token and tokens/s per request (p50, p95), and
     every served token over the phase's wall time (the server's throughput, all slots together)."""
     served = [r for r in results if r["status"] == 200]
@@ -143,6 +143,7 @@ def report(label: str, results: list[dict], elapsed_s: float) -> None:
           f"{together:.1f} tokens/s together", flush=True)
     for error in errors[:3]:
         print(f"  error: {error}")
+    return together
 
 
 @contextlib.contextmanager
@@ -193,6 +194,8 @@ def main() -> None:
     parser.add_argument("-c", "--ctx", type=int, default=4096, help="the context all slots share")
     parser.add_argument("--fresh", action="store_true",
                         help="every request's prompt unseen (opened with its number): no prompt cache answers it")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="load every server this many times, taking turns, and print the medians")
     parser.add_argument("--only", action="append", help="only the servers whose label contains this (repeatable)")
     args = parser.parse_args()
     prompts = [[{"role": role, "content": content} for role, content in p.as_messages()]
@@ -215,18 +218,25 @@ def main() -> None:
           f"{MAX_TOKENS} tokens a request, greedy")
     if args.only:
         servers = [(label, command) for label, command in servers if any(o in label for o in args.only)]
-    for label, command in servers:
-        port = free_port()
-        with server_process([*command, "--port", str(port)], port, Path(f"/tmp/serve_load_{port}.log")) as url:
-            if url is None:
-                continue
-            t0 = time.perf_counter()
-            results = load(url, prompts, args.clients, args.seconds, args.fresh)
-            report(f"{label}, {args.clients} clients × {args.seconds:g} s", results, time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            results = burst(url, prompts[0], 2 * args.queue)
-            report(f"{label}, a burst of {2 * args.queue}", results, time.perf_counter() - t0)
-
+    together: dict[str, list[float]] = {label: [] for label, _ in servers}
+    for round_ in range(1, args.rounds + 1):  # the servers take turns: a slow spell of the machine hits each
+        for label, command in servers:
+            port = free_port()
+            with server_process([*command, "--port", str(port)], port, Path(f"/tmp/serve_load_{port}.log")) as url:
+                if url is None:
+                    continue
+                t0 = time.perf_counter()
+                results = load(url, prompts, args.clients, args.seconds, args.fresh)
+                named = f"{label}, {args.clients} clients × {args.seconds:g} s" + (
+                    f", round {round_}" if args.rounds > 1 else "")
+                together[label].append(report(named, results, time.perf_counter() - t0))
+                if round_ == args.rounds:
+                    t0 = time.perf_counter()
+                    results = burst(url, prompts[0], 2 * args.queue)
+                    report(f"{label}, a burst of {2 * args.queue}", results, time.perf_counter() - t0)
+    if args.rounds > 1:
+        print("tokens/s together, median of the rounds: " + "; ".join(
+            f"{label} {statistics.median(found):.1f}" for label, found in together.items() if found))
 
 if __name__ == "__main__":
     main()

@@ -27,18 +27,22 @@ class BatchStepCost(StepCost):
         super().__init__(curve)
         self.base = 1
         self.streams = streams
+        self._priced: dict[tuple[int, int], float] = {}  # (base, n_tokens) -> relative: read every step
 
     def relative(self, n_tokens: int) -> float:
         if self.curve is None or self.base <= 1:
             return super().relative(n_tokens)
         if n_tokens <= 1:
             return 1.0
-        base_cost = self.curve.relative(self.base)
-        if self.streams:
-            with_drafts = base_cost + self.curve.relative(n_tokens - 1)
-        else:
-            with_drafts = self.curve.relative(self.base - 1 + n_tokens)
-        return 1.0 + self.base * (with_drafts / base_cost - 1.0)
+        price = self._priced.get((self.base, n_tokens))
+        if price is None:
+            base_cost = self.curve.relative(self.base)
+            if self.streams:
+                with_drafts = base_cost + self.curve.relative(n_tokens - 1)
+            else:
+                with_drafts = self.curve.relative(self.base - 1 + n_tokens)
+            price = self._priced[self.base, n_tokens] = 1.0 + self.base * (with_drafts / base_cost - 1.0)
+        return price
 
     def affordable_tokens(self, ceiling: int) -> int:
         if self.curve is None:
