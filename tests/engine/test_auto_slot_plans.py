@@ -42,3 +42,7 @@ def test_a_slots_drafts_are_priced_by_what_they_cost_the_whole_batch():
     assert streams.affordable_tokens(16) <= unified.affordable_tokens(16) < alone.affordable_tokens(16)
     unified.base = 1
     assert unified.affordable_tokens(16) == alone.affordable_tokens(16)
+    # without a profile the same price, on the run's own timings (here still the prior)
+    unpriced, alone = BatchStepCost(None, streams=True), StepCost(None)
+    unpriced.base = 4
+    assert unpriced.relative(4) == pytest.approx(1 + 4 * alone.relative(3) / alone.relative(4))

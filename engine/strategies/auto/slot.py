@@ -30,19 +30,25 @@ class BatchStepCost(StepCost):
         self._priced: dict[tuple[int, int], float] = {}  # (base, n_tokens) -> relative: read every step
 
     def relative(self, n_tokens: int) -> float:
-        if self.curve is None or self.base <= 1:
+        if self.base <= 1:
             return super().relative(n_tokens)
         if n_tokens <= 1:
             return 1.0
+        if self.curve is None:  # the run's own timings of each size (or the prior): they change
+            return self._batch_price(super().relative, n_tokens)
         price = self._priced.get((self.base, n_tokens))
         if price is None:
-            base_cost = self.curve.relative(self.base)
-            if self.streams:
-                with_drafts = base_cost + self.curve.relative(n_tokens - 1)
-            else:
-                with_drafts = self.curve.relative(self.base - 1 + n_tokens)
-            price = self._priced[self.base, n_tokens] = 1.0 + self.base * (with_drafts / base_cost - 1.0)
+            price = self._priced[self.base, n_tokens] = self._batch_price(self.curve.relative, n_tokens)
         return price
+
+    def _batch_price(self, cost, n_tokens: int) -> float:
+        """1 + base × (T(step with the slot's n_tokens - 1 drafts) / T(base) - 1), T from ``cost``."""
+        base_cost = cost(self.base)
+        if self.streams:
+            with_drafts = base_cost + cost(n_tokens - 1)
+        else:
+            with_drafts = cost(self.base - 1 + n_tokens)
+        return 1.0 + self.base * (with_drafts / base_cost - 1.0)
 
     def affordable_tokens(self, ceiling: int) -> int:
         if self.curve is None:
