@@ -150,8 +150,9 @@ class BatchView(QtWidgets.QWidget):
         self.batch_requested.emit(source, self.count.value(), self.parallel.value())
 
     def _set_lanes(self, parallel: int) -> None:
-        for lane in self.lanes:
-            lane.setParent(None)
+        for lane in self.lanes:  # deleted, not unparented: a widget with no parent is a window of its own
+            self.lanes_layout.removeWidget(lane)
+            lane.deleteLater()
         self.lanes = [SlotLane(i) for i in range(parallel)]
         columns = 2 if parallel > 2 else parallel
         for i, lane in enumerate(self.lanes):

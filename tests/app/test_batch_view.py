@@ -40,3 +40,22 @@ def test_stop_ends_a_batch_and_the_window_runs_again(window, qtbot):
     items = [view.finished.item(i).text() for i in range(view.finished.count())]
     assert len(items) == 10 and all("cancelled" in item for item in items)
     assert window.input.run.isEnabled() or window.controls.error is not None
+
+
+def test_a_new_batchs_lanes_replace_the_old_ones_and_no_old_lane_floats_as_a_window(window, qtbot):
+    """Old lanes are deleted: unparented, a lane was a top-level window of its own, and one stood
+    over the window's corner after the Batch tab went from one batch's slots to a server's."""
+    from PySide6 import QtWidgets
+
+    from specdec_studio.app.widgets.batch_view import SlotLane
+
+    view = window.batch_view
+    window.show()
+    for parallel in (4, 2, 3):
+        view._set_lanes(parallel)
+        for lane in view.lanes:
+            lane.show()
+    qtbot.waitUntil(lambda: sum(isinstance(w, SlotLane) for w in QtWidgets.QApplication.allWidgets()) == 3,
+                    timeout=TIMEOUT_MS)
+    assert not [w for w in QtWidgets.QApplication.topLevelWidgets() if isinstance(w, SlotLane)]
+    assert len(view.lanes) == 3 and all(lane.parent() is not None for lane in view.lanes)
