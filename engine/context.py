@@ -221,7 +221,10 @@ class ModelContext:
             raise
         made = cls(ctx, batch, memory, n_seq_max, model.info.n_vocab, stack, rs_snapshots)
         if prompt_cache_bytes > 0 and mirror is None and model.info.memory_kind == "attention":
-            made.prompt_cache = PromptCache(ctx, prompt_cache_bytes)
+            # the copies grow as conversations come: never past a quarter of the memory free now
+            free = _available_memory_bytes()
+            limit = prompt_cache_bytes if free is None else min(prompt_cache_bytes, free // 4)
+            made.prompt_cache = PromptCache(ctx, limit)
         return made
 
     # ----------------------------------------------------------------------------- prefix reuse

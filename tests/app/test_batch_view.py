@@ -45,17 +45,12 @@ def test_stop_ends_a_batch_and_the_window_runs_again(window, qtbot):
 def test_a_new_batchs_lanes_replace_the_old_ones_and_no_old_lane_floats_as_a_window(window, qtbot):
     """Old lanes are deleted: unparented, a lane was a top-level window of its own, and one stood
     over the window's corner after the Batch tab went from one batch's slots to a server's."""
-    from PySide6 import QtWidgets
-
-    from specdec_studio.app.widgets.batch_view import SlotLane
+    import shiboken6
 
     view = window.batch_view
-    window.show()
+    old = []
     for parallel in (4, 2, 3):
+        old += view.lanes
         view._set_lanes(parallel)
-        for lane in view.lanes:
-            lane.show()
-    qtbot.waitUntil(lambda: sum(isinstance(w, SlotLane) for w in QtWidgets.QApplication.allWidgets()) == 3,
-                    timeout=TIMEOUT_MS)
-    assert not [w for w in QtWidgets.QApplication.topLevelWidgets() if isinstance(w, SlotLane)]
+    qtbot.waitUntil(lambda: not any(shiboken6.isValid(lane) for lane in old), timeout=TIMEOUT_MS)
     assert len(view.lanes) == 3 and all(lane.parent() is not None for lane in view.lanes)
