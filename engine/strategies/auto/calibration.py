@@ -235,10 +235,15 @@ class StepCost:
             return max(1, min(ceiling, UNPRICED_STEP_TOKENS))
         tokens = self._affordable.get(ceiling)
         if tokens is None:
-            tokens = 1
-            while tokens < ceiling and self.relative(tokens + 2) <= MAX_STEP_COST:
-                tokens += 1
-            self._affordable[ceiling] = tokens
+            tokens = self._affordable[ceiling] = self.most_tokens_within(ceiling)
+        return tokens
+
+    def most_tokens_within(self, ceiling: int) -> int:
+        """The most tokens (at most ``ceiling``, at least 1) whose step costs at most MAX_STEP_COST
+        plain steps at :meth:`relative`'s prices, worked out now."""
+        tokens = 1
+        while tokens < ceiling and self.relative(tokens + 2) <= MAX_STEP_COST:
+            tokens += 1
         return tokens
 
     def measured_relative(self, n_tokens: int) -> float | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specdec_studio.engine.config import SpeculativeParams
-from specdec_studio.engine.strategies.auto.calibration import MAX_STEP_COST, StepCost
+from specdec_studio.engine.strategies.auto.calibration import StepCost
 from specdec_studio.engine.strategies.auto.planner import Planner
 
 
@@ -28,6 +28,7 @@ class BatchStepCost(StepCost):
         self.base = 1
         self.streams = streams
         self._priced: dict[tuple[int, int], float] = {}  # (base, n_tokens) -> relative: read every step
+        self._affordable_by_base: dict[tuple[int, int], int] = {}  # (base, ceiling) -> affordable_tokens
 
     def relative(self, n_tokens: int) -> float:
         if self.base <= 1:
@@ -51,11 +52,12 @@ class BatchStepCost(StepCost):
         return 1.0 + self.base * (with_drafts / base_cost - 1.0)
 
     def affordable_tokens(self, ceiling: int) -> int:
-        if self.curve is None:
+        if self.curve is None or self.base <= 1:  # priced as a single run's step
             return super().affordable_tokens(ceiling)
-        tokens = 1  # worked out each step: the price moves with the busy slots (never the shared table's)
-        while tokens < ceiling and self.relative(tokens + 2) <= MAX_STEP_COST:
-            tokens += 1
+        # by busy slots, in a table of its own (the inherited one is shared with single runs)
+        tokens = self._affordable_by_base.get((self.base, ceiling))
+        if tokens is None:
+            tokens = self._affordable_by_base[self.base, ceiling] = self.most_tokens_within(ceiling)
         return tokens
 
     def return_penalty(self) -> float:
