@@ -15,7 +15,6 @@ of a saved prompt that a new one shares.
 from __future__ import annotations
 
 import ctypes
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +44,6 @@ class PromptCache:
         self._saved: OrderedDict[tuple[int, ...], SavedPrompt] = OrderedDict()
         self.n_bytes = 0
         self.n_saved = self.n_restored = 0
-        self.t_save_s = self.t_restore_s = 0.0
 
     def __len__(self) -> int:
         return len(self._saved)
@@ -58,7 +56,6 @@ class PromptCache:
             if key:
                 self._saved.move_to_end(key)
             return
-        t0 = time.perf_counter()
         size = llama.llama_state_seq_get_size_ext(self.ctx, seq, WHOLE_STATE)
         if size == 0 or size > self.limit_bytes:
             return
@@ -73,7 +70,6 @@ class PromptCache:
         self._saved[key] = SavedPrompt(key, data, written)
         self.n_bytes += written
         self.n_saved += 1
-        self.t_save_s += time.perf_counter() - t0
 
     def longest(self, prompt: Sequence[int]) -> tuple[SavedPrompt | None, int]:
         """The saved prompt sharing the longest start with ``prompt``, and how long that start is."""
@@ -87,10 +83,8 @@ class PromptCache:
     def restore(self, memory, seq: int, saved: SavedPrompt) -> bool:
         """Replace what ``seq`` holds with ``saved``'s cells; False (``seq`` empty) where llama.cpp
         could not place them."""
-        t0 = time.perf_counter()
         memory.seq_rm(seq, -1, -1)
         read = llama.llama_state_seq_set_data_ext(self.ctx, saved.data, saved.size, seq, WHOLE_STATE)
-        self.t_restore_s += time.perf_counter() - t0
         if read == 0:
             memory.seq_rm(seq, -1, -1)
             return False
@@ -100,10 +94,6 @@ class PromptCache:
 
     def _drop(self, key: tuple[int, ...]) -> None:
         self.n_bytes -= self._saved.pop(key).size
-
-    def figures(self) -> dict:
-        return {"prompts": len(self._saved), "mib": self.n_bytes / 2**20, "saved": self.n_saved,
-                "restored": self.n_restored, "t_save_s": self.t_save_s, "t_restore_s": self.t_restore_s}
 
 
 def reuse_cells(cache: PromptCache | None, memory, seq: int, cached: list[int], prompt: Sequence[int]) -> list[int]:

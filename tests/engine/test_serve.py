@@ -232,3 +232,21 @@ def test_a_conversation_another_took_the_slot_from_comes_back_from_ram(smollm_pa
     # one slot: the single run's very cells and kernels
     alone = single_run(smollm_session, "plain", [(m["role"], m["content"]) for m in turn], 12)
     assert [t["id"] for t in second.model_extra["specdec"]["tokens"]] == list(alone)
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--cache-ram", "-1"], "--cache-ram is MiB of RAM for prompts"),
+    (["--parallel", "4", "--queue", "2"], "--queue (2) must be at least --parallel (4)"),
+    (["--host", "0.0.0.0"], "pass --api-key KEY"),
+])
+def test_serve_refuses_bad_flags_in_one_sentence_before_it_opens_the_model(smollm_path, capsys, monkeypatch,
+                                                                          flags, words):
+    from specdec_studio.engine.cli import main
+
+    def started(*args, **kwargs):
+        raise AssertionError("the server started")
+
+    monkeypatch.setattr(uvicorn, "run", started)  # a flag let through fails here instead of serving
+    assert main(["serve", "-m", str(smollm_path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
